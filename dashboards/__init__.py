@@ -1,0 +1,1 @@
+"""Views: the Streamlit app, Grafana dashboards, Prometheus rules."""

@@ -1,0 +1,1 @@
+"""Sinks that send telemetry to other systems (Prometheus, OpenTelemetry, Perfetto)."""

@@ -1,0 +1,59 @@
+"""training-telemetry: per-step, per-rank telemetry for distributed PyTorch training.
+
+>>> import telemetry
+>>> telemetry.init(run_dir="runs/exp1", job="exp1")          # doctest: +SKIP
+>>> for batch in telemetry.watch(loader):                      # doctest: +SKIP
+...     with telemetry.step(tokens=n_tokens, samples=bs):
+...         with telemetry.phase("forward"): ...
+...         telemetry.log(loss=loss)
+>>> telemetry.shutdown()                                       # doctest: +SKIP
+
+Importing this package is cheap: it imports no torch, starts no thread and opens no file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import recorder as _recorder
+from .api import init, session, shutdown, stats
+from .config import Config, ConfigError
+from .hooks.collectives import instrument_collectives, uninstrument_collectives
+from .hooks.dataloader import watch
+from .usage import TelemetryUsageError
+
+__version__ = "0.1.0"
+
+
+def step(fn: Callable | None = None, /, *, tokens: int | None = None, samples: int | None = None,
+         index: int | None = None) -> Any:
+    """One training step: ``with telemetry.step(tokens=n):`` or ``@telemetry.step``.
+
+    ``tokens`` and ``samples`` count the work done (for throughput); ``index`` overrides the step
+    number (by default steps count up from ``init(start_step=...)``, 0 unless set).
+    """
+    if fn is not None:
+        if not callable(fn):
+            raise TypeError("telemetry.step takes keyword arguments only (tokens=, samples=, index=), "
+                            f"or is used bare as a decorator; got {fn!r}")
+        return _recorder.step_decorator(fn)
+    return _recorder._active.step(tokens, samples, index)
+
+
+def phase(name: str) -> Any:
+    """A named part of a step (``forward``, ``backward``, ...): context manager or decorator."""
+    return _recorder._active.phase(name)
+
+
+def log(**values: Any) -> None:
+    """Attach scalars to the current step; tensors are read without synchronizing the device.
+
+    ``tokens=`` and ``samples=`` are added to the step's counts.
+    """
+    _recorder._active.log(values)
+
+
+__all__ = [
+    "Config", "ConfigError", "TelemetryUsageError", "init", "instrument_collectives", "log",
+    "phase", "session", "shutdown", "stats", "step", "uninstrument_collectives", "watch",
+]

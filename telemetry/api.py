@@ -1,0 +1,204 @@
+"""``init`` and ``shutdown``: build the recorder, sinks and pipeline of one telemetry session.
+
+>>> import telemetry
+>>> telemetry.init(run_dir="runs/doc", job="doc", sinks=["store"])   # doctest: +SKIP
+>>> with telemetry.step(samples=8):                                   # doctest: +SKIP
+...     with telemetry.phase("forward"):
+...         pass
+>>> telemetry.shutdown()                                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from . import recorder as _recorder
+from .config import Config, ConfigError
+from .hooks import collectives as _collectives
+from .pipeline import Pipeline
+from .rank import RankContext
+from .recorder import Recorder
+from .sinks import build_sinks
+
+log = logging.getLogger("telemetry")
+_lock = threading.RLock()
+_session: "Session | None" = None
+_process_hooks_installed = False
+
+
+class Session:
+    """One init..shutdown: the recorder, the pipeline thread and the sinks of this rank."""
+
+    def __init__(self, config: Config, ctx: RankContext) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.closed = False
+        self.start_time_s = time.time()
+        self._anchor_wall_ns = time.time_ns()
+        self._anchor_perf_ns = time.perf_counter_ns()
+        self.recorder = Recorder(config.buffer_events, strict=config.strict,
+                                 start_step=config.start_step)
+        self.run_info = {
+            "start_time_s": self.start_time_s,
+            "session": f"{self._anchor_wall_ns}-{os.getpid()}",
+            "versions": _versions(),
+        }
+        self.sinks = build_sinks(config, ctx, self.run_info)
+        self.pipeline = Pipeline(self.recorder, self.sinks, ctx.rank, self.to_epoch_s,
+                                 config.flush_interval_s)
+        self._instrumented = False
+        self._prev_sigterm: Any = None
+
+    def to_epoch_s(self, t_ns: int) -> float:
+        return (self._anchor_wall_ns + (t_ns - self._anchor_perf_ns)) * 1e-9
+
+    def start(self) -> None:
+        self.pipeline.start()
+        _recorder.set_active(self.recorder)
+        if self.config.collectives:
+            self._instrumented = _collectives.instrument_collectives()
+        if self.config.handle_sigterm:
+            self._install_sigterm()
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return  # the application (or torchrun) has its own handler: leave it alone
+            self._prev_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass
+
+    def close(self, timeout_s: float) -> dict[str, Any]:
+        if self.closed:
+            return self.stats()
+        self.closed = True
+        _recorder.set_active(_recorder.NULL)
+        if self._instrumented:
+            _collectives.uninstrument_collectives()
+        if self._prev_sigterm is not None and threading.current_thread() is threading.main_thread():
+            try:
+                if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                    signal.signal(signal.SIGTERM, self._prev_sigterm)
+            except (ValueError, OSError):
+                pass
+        self.pipeline.stop(timeout_s)
+        stats = self.stats()
+        lost = stats["events_dropped"] + sum(s.get("dropped", 0) for s in stats["sinks"].values())
+        if lost:
+            log.warning("telemetry: rank %d: %d event(s)/record(s) could not be delivered "
+                        "(see telemetry.shutdown()'s return value)", self.ctx.rank, lost)
+        return stats
+
+    def stats(self) -> dict[str, Any]:
+        s = self.pipeline.stats()
+        s["unattributed_events"] = self.pipeline.assembler.unattributed
+        s["rank"] = self.ctx.rank
+        s["closed"] = self.closed
+        return s
+
+
+def _versions() -> dict[str, str]:
+    from . import __version__
+
+    out = {"telemetry": __version__, "python": platform.python_version(),
+           "platform": platform.platform()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch"] = str(getattr(torch, "__version__", "?"))
+    return out
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # Flush what was accepted, then die of SIGTERM as the sender intended.
+    try:
+        shutdown(timeout_s=2.0)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _after_fork_child() -> None:
+    # A forked child (a DataLoader worker) must not record, flush the parent's buffers or serve.
+    global _session
+    _session = None
+    _recorder.set_active(_recorder.NULL)
+
+
+def _install_process_hooks() -> None:
+    global _process_hooks_installed
+    if _process_hooks_installed:
+        return
+    _process_hooks_installed = True
+    atexit.register(_atexit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_child)
+
+
+def _atexit() -> None:
+    try:
+        shutdown()
+    except Exception:  # noqa: BLE001 - never fail interpreter exit
+        pass
+
+
+def init(**kwargs: Any) -> Session:
+    """Start telemetry for this process (rank); see README "Configuration" for the settings.
+
+    Calling it again with the same settings returns the running session; with different ones it
+    raises ConfigError naming the fields that differ.
+    """
+    global _session
+    with _lock:
+        config = Config.resolve(kwargs)
+        if _session is not None and not _session.closed:
+            diff = config.differences(_session.config)
+            if diff:
+                old, new = _session.config, config
+                detail = "; ".join(f"{k}: {getattr(old, k)!r} now {getattr(new, k)!r}" for k in diff)
+                raise ConfigError(f"telemetry.init() was already called with other settings ({detail}); "
+                                  "call telemetry.shutdown() first to change them")
+            return _session
+        ctx = RankContext.from_env()
+        session = Session(config, ctx)
+        session.start()
+        _session = session
+        _install_process_hooks()
+        return session
+
+
+def shutdown(timeout_s: float | None = None) -> dict[str, Any] | None:
+    """Flush every sink and stop, within ``timeout_s`` (default: the config's, 5 s).
+
+    Returns the session's final counters (records written, events dropped, per-sink delivery), or
+    None when telemetry was not running.
+    """
+    global _session
+    with _lock:
+        session = _session
+        if session is None:
+            return None
+        _session = None
+    return session.close(session.config.shutdown_timeout_s if timeout_s is None else timeout_s)
+
+
+def session() -> Session | None:
+    return _session
+
+
+def stats() -> dict[str, Any]:
+    """Live counters of the running session (empty dict when not running)."""
+    s = _session
+    return s.stats() if s is not None else {}
+
+
+__all__ = ["ConfigError", "Session", "init", "session", "shutdown", "stats"]

@@ -1,0 +1,170 @@
+"""The ``telemetry`` command: demo, analyze, export."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Sequence
+
+SEVERITY_ORDER = ("info", "warning", "critical")
+
+
+def _positive_int(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range; accepted: {lo} to {hi}")
+        return v
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{v} must be above 0")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="telemetry", description="Telemetry for distributed PyTorch training.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("demo", help="run a real multi-rank training job, instrumented, then analyze it")
+    d.add_argument("--ranks", type=_positive_int(2, 16), default=4, help="ranks (processes), 2-16 (default 4)")
+    d.add_argument("--steps", type=_positive_int(20, 100000), default=200, help="training steps (default 200)")
+    d.add_argument("--run-dir", help="run directory (default runs/demo-<date>-<time>)")
+    d.add_argument("--inject", action="append", default=[], metavar="SPEC",
+                   help="a fault: straggler:rank=R,phase=P,factor=F[,start=S] | data_stall:rank=R,delay_ms=D[,start=S] "
+                        "| regression:factor=F,start=S[,phase=P] | slow_comm:factor=F[,start=S] | hang:rank=R,step=S")
+    d.add_argument("--overwrite", action="store_true", help="replace an existing --run-dir")
+    d.add_argument("--hang-after", type=_seconds, help="seconds without a finished step that count as a hang "
+                   "(default: 30x the median step, at least 10)")
+    d.add_argument("--json", action="store_true", help="print the findings JSON instead of the report")
+
+    a = sub.add_parser("analyze", help="find stragglers and hangs in a run directory or steps table")
+    a.add_argument("path", help="run directory, or a steps table (.csv / .parquet)")
+    a.add_argument("--json", action="store_true", help="print the findings JSON")
+    a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
+    a.add_argument("--fail-on", choices=SEVERITY_ORDER, help="exit 3 when a finding reaches this severity")
+
+    e = sub.add_parser("export", help="write a run's steps table")
+    e.add_argument("run_dir")
+    e.add_argument("--to", required=True, metavar="FILE", help="output: FILE.parquet or FILE.csv")
+    return p
+
+
+def _load(path: str):
+    """(table, progress, world_size, warnings, source) for a run dir or a table file."""
+    from .store import layout, read_run
+    from .table import load_table
+
+    if os.path.isdir(path) and layout.is_run_dir(path):
+        run = read_run(path)
+        return run.table(), run.progress, run.meta.get("world_size"), run.warnings, path
+    return load_table(path), None, None, [], path
+
+
+def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: dict | None = None):
+    from .detectors import StragglerParams, analyze
+    from .report import render
+
+    table, progress, world, warnings, source = _load(path)
+    result = analyze(table, progress, world, hang_after)
+    if as_json:
+        doc = result.to_json()
+        if extra:
+            doc["summary"].update(extra)
+        if warnings:
+            doc["summary"]["warnings"] = warnings
+        print(json.dumps(doc, indent=2))
+    else:
+        n = result.summary.get("steps", 0)
+        print(render(result, source, StragglerParams().warmup(n), warnings))
+    return result
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo.faults import InjectError, check_against_job, parse_inject
+    from .demo.launcher import DemoError, log_tail, run_demo
+
+    try:
+        faults = [parse_inject(s) for s in args.inject]
+        check_against_job(faults, args.ranks, args.steps)
+    except InjectError as exc:
+        print(f"telemetry demo: {exc}", file=sys.stderr)
+        return 2
+    run_dir = args.run_dir or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
+    out = sys.stderr if args.json else sys.stdout
+    what = ", ".join(args.inject) if args.inject else "no fault injected"
+    print(f"telemetry demo: {args.ranks} ranks (gloo on 127.0.0.1), {args.steps} steps, {what}\n"
+          f"  run directory: {run_dir}", file=out, flush=True)
+    try:
+        result = run_demo(args.ranks, args.steps, run_dir, faults, overwrite=args.overwrite, out=out,
+                          hang_after_s=args.hang_after)
+    except DemoError as exc:
+        print(f"telemetry demo: {exc}", file=sys.stderr)
+        return 2
+    print(f"  job {result.outcome} in {result.wall_s:.1f} s"
+          + (f": {result.message}" if result.message else ""), file=out, flush=True)
+    if result.outcome == "failed":
+        for r, code in sorted(result.exit_codes.items()):
+            if code not in (0, None):
+                print(f"--- rank {r} log (last lines) ---\n{log_tail(run_dir, r)}", file=sys.stderr)
+    print(file=out)
+    _print_analysis(run_dir, args.json, result.hang_bound_s or args.hang_after,
+                    extra={"demo": {"outcome": result.outcome, "injected": args.inject, "run_dir": run_dir}})
+    return 1 if result.outcome == "failed" else 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .table import TableError
+
+    try:
+        result = _print_analysis(args.path, args.json, args.hang_after)
+    except (TableError, FileNotFoundError) as exc:
+        print(f"telemetry analyze: {exc}", file=sys.stderr)
+        return 2
+    if args.fail_on:
+        level = SEVERITY_ORDER.index(args.fail_on)
+        if any(SEVERITY_ORDER.index(f.severity) >= level for f in result.findings):
+            return 3
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .store import read_run
+    from .table import TableError, write_table
+
+    try:
+        run = read_run(args.run_dir)
+        table = run.table()
+        write_table(table, args.to)
+    except (TableError, FileNotFoundError, OSError) as exc:
+        print(f"telemetry export: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(table)} rows ({table['rank'].nunique() if len(table) else 0} ranks) to {args.to}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the CLI is an application
+    args = build_parser().parse_args(argv)
+    handler = {"demo": cmd_demo, "analyze": cmd_analyze, "export": cmd_export}[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

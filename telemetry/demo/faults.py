@@ -1,0 +1,148 @@
+"""``--inject`` specs for ``telemetry demo``: parsing, validation, and what each does in the job.
+
+Every fault is real work or real delay inside the training job, on the named rank and phase, so
+the detectors see what a real job would show:
+
+- ``straggler:rank=R,phase=P,factor=F[,start=S]``: rank R's phase P takes F times as long (after the
+  phase's own work, the rank stays busy in that phase for (F-1) x its measured time: a slower device).
+- ``data_stall:rank=R,delay_ms=D[,start=S]``: rank R's data loader takes D ms longer per batch.
+- ``regression:factor=F,start=S[,phase=P]``: from step S every rank's phase P (default: forward,
+  backward and optimizer) takes F times as long.
+- ``slow_comm:factor=F[,start=S]``: every gradient all-reduce does F times the communication work
+  for its payload (inside the call, beneath telemetry's wrapper), as over a link F times slower.
+- ``hang:rank=R,step=S``: rank R stops inside the forward phase of step S and never returns.
+
+>>> parse_inject("straggler:rank=2,phase=forward,factor=1.5")
+Fault(kind='straggler', rank=2, phase='forward', factor=1.5, start=0, delay_ms=0.0, step=None)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+DEMO_PHASES = ("forward", "backward", "optimizer")
+
+# kind -> (required keys, optional keys)
+KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "straggler": (("rank", "phase", "factor"), ("start",)),
+    "data_stall": (("rank", "delay_ms"), ("start",)),
+    "regression": (("factor", "start"), ("phase",)),
+    "slow_comm": (("factor",), ("start",)),
+    "hang": (("rank", "step"), ()),
+}
+_TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str}
+
+
+class InjectError(ValueError):
+    """An --inject spec is invalid; the message names the problem and what is accepted."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    rank: int | None = None
+    phase: str | None = None
+    factor: float = 1.0
+    start: int = 0
+    delay_ms: float = 0.0
+    step: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_inject(spec: str) -> Fault:
+    kind, sep, rest = spec.strip().partition(":")
+    if kind not in KINDS:
+        raise InjectError(f"--inject {spec!r}: unknown kind {kind!r}; accepted kinds: "
+                          f"{', '.join(KINDS)} (e.g. straggler:rank=2,phase=forward,factor=1.5)")
+    required, optional = KINDS[kind]
+    values: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))) if sep else ():
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise InjectError(f"--inject {spec!r}: {item!r} is not key=value")
+        if key not in required + optional:
+            raise InjectError(f"--inject {spec!r}: unknown key {key!r} for {kind}; accepted: "
+                              f"{', '.join(required)} (required), {', '.join(optional) or 'none'} (optional)")
+        if key in values:
+            raise InjectError(f"--inject {spec!r}: {key} given twice")
+        typ = _TYPES[key]
+        try:
+            values[key] = typ(raw.strip())
+        except ValueError:
+            raise InjectError(f"--inject {spec!r}: {key}={raw!r} is not {'an integer' if typ is int else 'a number'}") from None
+    missing = [k for k in required if k not in values]
+    if missing:
+        raise InjectError(f"--inject {spec!r}: {kind} needs {', '.join(missing)}; "
+                          f"form: {kind}:{','.join(k + '=...' for k in required)}"
+                          + "".join(f"[,{k}=...]" for k in optional))
+    fault = Fault(kind=kind, **values)
+    _check_values(spec, fault)
+    return fault
+
+
+def _check_values(spec: str, f: Fault) -> None:
+    if f.phase is not None and f.phase not in DEMO_PHASES:
+        raise InjectError(f"--inject {spec!r}: phase={f.phase!r}; accepted: {', '.join(DEMO_PHASES)}")
+    if f.kind in ("straggler", "regression", "slow_comm") and not 1.0 < f.factor <= 100.0:
+        raise InjectError(f"--inject {spec!r}: factor={f.factor}; accepted: a number above 1 and "
+                          "at most 100 (1.5 means 50% slower)")
+    if f.kind == "data_stall" and not 0.0 < f.delay_ms <= 60000.0:
+        raise InjectError(f"--inject {spec!r}: delay_ms={f.delay_ms}; accepted: above 0, at most 60000")
+    for name in ("rank", "start", "step"):
+        v = getattr(f, name)
+        if v is not None and v < 0:
+            raise InjectError(f"--inject {spec!r}: {name}={v}; accepted: an integer >= 0")
+
+
+def check_against_job(faults: Iterable[Fault], ranks: int, steps: int) -> None:
+    """Reject faults that name a rank or step the job will not have."""
+    for f in faults:
+        if f.rank is not None and f.rank >= ranks:
+            raise InjectError(f"--inject {f.kind}: rank={f.rank} but the job has --ranks {ranks} "
+                              f"(accepted: 0..{ranks - 1})")
+        last = f.step if f.kind == "hang" else f.start
+        if last is not None and last >= steps:
+            raise InjectError(f"--inject {f.kind}: {'step' if f.kind == 'hang' else 'start'}={last} "
+                              f"but the job runs --steps {steps} (accepted: 0..{steps - 1})")
+
+
+class FaultPlan:
+    """What the faults do to one rank, asked by the training loop at each point."""
+
+    def __init__(self, faults: Iterable[Fault], rank: int) -> None:
+        self.rank = rank
+        self.faults = tuple(faults)
+
+    def phase_factor(self, step: int, phase: str) -> float:
+        """How many times its own time this rank's phase should take at this step."""
+        factor = 1.0
+        for f in self.faults:
+            if step < f.start:
+                continue
+            if f.kind == "straggler" and f.rank == self.rank and f.phase == phase:
+                factor *= f.factor
+            elif f.kind == "regression" and (f.phase is None or f.phase == phase):
+                factor *= f.factor
+        return factor
+
+    def data_delay_s(self, step: int) -> float:
+        return sum(f.delay_ms for f in self.faults
+                   if f.kind == "data_stall" and f.rank == self.rank and step >= f.start) / 1000.0
+
+    def comm_factor(self, step: int) -> float:
+        factor = 1.0
+        for f in self.faults:
+            if f.kind == "slow_comm" and step >= f.start:
+                factor *= f.factor
+        return factor
+
+    def hangs_at(self, step: int) -> bool:
+        return any(f.kind == "hang" and f.rank == self.rank and f.step == step for f in self.faults)
+
+    @property
+    def has_slow_comm(self) -> bool:
+        return any(f.kind == "slow_comm" for f in self.faults)

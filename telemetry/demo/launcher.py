@@ -1,0 +1,191 @@
+"""Start the demo's ranks as real processes, follow them through the run store, stop them.
+
+The launcher sets the torchrun variables for each rank (so ``telemetry.init`` reads them as it would
+under torchrun), shows progress read from the run directory while the job runs, and ends the job
+when every rank is done, when a rank fails, or when no rank has finished a step for longer than
+the hang bound (then the ranks are killed, as a watchdog would).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Sequence, TextIO
+
+from ..detectors.hang import detect_hang
+from ..store import layout
+from ..store.reader import StepsTail
+from .faults import Fault
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+@dataclass
+class DemoResult:
+    run_dir: str
+    outcome: str  # "completed", "hang", "failed"
+    exit_codes: dict[int, int | None] = field(default_factory=dict)
+    steps_done: dict[int, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    message: str = ""
+    hang_bound_s: float | None = None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prepare_run_dir(run_dir: str, overwrite: bool) -> None:
+    if os.path.exists(run_dir) and os.listdir(run_dir):
+        if not overwrite:
+            raise DemoError(f"run directory {run_dir!r} exists and is not empty; pass --overwrite "
+                            "to replace it, or choose another --run-dir")
+        if not layout.is_run_dir(run_dir):
+            raise DemoError(f"refusing to overwrite {run_dir!r}: it does not look like a run directory")
+        shutil.rmtree(run_dir)
+    try:
+        os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    except OSError as exc:
+        raise DemoError(f"cannot create run directory {run_dir!r}: {exc.strerror}") from None
+
+
+def _kill(procs: Sequence[subprocess.Popen], grace_s: float = 2.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+
+
+def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
+             overwrite: bool = False, out: TextIO = sys.stdout, hang_after_s: float | None = None,
+             startup_timeout_s: float = 180.0, extra_args: dict | None = None) -> DemoResult:
+    """Run the job to its end (or its hang) and return what happened."""
+    prepare_run_dir(run_dir, overwrite)
+    port = free_port()
+    demo_args = {"steps": steps, "run_dir": run_dir, "job": os.path.basename(os.path.abspath(run_dir)),
+                 "faults": [f.as_dict() for f in faults], **(extra_args or {})}
+    procs: list[subprocess.Popen] = []
+    logs = []
+    t_start = time.monotonic()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEMETRY_", "SLURM_", "OMPI_"))}
+    try:
+        for r in range(ranks):
+            env = {**base_env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),
+                   "LOCAL_WORLD_SIZE": str(ranks), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port), "TRAINING_TELEMETRY_DEMO": json.dumps(demo_args),
+                   "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+            log_file = open(os.path.join(run_dir, "logs", f"rank-{r}.log"), "w")
+            logs.append(log_file)
+            procs.append(subprocess.Popen([sys.executable, "-m", "telemetry.demo.worker"], env=env,
+                                          stdout=log_file, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        return _follow(procs, ranks, steps, run_dir, out, t_start, hang_after_s, startup_timeout_s)
+    finally:
+        _kill(procs)
+        for f in logs:
+            f.close()
+
+
+def _follow(procs: list[subprocess.Popen], ranks: int, steps: int, run_dir: str, out: TextIO,
+            t_start: float, hang_after_s: float | None, startup_timeout_s: float) -> DemoResult:
+    tails = {r: StepsTail(layout.steps_path(run_dir, r)) for r in range(ranks)}
+    done = {r: 0 for r in range(ranks)}
+    durations: list[float] = []
+    last_progress = time.monotonic()
+    last_print = 0.0
+    last_loss = None
+    tty = out.isatty()
+    result = DemoResult(run_dir, "completed")
+    while True:
+        time.sleep(0.25)
+        now = time.monotonic()
+        for r, tail in tails.items():
+            new = tail.read_new()
+            if new:
+                done[r] += len(new)
+                last_progress = now
+                durations.extend(x["duration_s"] for x in new[-20:])
+                if r == 0:
+                    last_loss = new[-1].get("scalars", {}).get("loss", last_loss)
+        durations = durations[-200:]
+        codes = {r: p.poll() for r, p in enumerate(procs)}
+        if now - last_print >= 1.0 or all(c is not None for c in codes.values()):
+            last_print = now
+            med = statistics.median(durations) * 1e3 if durations else float("nan")
+            loss = f"  loss {last_loss:.3f}" if isinstance(last_loss, (int, float)) else ""
+            line = (f"  step {min(done.values()):4d}/{steps}  (ranks at {min(done.values())}-"
+                    f"{max(done.values())})  median step {med:6.1f} ms{loss}  {now - t_start:5.1f} s")
+            print(("\r" + line) if tty else line, end="" if tty else "\n", file=out, flush=True)
+        failed = {r: c for r, c in codes.items() if c not in (None, 0)}
+        if failed:
+            time.sleep(1.0)  # let the others notice and flush
+            result.outcome = "failed"
+            result.message = "rank(s) " + ", ".join(f"{r} (exit {c})" for r, c in sorted(failed.items())) + " failed"
+            break
+        if all(c == 0 for c in codes.values()):
+            break
+        started = any(done.values())
+        bound = hang_after_s if hang_after_s is not None else max(10.0, 30 * (statistics.median(durations) if durations else 0))
+        result.hang_bound_s = bound
+        if started and now - last_progress > bound:
+            # The same test the analysis applies, on the heartbeats the ranks keep writing.
+            hangs = detect_hang(_read_progress(run_dir, ranks), None, ranks, bound)
+            if hangs:
+                result.outcome = "hang"
+                result.message = f"{hangs[0].evidence}; ranks killed"
+                break
+        if not started and now - t_start > startup_timeout_s:
+            result.outcome = "failed"
+            result.message = f"no step completed within {startup_timeout_s:.0f} s of start"
+            break
+    if tty:
+        print(file=out)
+    for r, tail in tails.items():
+        done[r] += len(tail.read_new())
+    result.exit_codes = {r: p.poll() for r, p in enumerate(procs)}
+    result.steps_done = done
+    result.wall_s = time.monotonic() - t_start
+    return result
+
+
+def _read_progress(run_dir: str, ranks: int) -> dict[int, dict]:
+    out = {}
+    for r in range(ranks):
+        try:
+            with open(layout.progress_path(run_dir, r), encoding="utf-8") as f:
+                out[r] = json.load(f)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def log_tail(run_dir: str, rank: int, lines: int = 15) -> str:
+    try:
+        with open(os.path.join(run_dir, "logs", f"rank-{rank}.log"), errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""

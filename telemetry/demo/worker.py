@@ -1,0 +1,134 @@
+"""One rank of the demo job: torch.distributed (gloo), a small LM, instrumented end to end.
+
+Started by :mod:`telemetry.demo.launcher` with the torchrun variables set (RANK, WORLD_SIZE, ...)
+and the job's settings in ``TRAINING_TELEMETRY_DEMO`` (JSON). Runnable under torchrun too::
+
+    TRAINING_TELEMETRY_DEMO='{"steps": 50, "run_dir": "runs/x"}' torchrun --nproc-per-node 4 -m telemetry.demo.worker
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+import telemetry
+
+from .faults import Fault, FaultPlan
+from .model import SyntheticTokens, TinyLM
+
+DEFAULTS = {"steps": 200, "batch": 8, "seq_len": 64, "vocab": 128, "d_model": 64, "layers": 2,
+            "heads": 4, "lr": 3e-3, "run_dir": "runs/demo", "job": "demo", "faults": [],
+            "pg_timeout_s": 120, "sinks": None}
+
+
+def _stretch(t0: float, factor: float) -> None:
+    """Keep this rank inside the current phase until it has taken ``factor`` x its own time."""
+    if factor > 1.0:
+        elapsed = time.perf_counter() - t0
+        time.sleep(elapsed * (factor - 1.0))
+
+
+def _stall_forever() -> None:
+    while True:  # a hung rank: alive, making no progress, until the launcher kills it
+        time.sleep(1.0)
+
+
+def _install_slow_comm(plan: FaultPlan, step_ref: list[int]) -> None:
+    """Make the gradient all-reduce F times slower from inside the call, beneath telemetry's
+    wrapper: the call also reduces (F-1) x its payload of padding, so every rank does F times the
+    communication work for the bytes it asked for, as it would over a link F times slower."""
+    real = dist.all_reduce
+    pads: dict[int, torch.Tensor] = {}
+
+    def slowed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = real(tensor, *args, **kwargs)
+        factor = plan.comm_factor(step_ref[0])
+        if factor > 1.0:
+            n = int(tensor.numel() * (factor - 1.0))
+            pad = pads.get(n)
+            if pad is None:
+                pad = pads[n] = torch.zeros(n, dtype=tensor.dtype)
+            real(pad, *args, **kwargs)
+        return out
+
+    dist.all_reduce = slowed
+
+
+def _batches(loader: Any, plan: FaultPlan) -> Iterator:
+    for i, batch in enumerate(loader):
+        delay = plan.data_delay_s(i)
+        if delay > 0:
+            time.sleep(delay)  # a slow input pipeline: the wait is inside next()
+        yield batch
+
+
+def sync_gradients(model: torch.nn.Module, world: int) -> None:
+    """Average gradients over ranks with one flat all_reduce (what DDP does, in buckets)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat)
+    flat.div_(world)
+    for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads)):
+        g.copy_(synced)
+
+
+def main() -> None:
+    args = {**DEFAULTS, **json.loads(os.environ.get("TRAINING_TELEMETRY_DEMO", "{}"))}
+    torch.set_num_threads(1)
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    plan = FaultPlan([Fault(**f) for f in args["faults"]], rank)
+    step_ref = [0]
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=args["pg_timeout_s"]))
+    if plan.has_slow_comm:
+        _install_slow_comm(plan, step_ref)
+    init_kwargs: dict[str, Any] = {"run_dir": args["run_dir"], "job": args["job"]}
+    if args["sinks"] is not None:
+        init_kwargs["sinks"] = args["sinks"]
+    telemetry.init(**init_kwargs)
+
+    torch.manual_seed(0)  # identical initial weights on every rank
+    model = TinyLM(args["vocab"], args["d_model"], args["layers"], args["heads"], args["seq_len"])
+    opt = torch.optim.AdamW(model.parameters(), lr=args["lr"])
+    batch, steps = args["batch"], args["steps"]
+    data = SyntheticTokens(steps * batch, args["seq_len"], args["vocab"], seed=rank)
+    loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False, num_workers=0)
+    tokens = batch * args["seq_len"]
+
+    for i, (x, y) in enumerate(telemetry.watch(_batches(loader, plan))):
+        step_ref[0] = i
+        with telemetry.step(tokens=tokens, samples=batch):
+            with telemetry.phase("forward"):
+                t0 = time.perf_counter()
+                if plan.hangs_at(i):
+                    _stall_forever()
+                logits = model(x)
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+                _stretch(t0, plan.phase_factor(i, "forward"))
+            with telemetry.phase("backward"):
+                t0 = time.perf_counter()
+                loss.backward()
+                _stretch(t0, plan.phase_factor(i, "backward"))
+                sync_gradients(model, world)  # blocks until the slowest rank arrives
+            with telemetry.phase("optimizer"):
+                t0 = time.perf_counter()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                _stretch(t0, plan.phase_factor(i, "optimizer"))
+            telemetry.log(loss=loss.detach())
+    telemetry.shutdown()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

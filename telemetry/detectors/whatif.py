@@ -1,0 +1,39 @@
+"""What-if replay of a synchronous step: how long would the steps take with the culprit healthy?
+
+In data-parallel training a step ends when the slowest rank's compute ends (everyone waits for it
+at the collective), so step time ~ max over ranks of compute + the collective's own time. Removing a
+culprit's excess compute (``shift``) shortens a step by ``max(compute) - max(compute - shift)``;
+healthy ranks' noise still sets the pace, so the estimate never credits more than the culprit
+actually cost.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .matrix import StepMatrix
+
+
+def step_savings(m: StepMatrix, shift: np.ndarray) -> np.ndarray:
+    """Seconds saved per step when each rank's compute is reduced by ``shift`` (R x S, >= 0)."""
+    c = m.compute
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        before = np.nanmax(c, axis=0)
+        after = np.nanmax(c - np.nan_to_num(shift), axis=0)
+    saving = np.nan_to_num(before - after)
+    return np.clip(saving, 0.0, np.nan_to_num(m.step_time()))
+
+
+def slowdown(m: StepMatrix, shift: np.ndarray, step_mask: np.ndarray | None = None) -> float:
+    """``1 - ideal / actual`` over the masked steps (all steps when no mask)."""
+    t = np.nan_to_num(m.step_time())
+    saving = step_savings(m, shift)
+    if step_mask is not None:
+        t, saving = t[step_mask], saving[step_mask]
+    actual = float(t.sum())
+    if actual <= 0:
+        return 0.0
+    return float(saving.sum() / actual)

@@ -1,0 +1,1 @@
+"""Hooks that feed the recorder: collectives, data loaders (and, later, devices)."""

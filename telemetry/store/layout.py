@@ -1,0 +1,41 @@
+"""Where each file of a run directory lives."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+RANKS_DIR = "ranks"
+META = "meta.json"
+FINDINGS = "findings.jsonl"
+STEPS_RE = re.compile(r"^rank-(\d+)\.steps\.jsonl$")
+
+
+def rank_stem(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, RANKS_DIR, f"rank-{rank:05d}")
+
+
+def steps_path(run_dir: str, rank: int) -> str:
+    return rank_stem(run_dir, rank) + ".steps.jsonl"
+
+
+def progress_path(run_dir: str, rank: int) -> str:
+    return rank_stem(run_dir, rank) + ".progress.json"
+
+
+def rank_meta_path(run_dir: str, rank: int) -> str:
+    return rank_stem(run_dir, rank) + ".json"
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write to a temporary file and rename, so a reader never sees half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, sort_keys=True, default=str)
+    os.replace(tmp, path)
+
+
+def is_run_dir(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, RANKS_DIR)) or os.path.isfile(os.path.join(path, META))
