@@ -50,6 +50,7 @@ class Session:
             "start_time_s": self.start_time_s,
             "session": f"{self._anchor_wall_ns}-{os.getpid()}",
             "versions": _versions(),
+            "stats": lambda: self.stats(),  # for sinks that export telemetry's own health
         }
         self.sinks = build_sinks(config, ctx, self.run_info)
         self.pipeline = Pipeline(self.recorder, self.sinks, ctx.rank, self.to_epoch_s,

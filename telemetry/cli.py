@@ -57,9 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
     a.add_argument("--fail-on", choices=SEVERITY_ORDER, help="exit 3 when a finding reaches this severity")
 
-    e = sub.add_parser("export", help="write a run's steps table")
+    e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir")
-    e.add_argument("--to", required=True, metavar="FILE", help="output: FILE.parquet or FILE.csv")
+    e.add_argument("--to", required=True, metavar="FILE",
+                   help="FILE.parquet or FILE.csv (steps table), FILE.json (Chrome/Perfetto trace)")
+    e.add_argument("--steps", metavar="A:B", help="trace only steps A to B (inclusive; either may be empty)")
     return p
 
 
@@ -146,7 +148,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .table import TableError, write_table
 
     try:
+        first, last = _step_range(args.steps)
+    except ValueError as exc:
+        print(f"telemetry export: {exc}", file=sys.stderr)
+        return 2
+    try:
         run = read_run(args.run_dir)
+        if args.to.lower().endswith(".json"):
+            from exporters.perfetto import chrome_trace, write_chrome_trace
+
+            doc = chrome_trace(run.steps, run.meta.get("hosts"), first, last)
+            write_chrome_trace(doc, args.to)
+            print(f"wrote {len(doc['traceEvents'])} trace events ({doc['otherData']['ranks']} ranks, "
+                  f"{doc['otherData']['steps']} rank-steps) to {args.to}; open it in https://ui.perfetto.dev")
+            return 0
+        if args.steps:
+            print("telemetry export: --steps applies to a .json trace only", file=sys.stderr)
+            return 2
         table = run.table()
         write_table(table, args.to)
     except (TableError, FileNotFoundError, OSError) as exc:
@@ -154,6 +172,22 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {len(table)} rows ({table['rank'].nunique() if len(table) else 0} ranks) to {args.to}")
     return 0
+
+
+def _step_range(text: str | None) -> tuple[int | None, int | None]:
+    if not text:
+        return None, None
+    a, sep, b = text.partition(":")
+    try:
+        first = int(a) if a.strip() else None
+        last = int(b) if b.strip() else None
+    except ValueError:
+        raise ValueError(f"--steps {text!r}: accepted A:B with integers, e.g. 100:200, 100: or :50") from None
+    if not sep:
+        last = first
+    if first is not None and last is not None and last < first:
+        raise ValueError(f"--steps {text!r}: the end is before the start")
+    return first, last
 
 
 def main(argv: Sequence[str] | None = None) -> int:

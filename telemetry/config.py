@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 log = logging.getLogger("telemetry")
@@ -24,6 +24,12 @@ log = logging.getLogger("telemetry")
 ENV_PREFIX = "TELEMETRY_"
 _JOB_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 KNOWN_SINKS = ("store", "prometheus", "otlp")
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+# Log-spaced, 1 ms to 2 min: fit for step and phase times from tiny models to large ones.
+STEP_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 120.0)
+# 20 us to 30 s: a small all-reduce on NVLink up to a stalled collective.
+COLLECTIVE_BUCKETS_S = (2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
+                        0.2, 0.5, 1.0, 5.0, 30.0)
 
 
 class ConfigError(ValueError):
@@ -43,17 +49,31 @@ class Config:
     strict: bool = False
     collectives: bool = True
     start_step: int = 0
+    handle_sigterm: bool = True
+    # Prometheus endpoint (one per rank on prometheus_port + local rank)
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 9464
-    handle_sigterm: bool = True
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    prometheus_certfile: str = ""  # TLS: serve https with this certificate ...
+    prometheus_keyfile: str = ""  # ... and key
+    prometheus_client_cafile: str = ""  # TLS: require client certificates signed by this CA
+    step_buckets_s: tuple[float, ...] = STEP_BUCKETS_S
+    collective_buckets_s: tuple[float, ...] = COLLECTIVE_BUCKETS_S
+    max_label_values: int = 32  # distinct phases / logged names / ops exported per rank
+    pushgateway_url: str = ""  # push to a Pushgateway every push_interval_s and at shutdown
+    push_interval_s: float = 15.0
+    # OpenTelemetry (on when an endpoint is set here or in OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)
+    otlp_endpoint: str = ""
+    otlp_protocol: str = ""  # http/protobuf (default) or grpc; else OTEL_EXPORTER_OTLP_PROTOCOL
+    otlp_sample_every: int = 1  # export every Nth step (anomalous steps always)
+    otlp_metrics: bool = False  # also mirror the metrics through the OTel metrics SDK
+    otlp_timeout_s: float = 10.0
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
     def resolve(cls, kwargs: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> "Config":
         """Merge keyword arguments over ``TELEMETRY_*`` variables over defaults, then validate."""
         environ = os.environ if environ is None else environ
-        names = {f.name: f for f in fields(cls) if f.name != "extra"}
+        names = {f.name: f for f in fields(cls)}
         unknown = sorted(set(kwargs) - set(names))
         if unknown:
             raise ConfigError(
@@ -70,16 +90,29 @@ class Config:
                 continue
             values[name] = _parse_env(key, value, names[name])
         values.update({k: v for k, v in kwargs.items() if v is not None})
+        sinks_given = "sinks" in values
         cfg = cls(**values)
         cfg._validate()
         if not cfg.run_dir:
             object.__setattr__(cfg, "run_dir", os.path.join("runs", cfg.job))
+        if not cfg.otlp_endpoint:
+            env_ep = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            if env_ep:
+                object.__setattr__(cfg, "otlp_endpoint", env_ep)
+        if not cfg.otlp_protocol:
+            proto = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+            if proto not in OTLP_PROTOCOLS:
+                raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r}; accepted: {', '.join(OTLP_PROTOCOLS)}")
+            object.__setattr__(cfg, "otlp_protocol", proto)
+        if cfg.otlp_endpoint and not sinks_given and "otlp" not in cfg.sinks:
+            object.__setattr__(cfg, "sinks", cfg.sinks + ("otlp",))
         return cfg
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d.pop("extra", None)
-        d["sinks"] = list(self.sinks)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
         return d
 
     def differences(self, other: "Config") -> list[str]:
@@ -113,6 +146,39 @@ class Config:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prometheus_host, str) or not self.prometheus_host:
             raise ConfigError(f"prometheus_host={self.prometheus_host!r} must be a host name or address")
+        for name in ("step_buckets_s", "collective_buckets_s"):
+            _check_buckets(self, name)
+        _check_int("max_label_values", self.max_label_values, 1, 1024)
+        _check_number("push_interval_s", self.push_interval_s, 0.5, 3600.0)
+        _check_int("otlp_sample_every", self.otlp_sample_every, 1, 1 << 20)
+        _check_number("otlp_timeout_s", self.otlp_timeout_s, 0.1, 300.0)
+        if self.otlp_protocol and self.otlp_protocol not in OTLP_PROTOCOLS:
+            raise ConfigError(f"otlp_protocol={self.otlp_protocol!r}; accepted: {', '.join(OTLP_PROTOCOLS)}")
+        for name in ("pushgateway_url", "otlp_endpoint"):
+            url = getattr(self, name)
+            if not isinstance(url, str) or (url and not url.startswith(("http://", "https://"))):
+                raise ConfigError(f"{name}={url!r}; accepted: an http:// or https:// URL, or empty")
+        if bool(self.prometheus_certfile) != bool(self.prometheus_keyfile):
+            raise ConfigError("prometheus_certfile and prometheus_keyfile go together; "
+                              f"got certfile={self.prometheus_certfile!r}, keyfile={self.prometheus_keyfile!r}")
+        if self.prometheus_client_cafile and not self.prometheus_certfile:
+            raise ConfigError("prometheus_client_cafile needs TLS: set prometheus_certfile and prometheus_keyfile too")
+        for name in ("prometheus_certfile", "prometheus_keyfile", "prometheus_client_cafile"):
+            path = getattr(self, name)
+            if path and not os.path.isfile(path):
+                raise ConfigError(f"{name}={path!r}: no such file")
+
+
+def _check_buckets(cfg: Config, name: str) -> None:
+    raw = getattr(cfg, name)
+    try:
+        buckets = tuple(float(b) for b in raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={raw!r}; accepted: increasing positive numbers (seconds)") from None
+    if not buckets or any(not math.isfinite(b) or b <= 0 for b in buckets) or \
+            any(a >= b for a, b in zip(buckets, buckets[1:])):
+        raise ConfigError(f"{name}={raw!r}; accepted: increasing positive finite numbers (seconds)")
+    object.__setattr__(cfg, name, buckets)
 
 
 def _check_number(name: str, value: Any, lo: float, hi: float) -> None:

@@ -102,7 +102,9 @@ class Pipeline:
         def final() -> None:
             self.tick(final=True)
             for sink in self.sinks:
-                sink.close(max(0.05, deadline - time.monotonic()))
+                # 90% of what is left, so that a sink that gives up can still count its losses
+                # before the deadline.
+                sink.close(max(0.05, 0.9 * (deadline - time.monotonic())))
             done.set()
 
         closer = threading.Thread(target=final, name="telemetry-shutdown", daemon=True)

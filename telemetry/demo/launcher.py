@@ -91,7 +91,8 @@ def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
     procs: list[subprocess.Popen] = []
     logs = []
     t_start = time.monotonic()
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEMETRY_", "SLURM_", "OMPI_"))}
+    # TELEMETRY_* settings pass through to the ranks; other launchers' variables do not.
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
     try:
         for r in range(ranks):
             env = {**base_env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),

@@ -26,7 +26,7 @@ from .model import SyntheticTokens, TinyLM
 
 DEFAULTS = {"steps": 200, "batch": 8, "seq_len": 64, "vocab": 128, "d_model": 64, "layers": 2,
             "heads": 4, "lr": 3e-3, "run_dir": "runs/demo", "job": "demo", "faults": [],
-            "pg_timeout_s": 120, "sinks": None}
+            "pg_timeout_s": 120, "telemetry": {}}
 
 
 def _stretch(t0: float, factor: float) -> None:
@@ -91,10 +91,7 @@ def main() -> None:
                             timeout=timedelta(seconds=args["pg_timeout_s"]))
     if plan.has_slow_comm:
         _install_slow_comm(plan, step_ref)
-    init_kwargs: dict[str, Any] = {"run_dir": args["run_dir"], "job": args["job"]}
-    if args["sinks"] is not None:
-        init_kwargs["sinks"] = args["sinks"]
-    telemetry.init(**init_kwargs)
+    telemetry.init(run_dir=args["run_dir"], job=args["job"], **args["telemetry"])
 
     torch.manual_seed(0)  # identical initial weights on every rank
     model = TinyLM(args["vocab"], args["d_model"], args["layers"], args["heads"], args["seq_len"])

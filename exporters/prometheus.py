@@ -1,0 +1,252 @@
+"""Prometheus: one /metrics endpoint per rank, on ``prometheus_port + local_rank``.
+
+Every series carries ``job``, ``rank``, ``local_rank`` and ``node``; ``phase``, ``op`` and ``name``
+where they apply, each capped at ``max_label_values`` distinct values per rank (beyond the cap a
+value is dropped and counted). Never a step number or a shape as a label. The registry is this
+sink's own, never the process-global one. Scrape with ``honor_labels: true`` so that the ``job``
+label stays the training job's.
+
+Also writes ``RUN_DIR/prometheus/rank-NNNNN.json`` (this rank's target) and, on rank 0,
+``RUN_DIR/prometheus_targets.json`` (all ranks) for Prometheus' ``file_sd_configs``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import platform
+import socket
+import sys
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from telemetry import records as rec_types
+from telemetry.records import Progress, StepRecord
+from telemetry.sinks import Sink
+from telemetry.store.layout import write_json_atomic
+from telemetry.tracing import trace_id_hex
+
+from .labels import LabelGate
+from .pushgateway import PushWorker
+
+log = logging.getLogger("telemetry")
+BASE_LABELS = ("job", "rank", "local_rank", "node")
+
+
+class _DropCollector(Collector):
+    """train_telemetry_dropped_total{sink}: read from the session's counters at scrape time."""
+
+    def __init__(self, labels: dict[str, str], stats: Callable[[], dict], gates: Iterable[LabelGate]) -> None:
+        self._labels = labels
+        self._stats = stats
+        self._gates = list(gates)
+
+    def collect(self):
+        fam = CounterMetricFamily("train_telemetry_dropped", "Events or records telemetry accepted but "
+                                  "could not deliver, by sink (buffer: the hot-path buffer was full)",
+                                  labels=list(BASE_LABELS) + ["sink"])
+        base = [self._labels[k] for k in BASE_LABELS]
+        try:
+            s = self._stats()
+        except Exception:  # noqa: BLE001 - a scrape must not fail because of telemetry
+            s = {}
+        fam.add_metric(base + ["buffer"], float(s.get("events_dropped", 0)))
+        for name, st in (s.get("sinks") or {}).items():
+            fam.add_metric(base + [name], float(st.get("dropped", 0)))
+        fam.add_metric(base + ["prometheus_labels"], float(sum(g.refused for g in self._gates)))
+        yield fam
+
+
+def target_address(host: str, port: int) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class PrometheusSink(Sink):
+    name = "prometheus"
+
+    def __init__(self, config: Any, ctx: Any, run_info: dict[str, Any],
+                 registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.job = config.job
+        self.port = config.prometheus_port + ctx.local_rank
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.labels = {"job": config.job, **ctx.labels()}
+        self._gates = {k: LabelGate(k, config.max_label_values) for k in ("phase", "op", "name")}
+        self._build_metrics(config)
+        self.registry.register(_DropCollector(self.labels, run_info.get("stats", dict), self._gates.values()))
+        self._children: dict[tuple[str, str], Any] = {}
+        tls = {}
+        if config.prometheus_certfile:
+            tls = {"certfile": config.prometheus_certfile, "keyfile": config.prometheus_keyfile}
+            if config.prometheus_client_cafile:
+                tls.update(client_cafile=config.prometheus_client_cafile, client_auth_required=True)
+        try:
+            self._server, self._thread = start_http_server(self.port, addr=config.prometheus_host,
+                                                           registry=self.registry, **tls)
+        except OSError as exc:
+            raise OSError(f"cannot serve metrics on {config.prometheus_host}:{self.port}: "
+                          f"{exc.strerror or exc}") from None
+        self.address = target_address(config.prometheus_host, self.port)
+        self._run_dir = config.run_dir
+        self._world = ctx.world_size
+        self._targets_done = False
+        self._sd_failed = False
+        self._write_sd_entry()
+        self._push = PushWorker(config, self.registry, self.labels) if config.pushgateway_url else None
+
+    # ---- metric definitions -----------------------------------------------------------
+    def _build_metrics(self, c: Any) -> None:
+        r, L = self.registry, BASE_LABELS
+        base = [self.labels[k] for k in L]
+        self.step_hist = Histogram("train_step_duration_seconds", "Wall time of one training step",
+                                   L, registry=r, buckets=c.step_buckets_s).labels(*base)
+        self.phase_hist = Histogram("train_phase_duration_seconds", "Time in a phase per step (the data "
+                                    "wait is train_dataloader_wait_seconds)",
+                                    L + ("phase",), registry=r, buckets=c.step_buckets_s)
+        self.data_hist = Histogram("train_dataloader_wait_seconds", "Time blocked waiting for the next "
+                                   "batch, per step", L, registry=r, buckets=c.step_buckets_s).labels(*base)
+        self.coll_hist = Histogram("train_collective_duration_seconds", "Duration of one collective call",
+                                   L + ("op",), registry=r, buckets=c.collective_buckets_s)
+        self.coll_bytes = Counter("train_collective_bytes", "Bytes moved by collectives (payload)",
+                                  L + ("op",), registry=r)
+        self.coll_calls = Counter("train_collective_calls", "Collective calls", L + ("op",), registry=r)
+        self.busbw = Gauge("train_collective_busbw_bytes_per_second", "Bus bandwidth of the last step's "
+                           "calls of an op (nccl-tests factors)", L + ("op",), registry=r)
+        self.algbw = Gauge("train_collective_algbw_bytes_per_second", "Algorithm bandwidth (bytes / time) "
+                           "of the last step's calls of an op", L + ("op",), registry=r)
+        self.comm_total = Counter("train_collective_blocked_seconds", "Time the training loop was "
+                                  "blocked in collectives", L, registry=r).labels(*base)
+        self.steps = Counter("train_steps", "Completed steps", L, registry=r).labels(*base)
+        self.failures = Counter("train_step_failures", "Steps that raised", L, registry=r).labels(*base)
+        self.tokens = Counter("train_tokens", "Tokens processed", L, registry=r).labels(*base)
+        self.samples = Counter("train_samples", "Samples processed", L, registry=r).labels(*base)
+        self.tps = Gauge("train_tokens_per_second", "Tokens per second over the last step", L,
+                         registry=r).labels(*base)
+        self.last_step = Gauge("train_last_step", "Number of the last completed step", L,
+                               registry=r).labels(*base)
+        self.last_step_ts = Gauge("train_last_step_timestamp_seconds", "When the last step ended "
+                                  "(epoch seconds)", L, registry=r).labels(*base)
+        self.step_open = Gauge("train_step_in_progress_seconds", "How long the current step has run "
+                               "(0 between steps); grows without bound in a hang", L, registry=r).labels(*base)
+        self.in_coll = Gauge("train_blocked_in_collective", "1 while the training loop waits in a "
+                             "collective", L, registry=r).labels(*base)
+        self.scalar = Gauge("train_log_value", "Last value given to telemetry.log", L + ("name",), registry=r)
+        info = Gauge("train_build_info", "Versions of this telemetry session", L + ("version", "python", "torch"),
+                     registry=r)
+        torch = sys.modules.get("torch")
+        from telemetry import __version__
+
+        info.labels(*base, __version__, platform.python_version(),
+                    str(getattr(torch, "__version__", "none"))).set(1)
+
+    def _child(self, metric: Any, gate: str, value: str) -> Any | None:
+        key = (metric._name, value)
+        child = self._children.get(key)
+        if child is None:
+            if not self._gates[gate].admit(value):
+                return None
+            child = self._children[key] = metric.labels(*(self.labels[k] for k in BASE_LABELS), value)
+        return child
+
+    # ---- sink interface ---------------------------------------------------------------
+    def write(self, records: Sequence[StepRecord]) -> None:
+        for r in records:
+            self.step_hist.observe(r.duration_s, exemplar={"trace_id": trace_id_hex(self.job, r.step)})
+            self.steps.inc()
+            if not r.ok:
+                self.failures.inc()
+            for name, sec in r.phases.items():
+                if name == "data":  # its own metric, train_dataloader_wait_seconds
+                    self.data_hist.observe(sec)
+                    continue
+                child = self._child(self.phase_hist, "phase", name)
+                if child is not None:
+                    child.observe(sec)
+            for span in r.spans:
+                if span.kind == rec_types.SPAN_COLLECTIVE:
+                    child = self._child(self.coll_hist, "op", span.name)
+                    if child is not None:
+                        child.observe(span.end_s - span.start_s)
+            for op, s in r.ops.items():
+                for metric, value in ((self.coll_bytes, s.bytes), (self.coll_calls, s.count)):
+                    child = self._child(metric, "op", op)
+                    if child is not None:
+                        child.inc(value)
+                if s.duration_s > 0:
+                    for metric, value in ((self.busbw, s.bus_bytes), (self.algbw, s.bytes)):
+                        child = self._child(metric, "op", op)
+                        if child is not None:
+                            child.set(value / s.duration_s)
+            self.comm_total.inc(r.comm_s)
+            if r.tokens:
+                self.tokens.inc(r.tokens)
+                if r.duration_s > 0:
+                    self.tps.set(r.tokens / r.duration_s)
+            if r.samples:
+                self.samples.inc(r.samples)
+            for name, value in r.scalars.items():
+                if isinstance(value, (int, float)):
+                    child = self._child(self.scalar, "name", name)
+                    if child is not None:
+                        child.set(value)
+            self.last_step.set(r.step)
+            self.last_step_ts.set(r.start_s + r.duration_s)
+
+    def progress(self, p: Progress) -> None:
+        self.step_open.set(max(0.0, p.time_s - p.open_step_since_s) if p.open_step_since_s else 0.0)
+        self.in_coll.set(1 if p.collective else 0)
+        if not self._targets_done and self.ctx.rank == 0:
+            self._merge_targets()
+
+    def close(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        if self._push is not None:
+            self._push.close(max(0.05, deadline - time.monotonic()))
+        if self.ctx.rank == 0:
+            self._merge_targets()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"port": self.port, "label_values_refused": sum(g.refused for g in self._gates.values())}
+        if self._push is not None:
+            out.update(self._push.stats())
+        return out
+
+    # ---- service discovery ------------------------------------------------------------
+    def _sd_dir(self) -> str:
+        return os.path.join(self._run_dir, "prometheus")
+
+    def _write_sd_entry(self) -> None:
+        entry = [{"targets": [self.address], "labels": dict(self.labels)}]
+        try:
+            os.makedirs(self._sd_dir(), exist_ok=True)
+            write_json_atomic(os.path.join(self._sd_dir(), f"rank-{self.ctx.rank:05d}.json"), entry)
+        except OSError as exc:
+            self._sd_failed = True
+            log.warning("telemetry: cannot write Prometheus targets under %s: %s", self._run_dir, exc)
+
+    def _merge_targets(self) -> None:
+        if self._sd_failed:
+            return
+        entries = []
+        for path in sorted(glob.glob(os.path.join(self._sd_dir(), "rank-*.json"))):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    entries.extend(json.load(f))
+            except (OSError, ValueError):
+                continue
+        try:
+            write_json_atomic(os.path.join(self._run_dir, "prometheus_targets.json"), entries)
+        except OSError:
+            return
+        self._targets_done = len(entries) >= self._world

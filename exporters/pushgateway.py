@@ -1,0 +1,59 @@
+"""Pushing a rank's registry to a Pushgateway, for jobs too short to be scraped.
+
+A worker thread pushes every ``push_interval_s`` and once more at close, each push bounded by a
+timeout, so a dead gateway costs only this thread. Each rank pushes under its own grouping key
+(``job``, ``rank``), so ranks do not overwrite each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from prometheus_client import push_to_gateway
+
+log = logging.getLogger("telemetry")
+
+
+class PushWorker:
+    def __init__(self, config: Any, registry: Any, labels: dict[str, str]) -> None:
+        self.url = config.pushgateway_url
+        self.job = config.job
+        self.interval = config.push_interval_s
+        self.registry = registry
+        self.grouping = {"rank": labels["rank"]}
+        self.pushes = 0
+        self.failures = 0
+        self._logged = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="telemetry-pushgateway", daemon=True)
+        self._thread.start()
+
+    def _push(self, timeout_s: float) -> None:
+        try:
+            push_to_gateway(self.url, job=self.job, registry=self.registry, grouping_key=self.grouping,
+                            timeout=timeout_s)
+            self.pushes += 1
+        except Exception as exc:  # noqa: BLE001 - a dead gateway must not matter to training
+            self.failures += 1
+            if not self._logged:
+                self._logged = True
+                log.warning("telemetry: push to %s failed: %s (further failures counted)", self.url, exc)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._push(min(5.0, self.interval))
+
+    def close(self, timeout_s: float) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        self._thread.join(max(0.0, min(1.0, deadline - time.monotonic())))
+        final = threading.Thread(target=self._push, args=(max(0.05, deadline - time.monotonic()),),
+                                 daemon=True)
+        final.start()
+        final.join(max(0.0, deadline - time.monotonic()))
+
+    def stats(self) -> dict[str, Any]:
+        return {"pushes": self.pushes, "push_failures": self.failures}

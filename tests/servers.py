@@ -1,0 +1,131 @@
+"""Real servers for tests (Debian's prometheus, pushgateway, alertmanager), bound to 127.0.0.1.
+
+Each helper starts the binary in a temporary directory, waits until it answers, and stops it.
+A test that needs a binary that is not installed skips, naming the package (`make test` installs
+them first through scripts/system-deps.sh).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_range(n: int) -> int:
+    """A base port such that base..base+n-1 are all free on 127.0.0.1 now."""
+    for _ in range(200):
+        base = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", base + i))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+def require(binary: str, package: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        pytest.skip(f"{binary} not installed (Debian package {package}; `make test` installs it)")
+    return path
+
+
+def http_get(url: str, timeout: float = 5.0, headers: dict | None = None) -> bytes:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.read()
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            http_get(url, timeout=1.0)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def running(cmd: list[str], ready_url: str, log_path):
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_http(ready_url)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def api(self, path: str, **params) -> dict:
+        q = urllib.parse.urlencode(params)
+        doc = json.loads(http_get(f"{self.url}/api/v1/{path}?{q}"))
+        assert doc["status"] == "success", doc
+        return doc["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        return self.api("query", query=expr)["result"]
+
+    def wait_for(self, expr: str, predicate, timeout: float = 60.0) -> list[dict]:
+        """Poll until predicate(result) holds (the first sample shows ~5 s after start)."""
+        deadline = time.monotonic() + timeout
+        result: list = []
+        while time.monotonic() < deadline:
+            result = self.query(expr)
+            if predicate(result):
+                return result
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting on {expr!r}; last result: {result}")
+
+
+@contextlib.contextmanager
+def prometheus(tmp_path, config: str, extra_args: tuple[str, ...] = ()):
+    binary = require("prometheus", "prometheus")
+    port = free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(config)
+    cmd = [binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+           f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage", *extra_args]
+    with running(cmd, f"http://127.0.0.1:{port}/-/ready", tmp_path / "prometheus.log"):
+        yield Prometheus(f"http://127.0.0.1:{port}")
+
+
+@contextlib.contextmanager
+def pushgateway(tmp_path):
+    binary = require("prometheus-pushgateway", "prometheus-pushgateway")
+    port = free_port()
+    cmd = [binary, f"--web.listen-address=127.0.0.1:{port}"]
+    with running(cmd, f"http://127.0.0.1:{port}/-/ready", tmp_path / "pushgateway.log"):
+        yield f"http://127.0.0.1:{port}"

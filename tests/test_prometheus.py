@@ -1,0 +1,197 @@
+"""The Prometheus sink, scraped by a real Prometheus, and pushed to a real Pushgateway."""
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+
+import pytest
+from servers import free_port, free_port_range, http_get, prometheus, pushgateway
+
+import telemetry
+from exporters.prometheus import PrometheusSink
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def steps(n, phases=("forward", "backward")):
+    for _ in range(n):
+        with telemetry.step(tokens=100, samples=4):
+            for p in phases:
+                with telemetry.phase(p):
+                    time.sleep(0.001)
+            telemetry.log(loss=0.5)
+
+
+def scrape(port, openmetrics=False):
+    headers = {"Accept": "application/openmetrics-text; version=1.0.0"} if openmetrics else {}
+    return http_get(f"http://127.0.0.1:{port}/metrics", headers=headers).decode()
+
+
+def series(text):
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def test_metrics_names_labels_and_exemplars(run_dir):
+    port = free_port()
+    telemetry.init(run_dir=run_dir, job="prom1", sinks=["prometheus"], prometheus_port=port,
+                   flush_interval_s=0.05)
+    steps(5)
+    time.sleep(0.3)
+    text = scrape(port)
+    for name in ("train_step_duration_seconds_bucket", "train_phase_duration_seconds_sum",
+                 "train_steps_total", "train_tokens_total", "train_samples_total",
+                 "train_dataloader_wait_seconds_count", "train_last_step_timestamp_seconds",
+                 "train_telemetry_dropped_total", "train_build_info", "train_log_value"):
+        assert name in text, name
+    assert 'train_steps_total{job="prom1",local_rank="0",node="%s",rank="0"} 5.0' % os.uname().nodename in text
+    assert 'phase="backward"' in text and 'name="loss"' in text
+    for line in series(text):  # no step number or shape ever becomes a label
+        assert "step=" not in line.split("{", 1)[-1]
+    om = scrape(port, openmetrics=True)
+    exemplars = [line for line in om.splitlines() if line.startswith("train_step_duration_seconds_bucket") and "# {" in line]
+    assert exemplars and 'trace_id="' in exemplars[0]
+    from telemetry.tracing import trace_id_hex
+    assert any(trace_id_hex("prom1", s) in om for s in range(5))
+    telemetry.shutdown()
+    with pytest.raises(OSError):
+        scrape(port)  # the endpoint is gone after shutdown
+
+
+def test_series_per_rank_are_bounded_and_the_cap_is_counted(run_dir, caplog):
+    port = free_port()
+    telemetry.init(run_dir=run_dir, job="card", sinks=["prometheus"], prometheus_port=port,
+                   max_label_values=4, flush_interval_s=0.05)
+    steps(3, phases=[f"p{i}" for i in range(10)])
+    time.sleep(0.3)
+    text = scrape(port)
+    phases = {line.split('phase="')[1].split('"')[0] for line in series(text) if 'phase="' in line}
+    assert len(phases) == 4  # the first four names seen win
+    dropped = [line for line in series(text) if 'sink="prometheus_labels"' in line]
+    assert dropped and float(dropped[0].split()[-1]) > 0
+    assert "more than 4 distinct values of label 'phase'" in caplog.text
+
+
+def test_port_in_use_disables_the_sink_and_training_goes_on(run_dir, caplog):
+    import socket
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    try:
+        telemetry.init(run_dir=run_dir, job="busy", sinks=["store", "prometheus"], prometheus_port=port)
+        steps(3)
+        stats = telemetry.shutdown()
+    finally:
+        blocker.close()
+    assert stats["records"] == 3 and list(stats["sinks"]) == ["store"]
+    assert f"sink 'prometheus' disabled: OSError: cannot serve metrics on 127.0.0.1:{port}" in caplog.text
+
+
+def test_tls_with_client_certificates(run_dir, tmp_path):
+    def cert(name, ca=None):
+        key, crt = tmp_path / f"{name}.key", tmp_path / f"{name}.crt"
+        subj = ["-subj", f"/CN={'127.0.0.1' if name == 'server' else name}"]
+        if ca is None:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                            "-keyout", key, "-out", crt, *subj,
+                            "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+        else:
+            csr = tmp_path / f"{name}.csr"
+            subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, *subj],
+                           check=True, capture_output=True)
+            ext = tmp_path / f"{name}.ext"
+            ext.write_text("subjectAltName=IP:127.0.0.1\n")
+            subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial",
+                            "-days", "2", "-out", crt, "-extfile", ext], check=True, capture_output=True)
+        return str(key), str(crt)
+
+    ca = cert("ca")
+    server = cert("server", ca)
+    client = cert("client", ca)
+    port = free_port()
+    telemetry.init(run_dir=run_dir, job="tls", sinks=["prometheus"], prometheus_port=port,
+                   prometheus_certfile=server[1], prometheus_keyfile=server[0], prometheus_client_cafile=ca[1])
+    steps(2)
+    time.sleep(0.7)
+    ctx = ssl.create_default_context(cafile=ca[1])
+    ctx.load_cert_chain(client[1], client[0])
+    import urllib.request
+    body = urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=5).read().decode()
+    assert "train_steps_total" in body
+    no_client_cert = ssl.create_default_context(cafile=ca[1])
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=no_client_cert, timeout=5).read()
+
+
+def test_real_prometheus_scrapes_every_rank_of_a_gloo_run(tmp_path):
+    run_dir = tmp_path / "run"
+    job = "run"  # the demo names the job after its run directory
+    base = free_port_range(4)
+    config = f"""
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: training
+    honor_labels: true
+    file_sd_configs:
+      - files: ["{run_dir}/prometheus_targets.json"]
+        refresh_interval: 1s
+"""
+    with prometheus(tmp_path, config) as prom:
+        env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base)}
+        demo = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "700",
+                                 "--run-dir", str(run_dir), "--json"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            res = prom.wait_for(f'train_steps_total{{job="{job}"}}',
+                                lambda r: len(r) == 4 and all(float(x["value"][1]) > 0 for x in r), timeout=90)
+            assert sorted(x["metric"]["rank"] for x in res) == ["0", "1", "2", "3"]
+            for x in res:
+                assert x["metric"]["local_rank"] == x["metric"]["rank"] and x["metric"]["node"]
+            targets = json.loads((run_dir / "prometheus_targets.json").read_text())
+            assert sorted(t["targets"][0] for t in targets) == [f"127.0.0.1:{base + i}" for i in range(4)]
+            q = prom.wait_for(
+                f'histogram_quantile(0.5, sum by (le) (rate(train_step_duration_seconds_bucket{{job="{job}"}}[5s])))',
+                lambda r: r and r[0]["value"][1] not in ("NaN",), timeout=30)
+            p50 = float(q[0]["value"][1])
+            assert 0.002 < p50 < 1.0, p50  # the demo's steps take tens of milliseconds
+            now = time.time()
+            ex = prom.api("query_exemplars", query=f'train_step_duration_seconds_bucket{{job="{job}"}}',
+                          start=now - 120, end=now + 5)
+            labels = [e["labels"] for block in ex for e in block["exemplars"]]
+            assert labels and all(len(lb["trace_id"]) == 32 for lb in labels)
+            busbw = prom.query(f'train_collective_busbw_bytes_per_second{{job="{job}",op="all_reduce"}}')
+            assert len(busbw) == 4 and all(float(x["value"][1]) > 0 for x in busbw)
+        finally:
+            out, err = demo.communicate(timeout=240)
+        assert demo.returncode == 0, err[-2000:]
+
+
+def test_real_pushgateway_receives_each_rank(run_dir, tmp_path):
+    with pushgateway(tmp_path) as gw:
+        telemetry.init(run_dir=run_dir, job="pushed", sinks=["prometheus"], prometheus_port=free_port(),
+                       pushgateway_url=gw, push_interval_s=0.5)
+        steps(4)
+        stats = telemetry.shutdown()  # the final push happens here
+        assert stats["sinks"]["prometheus"]["pushes"] >= 1
+        text = http_get(f"{gw}/metrics").decode()
+        line = [l for l in series(text) if l.startswith("train_steps_total{") and 'job="pushed"' in l]
+        assert line and 'rank="0"' in line[0] and line[0].endswith(" 4")
+
+
+def test_dead_pushgateway_is_counted_and_harmless(run_dir, caplog):
+    dead = f"http://127.0.0.1:{free_port()}"
+    telemetry.init(run_dir=run_dir, job="deadgw", sinks=["prometheus"], prometheus_port=free_port(),
+                   pushgateway_url=dead, push_interval_s=0.5)
+    t0 = time.monotonic()
+    steps(3)
+    time.sleep(1.2)
+    stats = telemetry.shutdown()
+    assert time.monotonic() - t0 < 6.0
+    assert stats["sinks"]["prometheus"]["push_failures"] >= 2
+    assert caplog.text.count(f"push to {dead} failed") == 1
