@@ -32,6 +32,7 @@ from telemetry.sinks import Sink
 from telemetry.store.layout import write_json_atomic
 from telemetry.tracing import trace_id_hex
 
+from .device_metrics import DeviceCollector
 from .labels import LabelGate
 from .pushgateway import PushWorker
 
@@ -83,6 +84,9 @@ class PrometheusSink(Sink):
         self._gates = {k: LabelGate(k, config.max_label_values) for k in ("phase", "op", "name")}
         self._build_metrics(config)
         self.registry.register(_DropCollector(self.labels, run_info.get("stats", dict), self._gates.values()))
+        self._device: dict | None = None
+        gpu = str((run_info.get("device") or {}).get("gpu") or ctx.local_rank)
+        self.registry.register(DeviceCollector(self.labels, lambda: self._device, gpu))
         self._children: dict[tuple[str, str], Any] = {}
         tls = {}
         if config.prometheus_certfile:
@@ -130,6 +134,8 @@ class PrometheusSink(Sink):
         self.tokens = Counter("train_tokens", "Tokens processed", L, registry=r).labels(*base)
         self.samples = Counter("train_samples", "Samples processed", L, registry=r).labels(*base)
         self.tps = Gauge("train_tokens_per_second", "Tokens per second over the last step", L,
+                         registry=r).labels(*base)
+        self.mfu = Gauge("train_mfu_ratio", "Model FLOPs utilization of the last step", L,
                          registry=r).labels(*base)
         self.last_step = Gauge("train_last_step", "Number of the last completed step", L,
                                registry=r).labels(*base)
@@ -198,10 +204,16 @@ class PrometheusSink(Sink):
                     child = self._child(self.scalar, "name", name)
                     if child is not None:
                         child.set(value)
+            if r.mfu is not None:
+                self.mfu.set(r.mfu)
+            if r.device:
+                self._device = r.device
             self.last_step.set(r.step)
             self.last_step_ts.set(r.start_s + r.duration_s)
 
     def progress(self, p: Progress) -> None:
+        if p.device:
+            self._device = p.device
         self.step_open.set(max(0.0, p.time_s - p.open_step_since_s) if p.open_step_since_s else 0.0)
         self.in_coll.set(1 if p.collective else 0)
         if not self._targets_done and self.ctx.rank == 0:

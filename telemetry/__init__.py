@@ -20,6 +20,7 @@ from .api import init, session, shutdown, stats
 from .config import Config, ConfigError
 from .hooks.collectives import instrument_collectives, uninstrument_collectives
 from .hooks.dataloader import watch
+from .hooks.ddp import ddp_comm_hook, instrument_ddp
 from .usage import TelemetryUsageError
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ def log(**values: Any) -> None:
 
 
 __all__ = [
-    "Config", "ConfigError", "TelemetryUsageError", "init", "instrument_collectives", "log",
+    "Config", "ConfigError", "TelemetryUsageError", "ddp_comm_hook", "init", "instrument_collectives",
+    "instrument_ddp", "log",
     "phase", "session", "shutdown", "stats", "step", "uninstrument_collectives", "watch",
 ]

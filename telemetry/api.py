@@ -22,6 +22,8 @@ from typing import Any
 
 from . import recorder as _recorder
 from .config import Config, ConfigError
+from .flops import peak_flops_for
+from .hooks.sampler import build_sampler
 from .hooks import collectives as _collectives
 from .pipeline import Pipeline
 from .rank import RankContext
@@ -46,15 +48,20 @@ class Session:
         self._anchor_perf_ns = time.perf_counter_ns()
         self.recorder = Recorder(config.buffer_events, strict=config.strict,
                                  start_step=config.start_step)
+        self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank)
+        peak = config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(),
+                                                   config.mfu_dtype) or 0.0
         self.run_info = {
             "start_time_s": self.start_time_s,
             "session": f"{self._anchor_wall_ns}-{os.getpid()}",
             "versions": _versions(),
+            "device": {**device, "peak_flops": peak or None, "mfu_dtype": config.mfu_dtype,
+                       "flops_per_token": config.flops_per_token or None},
             "stats": lambda: self.stats(),  # for sinks that export telemetry's own health
         }
         self.sinks = build_sinks(config, ctx, self.run_info)
         self.pipeline = Pipeline(self.recorder, self.sinks, ctx.rank, self.to_epoch_s,
-                                 config.flush_interval_s)
+                                 config.flush_interval_s, config.flops_per_token, peak)
         self._instrumented = False
         self._prev_sigterm: Any = None
 
@@ -83,6 +90,8 @@ class Session:
         if self.closed:
             return self.stats()
         self.closed = True
+        if self.sampler is not None:
+            self.sampler.stop()
         _recorder.set_active(_recorder.NULL)
         if self._instrumented:
             _collectives.uninstrument_collectives()
@@ -106,6 +115,16 @@ class Session:
         s["rank"] = self.ctx.rank
         s["closed"] = self.closed
         return s
+
+
+def _torch_device_name() -> str | None:
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            return torch.cuda.get_device_name()
+    except Exception:  # noqa: BLE001
+        pass
+    return None
 
 
 def _versions() -> dict[str, str]:

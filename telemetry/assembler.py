@@ -1,8 +1,11 @@
 """Events -> one StepRecord per (rank, step). Runs on the pipeline thread; pure logic, no I/O.
 
-Attribution rule: every event appended after step N-1 ended and up to the end of step N belongs to
-step N. So the data-loader wait before a step (``for batch in telemetry.watch(loader)``) and phases
-run between steps count towards the next step, while ``duration_s`` is the step's own wall time.
+Attribution rule: an event whose time falls after the end of step N-1 and up to the end of step N
+belongs to step N. So the data-loader wait before a step (``for batch in telemetry.watch(loader)``)
+and phases run between steps count towards the next step, while ``duration_s`` is the step's own
+wall time. A finished step is held for one pipeline tick before it is built, so that events
+appended late by other threads (an async collective's completion callback, DDP's bucket
+callbacks) still reach the step their time belongs to.
 ``comm_s`` is the time blocked in collectives inside the step's window; per-phase blocked time is
 kept so that detectors can separate compute from waiting.
 
@@ -36,8 +39,12 @@ class _Open:
 
 class Assembler:
     def __init__(self, rank: int, to_epoch_s: Callable[[int], float],
-                 pending_timeout_s: float = 10.0, monotonic: Callable[[], float] = time.monotonic):
+                 pending_timeout_s: float = 10.0, monotonic: Callable[[], float] = time.monotonic,
+                 flops_per_token: float = 0.0, peak_flops: float = 0.0):
         self.rank = rank
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops
+        self.last_device: dict[str, float] | None = None
         self._epoch = to_epoch_s
         self._open = _Open()
         self._waiting: list[tuple[float, StepRecord]] = []
@@ -46,13 +53,32 @@ class Assembler:
         self.unread_values = 0
         self.last_step: int | None = None
         self.last_step_end_s: float | None = None
+        self._held: list[list] = []  # [STEP_END event, _Open, round it ended in]
+        self._round = 0
 
     def feed(self, events: list[tuple]) -> list[StepRecord]:
-        """Consume events in order; return the records that are complete."""
-        out: list[StepRecord] = []
-        acc = self._open
+        """Consume events; return the records that are complete (those ended before this call)."""
+        self._round += 1
+        held = self._held
         for e in events:
             kind = e[0]
+            if kind == ev.STEP_END:
+                held.append([e, self._open, self._round])
+                self._open = _Open()
+                self.last_step = e[2]
+                self.last_step_end_s = self._epoch(e[1])
+                continue
+            if kind == ev.STEP_BEGIN:
+                continue  # the STEP_END repeats it; the recorder's open_step serves the heartbeat
+            if kind == ev.DEVICE:
+                self.last_device = e[2]
+                continue
+            acc = self._open
+            if held and e[1] <= held[-1][0][1]:
+                for h in held:  # a late event: the held step whose window holds its time
+                    if e[1] <= h[0][1]:
+                        acc = h[1]
+                        break
             if kind == ev.PHASE:
                 acc.phases.append(e)
             elif kind == ev.COLLECTIVE:
@@ -61,16 +87,16 @@ class Assembler:
                 acc.logs.append(e)
             elif kind == ev.DATA:
                 acc.data.append(e)
-            elif kind == ev.STEP_END:
-                self._waiting.append((self._monotonic(), self._build(e, acc)))
-                acc = self._open = _Open()
-            # STEP_BEGIN carries nothing the STEP_END does not repeat; the recorder's open_step
-            # serves the heartbeat.
-        out.extend(self._release())
-        return out
+        while held and held[0][2] < self._round:
+            end, acc, _ = held.pop(0)
+            self._waiting.append((self._monotonic(), self._build(end, acc)))
+        return self._release()
 
     def flush_waiting(self) -> list[StepRecord]:
-        """At shutdown: release every record, reading what values are ready."""
+        """At shutdown: build every held step and release every record, reading what values are ready."""
+        for end, acc, _ in self._held:
+            self._waiting.append((self._monotonic(), self._build(end, acc)))
+        self._held.clear()
         out = []
         for _, rec in self._waiting:
             out.append(self._resolve(rec, force=True))
@@ -142,6 +168,10 @@ class Assembler:
                         phase_comm[name] = phase_comm.get(name, 0.0) + overlap * 1e-9
             elif t0 <= c1 <= t1:
                 comm_ns += blocked_ns
+                if blocked_ns:  # an async op's wait ended at c1: charge the phase open then
+                    for _, p1, name, p0, _ok in acc.phases:
+                        if p0 <= c1 <= p1:
+                            phase_comm[name] = phase_comm.get(name, 0.0) + blocked_ns * 1e-9
             s = ops.get(op)
             if s is None:
                 s = ops[op] = [0, 0.0, 0.0, 0, 0.0]
@@ -172,14 +202,16 @@ class Assembler:
             spans = spans[:MAX_SPANS_PER_STEP]
         start_s = epoch(t0)
         duration_s = (t1 - t0) * 1e-9
-        self.last_step = index
-        self.last_step_end_s = start_s + duration_s
+        tokens = _count(tokens)
+        mfu = None
+        if tokens and self.flops_per_token and self.peak_flops and duration_s > 0:
+            mfu = tokens * self.flops_per_token / (duration_s * self.peak_flops)
         return StepRecord(
             rank=self.rank, step=index, start_s=start_s, duration_s=duration_s, ok=bool(ok),
             phases=phases, phase_comm=phase_comm, comm_s=comm_ns * 1e-9,
             ops={k: OpStats(*v) for k, v in ops.items()},
-            tokens=_count(tokens), samples=_count(samples), scalars=scalars,
-            spans=tuple(spans), spans_dropped=dropped)
+            tokens=tokens, samples=_count(samples), scalars=scalars,
+            spans=tuple(spans), spans_dropped=dropped, device=self.last_device, mfu=mfu)
 
 
 def _ready(rec: StepRecord) -> bool:

@@ -50,6 +50,12 @@ class Config:
     collectives: bool = True
     start_step: int = 0
     handle_sigterm: bool = True
+    # Devices and throughput
+    device_interval_s: float = 1.0  # host / GPU / CUDA-memory sampling period; 0 turns it off
+    gpu: bool = True  # sample this rank's GPU through NVML when there is one
+    flops_per_token: float = 0.0  # model FLOPs per token (telemetry.flops helps); 0: no MFU
+    peak_flops: float = 0.0  # device peak FLOP/s; 0: from the table by GPU name and mfu_dtype
+    mfu_dtype: str = "bf16"
     # Prometheus endpoint (one per rank on prometheus_port + local rank)
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 9464
@@ -146,6 +152,17 @@ class Config:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prometheus_host, str) or not self.prometheus_host:
             raise ConfigError(f"prometheus_host={self.prometheus_host!r} must be a host name or address")
+        if not (self.device_interval_s == 0 or 0.05 <= self.device_interval_s <= 3600):
+            raise ConfigError(f"device_interval_s={self.device_interval_s!r}; accepted: 0 (off) or "
+                              "a number from 0.05 to 3600")
+        if not isinstance(self.gpu, bool):
+            raise ConfigError(f"gpu={self.gpu!r} must be True or False")
+        _check_number("flops_per_token", self.flops_per_token, 0.0, 1e18)
+        _check_number("peak_flops", self.peak_flops, 0.0, 1e20)
+        from .flops import DTYPES
+
+        if self.mfu_dtype not in DTYPES:
+            raise ConfigError(f"mfu_dtype={self.mfu_dtype!r}; accepted: {', '.join(DTYPES)}")
         for name in ("step_buckets_s", "collective_buckets_s"):
             _check_buckets(self, name)
         _check_int("max_label_values", self.max_label_values, 1, 1024)

@@ -10,6 +10,7 @@ PHASE       (2, t_end, name, t_begin, ok)
 COLLECTIVE  (3, t_end, op, t_begin, nbytes, group_size, group_name, blocked_ns, busbw_factor)
 DATA        (4, t_end, t_begin, samples, tokens)          time blocked in a data loader's next()
 LOG         (5, t, {name: value})                        value: float, int or a PendingValue
+DEVICE      (6, t, {name: value})                        a device/host reading (sampler thread)
 """
 
 STEP_BEGIN = 0
@@ -18,6 +19,7 @@ PHASE = 2
 COLLECTIVE = 3
 DATA = 4
 LOG = 5
+DEVICE = 6
 
 # Names a phase may not take: they are columns of the steps table with another meaning.
 RESERVED_PHASES = frozenset({"start", "duration", "comm", "step", "rank"})

@@ -23,13 +23,14 @@ log = logging.getLogger("telemetry")
 
 class Pipeline:
     def __init__(self, recorder: Recorder, sinks: list[GuardedSink], rank: int,
-                 to_epoch_s: Callable[[int], float], interval_s: float) -> None:
+                 to_epoch_s: Callable[[int], float], interval_s: float,
+                 flops_per_token: float = 0.0, peak_flops: float = 0.0) -> None:
         self.recorder = recorder
         self.sinks = sinks
         self.rank = rank
         self.interval_s = interval_s
         self._to_epoch = to_epoch_s
-        self.assembler = Assembler(rank, to_epoch_s)
+        self.assembler = Assembler(rank, to_epoch_s, flops_per_token=flops_per_token, peak_flops=peak_flops)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.records = 0
@@ -89,7 +90,7 @@ class Pipeline:
             phase=rec.current_phase,
             collective=coll[0] if coll else None,
             collective_since_s=self._to_epoch(coll[1]) if coll else None,
-            finished=finished)
+            finished=finished, device=self.assembler.last_device)
 
     def stop(self, timeout_s: float) -> bool:
         """Final drain and close within ``timeout_s``; returns False if the deadline passed."""

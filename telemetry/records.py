@@ -50,6 +50,8 @@ class StepRecord(NamedTuple):
     scalars: dict[str, Any]  # last value logged per name in the step
     spans: tuple[Span, ...]
     spans_dropped: int = 0
+    device: dict[str, float] | None = None  # latest host/GPU reading at the step's end
+    mfu: float | None = None  # model FLOPs utilization of the step, when FLOPs and peak are known
 
     @property
     def data_s(self) -> float:
@@ -73,3 +75,4 @@ class Progress(NamedTuple):
     collective: str | None  # collective the training thread is blocked in, if any
     collective_since_s: float | None
     finished: bool = False  # shutdown() ran
+    device: dict[str, float] | None = None  # latest host/GPU reading

@@ -5,7 +5,8 @@ One row per (rank, step). Required: ``rank`` (int), ``step`` (int), ``start_s`` 
 ``<identifier>_s`` is seconds spent in that phase during the step (``data_s``, ``forward_s``, ...);
 ``comm_s`` is seconds blocked in collectives, whichever phase they ran in. Columns this library
 adds, all ignored by readers that do not know them: ``ok``, ``comm_bytes``, ``comm.<phase>_s``
-(seconds blocked in collectives inside a phase) and ``log.<name>`` (values from ``telemetry.log``).
+(seconds blocked in collectives inside a phase), ``log.<name>`` (values from ``telemetry.log``),
+``dev.<name>`` (the latest host/GPU reading) and ``mfu``.
 
 >>> import pandas as pd
 >>> t = validate(pd.DataFrame({"rank": [0], "step": [0], "start_s": [0.0], "duration_s": [0.1],
@@ -65,13 +66,17 @@ def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
             extra.setdefault(f"comm.{name}_s", {})[n] = sec
         for name, val in (r.get("scalars") or {}).items():
             extra.setdefault(f"log.{name}", {})[n] = val
+        for name, val in (r.get("device") or {}).items():
+            extra.setdefault(f"dev.{name}", {})[n] = val
+        if r.get("mfu") is not None:
+            extra.setdefault("mfu", {})[n] = r["mfu"]
         n += 1
     table = pd.DataFrame(cols)
     # Phases in the order a step first ran them, then per-phase comm, then logged values.
-    ordered = sorted(extra, key=lambda k: (k.startswith("log."), k.startswith("comm.")))
+    ordered = sorted(extra, key=lambda k: (k.startswith(("log.", "dev.", "mfu")), k.startswith("comm.")))
     for name in ordered:
         values = extra[name]
-        if name.endswith("_s"):
+        if name.endswith("_s") and ("." not in name or name.startswith("comm.")):
             # A phase that did not run in a step took no time in it (unlike a missing value).
             arr = np.zeros(n)
         else:

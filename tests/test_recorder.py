@@ -24,7 +24,8 @@ def make(strict=False, capacity=4096):
 
 
 def records(rec):
-    return Assembler(0, lambda ns: ns * 1e-9).feed(rec.drain())
+    asm = Assembler(0, lambda ns: ns * 1e-9)
+    return asm.feed(rec.drain()) + asm.flush_waiting()
 
 
 def test_step_with_phases_yields_one_record_with_phase_times():
@@ -140,7 +141,8 @@ def test_many_threads_logging_lose_nothing():
     events = rec.drain()
     logs = [e for e in events if e[0] == ev.LOG]
     assert len(logs) == n_threads * per_thread
-    [r] = Assembler(0, lambda ns: ns * 1e-9).feed(events)
+    asm = Assembler(0, lambda ns: ns * 1e-9)
+    [r] = asm.feed(events) + asm.flush_waiting()
     assert r.scalars == {f"t{i}": float(per_thread - 1) for i in range(n_threads)}
 
 
@@ -164,3 +166,16 @@ def test_events_between_steps_belong_to_the_next_step():
     first, second = records(rec)
     assert first.phases == {"data": pytest.approx(0.001)} and first.scalars == {"lr": 0.1}
     assert second.phases == {} and second.scalars == {}
+
+
+def test_a_finished_step_is_held_one_tick_for_late_events():
+    asm = Assembler(0, lambda ns: ns * 1e-9)
+    first = [(ev.STEP_BEGIN, 10, 0), (ev.STEP_END, 50, 0, 10, True, None, None)]
+    assert asm.feed(first) == []  # held for one tick
+    # an async collective's completion callback ran late, but completed at t=40, inside step 0
+    late = [(ev.COLLECTIVE, 40, "all_reduce", 20, 4000, 4, "default", 20, 1.5),
+            (ev.STEP_BEGIN, 60, 1), (ev.STEP_END, 90, 1, 60, True, None, None)]
+    [r0] = asm.feed(late)
+    assert r0.step == 0 and r0.ops["all_reduce"].count == 1 and r0.comm_s == pytest.approx(20e-9)
+    [r1] = asm.feed([])
+    assert r1.step == 1 and r1.ops == {}

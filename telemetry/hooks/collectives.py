@@ -7,12 +7,14 @@ shapes and dtypes), group size, and the nccl-tests bus-bandwidth factor. A colle
 inside another (torch helpers do this) is counted once, as the outer one. The wrappers add no
 collective and no device synchronization; exceptions pass through unchanged.
 
-With ``async_op=True`` the returned Work is wrapped: the time the caller spends in ``wait()`` is
-the blocked time, and the op's duration runs from the call to the end of that wait.
+With ``async_op=True`` (and for isend, irecv, batch_isend_irecv) the returned Work is wrapped: the
+op's duration runs from the call until the Work completes (its future's callback, or the end of
+``wait()`` when that comes first), and the time the caller spent in ``wait()`` is its blocked time.
 
-Not covered (see README): code that bound a function before instrumentation
-(``from torch.distributed import all_reduce``), DDP's gradient all-reduce (it runs in C++; see
-:mod:`telemetry.hooks.ddp`), and collectives issued from C++ or compiled graphs.
+FSDP (1 and 2) calls these functions through ``torch.distributed`` and is covered. Not covered (see
+README): code that bound a function before instrumentation (``from torch.distributed import
+all_reduce``), DDP's gradient all-reduce (it runs in C++; use :func:`telemetry.hooks.ddp.ddp_comm_hook`),
+functional collectives (``torch.distributed._functional_collectives``) and compiled graphs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import threading
+import time
 from typing import Any, Callable
 
 from .. import events as ev
@@ -60,13 +64,29 @@ def _arg(args: tuple, kwargs: dict, i: int, name: str) -> Any:
     return kwargs.get(name)
 
 
-# op -> (bytes(args, kwargs), factor(group_size), group argument position)
-_SPECS: dict[str, tuple[Callable[[tuple, dict], int], Callable[[int], float], int]] = {
+def _p2p_bytes(a: tuple, k: dict) -> int:
+    ops = _arg(a, k, 0, "p2p_op_list") or ()
+    return sum(_nbytes(getattr(op, "tensor", None)) for op in ops)
+
+
+def _p2p_group(a: tuple, k: dict) -> Any:
+    ops = _arg(a, k, 0, "p2p_op_list") or ()
+    return getattr(ops[0], "group", None) if ops else None
+
+
+# op -> (bytes(args, kwargs), busbw factor(group size), group argument position or None).
+# Bytes are the op's total size as nccl-tests counts it: the whole buffer for all_reduce,
+# broadcast, reduce; the gathered output / scattered input for all_gather and reduce_scatter.
+_SPECS: dict[str, tuple[Callable[[tuple, dict], int], Callable[[int], float], int | None]] = {
     "all_reduce": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _allreduce_factor, 2),
     "all_gather": (lambda a, k: _sum_bytes(_arg(a, k, 0, "tensor_list")), _ring, 2),
     "all_gather_into_tensor": (lambda a, k: _nbytes(_arg(a, k, 0, "output_tensor")), _ring, 2),
+    "all_gather_single": (lambda a, k: _nbytes(_arg(a, k, 0, "output_tensor")), _ring, 2),
+    "_all_gather_base": (lambda a, k: _nbytes(_arg(a, k, 0, "output_tensor")), _ring, 2),
     "reduce_scatter": (lambda a, k: _sum_bytes(_arg(a, k, 1, "input_list")), _ring, 3),
     "reduce_scatter_tensor": (lambda a, k: _nbytes(_arg(a, k, 1, "input")), _ring, 3),
+    "reduce_scatter_single": (lambda a, k: _nbytes(_arg(a, k, 1, "input")), _ring, 3),
+    "_reduce_scatter_base": (lambda a, k: _nbytes(_arg(a, k, 1, "input")), _ring, 3),
     "reduce": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 3),
     "broadcast": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
     "all_to_all": (lambda a, k: _sum_bytes(_arg(a, k, 1, "input_tensor_list")), _ring, 2),
@@ -76,8 +96,12 @@ _SPECS: dict[str, tuple[Callable[[tuple, dict], int], Callable[[int], float], in
     "recv": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
     "isend": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
     "irecv": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
+    "batch_isend_irecv": (_p2p_bytes, _one, None),
 }
-_ALWAYS_ASYNC = frozenset({"isend", "irecv"})
+_ALWAYS_ASYNC = frozenset({"isend", "irecv", "batch_isend_irecv"})
+# Names whose public op name differs (legacy aliases report as their modern names).
+_OP_NAME = {"all_gather_single": "all_gather_into_tensor", "_all_gather_base": "all_gather_into_tensor",
+            "reduce_scatter_single": "reduce_scatter_tensor", "_reduce_scatter_base": "reduce_scatter_tensor"}
 
 _originals: dict[tuple[str, str], Callable] = {}
 _group_cache: dict[Any, tuple[int, str]] = {}
@@ -97,33 +121,81 @@ def _group_info(dist: Any, group: Any) -> tuple[int, str]:
     return info
 
 
+class _Pending:
+    """One async op in flight: emitted once, when its Work completes or is waited on."""
+
+    __slots__ = ("op", "t0", "nbytes", "gsize", "gname", "factor", "blocked_ns", "lock", "done", "waiters")
+
+    def __init__(self, op: str, t0: int, nbytes: int, gsize: int, gname: str, factor: float,
+                 waiters: int) -> None:
+        self.op, self.t0, self.nbytes, self.gsize, self.gname, self.factor = op, t0, nbytes, gsize, gname, factor
+        self.blocked_ns = 0
+        self.lock = threading.Lock()
+        self.done = False
+        self.waiters = waiters  # Works still to complete (batch_isend_irecv returns several)
+
+    def finish(self, t_end: int, blocked_ns: int = 0) -> None:
+        with self.lock:
+            self.blocked_ns += blocked_ns
+            self.waiters -= 1
+            if self.done or self.waiters > 0:
+                return
+            self.done = True
+        # A wait returns a little after the completion callback: blocked never exceeds the op.
+        blocked = min(self.blocked_ns, t_end - self.t0)
+        _recorder._active.emit((ev.COLLECTIVE, t_end, self.op, self.t0, self.nbytes, self.gsize,
+                                self.gname, blocked, self.factor))
+
+
 class _TimedWork:
-    """Wraps an async Work so that the wait is timed; everything else is delegated."""
+    """Wraps an async Work: completion (its future's callback) ends the op; the time the caller
+    spends in ``wait()`` is its blocked time. Everything else is delegated to the Work.
 
-    __slots__ = ("_work", "_op", "_t0", "_nbytes", "_gsize", "_gname", "_factor", "_done")
+    If the op completes while the caller waits, the wait reports it (with its blocked time); if
+    it completes with nobody waiting, the callback reports it (blocked 0)."""
 
-    def __init__(self, work: Any, op: str, t0: int, nbytes: int, gsize: int, gname: str,
-                 factor: float) -> None:
+    __slots__ = ("_work", "_pending", "_finished", "_waiting", "_t_done")
+
+    def __init__(self, work: Any, pending: _Pending) -> None:
         self._work = work
-        self._op = op
-        self._t0 = t0
-        self._nbytes = nbytes
-        self._gsize = gsize
-        self._gname = gname
-        self._factor = factor
-        self._done = False
+        self._pending = pending
+        self._finished = False
+        self._waiting = False
+        self._t_done = 0
+        try:
+            work.get_future().add_done_callback(self._on_done)
+        except Exception:  # noqa: BLE001 - no future on this backend: wait() alone times it
+            pass
+
+    def _on_done(self, _fut: Any) -> None:
+        t = time.perf_counter_ns()
+        with self._pending.lock:
+            if self._finished:
+                return
+            if self._waiting:
+                self._t_done = t  # the waiter will report, with its blocked time
+                return
+            self._finished = True
+        self._pending.finish(t)
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
-        rec = _recorder._active
-        t_w = rec.now()
+        with self._pending.lock:
+            self._waiting = True
+        t_w = time.perf_counter_ns()
         try:
             return self._work.wait(*args, **kwargs)
         finally:
-            t1 = rec.now()
-            if not self._done:
-                self._done = True
-                rec.emit((ev.COLLECTIVE, t1, self._op, self._t0, self._nbytes, self._gsize,
-                          self._gname, t1 - t_w, self._factor))
+            t1 = time.perf_counter_ns()
+            with self._pending.lock:
+                self._waiting = False
+                report = not self._finished
+                self._finished = True
+                t_end = self._t_done or t1
+            if report:
+                self._pending.finish(t_end, t1 - t_w)
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
@@ -132,30 +204,37 @@ class _TimedWork:
 def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
     nbytes_of, factor_of, group_pos = _SPECS[op]
     always_async = op in _ALWAYS_ASYNC
+    name = _OP_NAME.get(op, op)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rec = _recorder._active
         if rec.current_collective is not None or rec is _recorder.NULL:
-            return fn(*args, **kwargs)
+            return fn(*args, **kwargs)  # nested inside another collective, or telemetry is off
         try:
             nbytes = nbytes_of(args, kwargs)
-            group = args[group_pos] if group_pos and len(args) > group_pos else kwargs.get("group")
+            if group_pos is None:
+                group = _p2p_group(args, kwargs)
+            else:
+                group = args[group_pos] if len(args) > group_pos else kwargs.get("group")
             gsize, gname = _group_info(dist, group)
         except Exception:  # noqa: BLE001 - odd arguments: let torch report them
             return fn(*args, **kwargs)
         is_async = always_async or bool(kwargs.get("async_op"))
         t0 = rec.now()
-        rec.current_collective = (op, t0)
+        rec.current_collective = (name, t0)
         try:
             out = fn(*args, **kwargs)
         finally:
             rec.current_collective = None
         factor = factor_of(gsize)
         if is_async and out is not None:
-            return _TimedWork(out, op, t0, nbytes, gsize, gname, factor)
+            works = out if isinstance(out, list) else [out]
+            pending = _Pending(name, t0, nbytes, gsize, gname, factor, len(works))
+            wrapped = [_TimedWork(w, pending) for w in works]
+            return wrapped if isinstance(out, list) else wrapped[0]
         t1 = rec.now()
-        rec.emit((ev.COLLECTIVE, t1, op, t0, nbytes, gsize, gname, t1 - t0, factor))
+        rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor))
         return out
 
     wrapper.__telemetry_original__ = fn  # type: ignore[attr-defined]
@@ -171,13 +250,19 @@ def instrument_collectives() -> bool:
         return False
     if not dist.is_available():
         return False
-    for module in (dist, c10d):
+    # One wrapper per original function, installed in both namespaces: torch compares them by
+    # identity (P2POp accepts only ``op in [isend, irecv]``, its module's own names).
+    wrappers: dict[int, Callable] = {}
+    for module in (c10d, dist):
         for op in _SPECS:
             fn = getattr(module, op, None)
             if fn is None or hasattr(fn, "__telemetry_original__"):
                 continue
             _originals[(module.__name__, op)] = fn
-            setattr(module, op, _wrap(dist, op, fn))
+            wrapper = wrappers.get(id(fn))
+            if wrapper is None:
+                wrapper = wrappers[id(fn)] = _wrap(dist, op, fn)
+            setattr(module, op, wrapper)
     return True
 
 

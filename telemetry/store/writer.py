@@ -38,6 +38,7 @@ class RunStoreSink(Sink):
             "world_size": ctx.world_size, "local_world_size": ctx.local_world_size,
             "node_rank": ctx.node_rank, "node": ctx.node, "launcher": ctx.launcher,
             "pid": os.getpid(), "start_time_s": run_info["start_time_s"],
+            "device": run_info.get("device", {}),
         }
         layout.write_json_atomic(layout.rank_meta_path(self.run_dir, self.rank), self._meta)
         self._file.write(json.dumps({"session": run_info["session"], "rank": self.rank,
@@ -100,4 +101,8 @@ def _line(r: StepRecord) -> str:
     }
     if r.spans_dropped:
         obj["spans_dropped"] = r.spans_dropped
+    if r.device:
+        obj["device"] = r.device
+    if r.mfu is not None:
+        obj["mfu"] = r.mfu
     return json.dumps(obj, separators=(",", ":")) + "\n"

@@ -1,0 +1,166 @@
+"""Code run inside spawned gloo ranks by the multi-rank tests (one function per case).
+
+Each case initializes a real process group on 127.0.0.1, records with telemetry into a run
+directory, and leaves the checking to the test, which reads the run store.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import telemetry
+
+N = 1000  # float32 elements per rank in most cases: 4,000 bytes
+
+
+def _setup(rank: int, world: int, port: int, run_dir: str, **kw) -> None:
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                       "LOCAL_WORLD_SIZE": str(world)})
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    telemetry.init(run_dir=run_dir, job="coll", sinks=["store"], strict=True, **kw)
+
+
+def _teardown() -> None:
+    telemetry.shutdown()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def collectives(rank: int, world: int, port: int, run_dir: str) -> None:
+    """One step per case; the order here is the order the test expects."""
+    _setup(rank, world, port, run_dir)
+    t = lambda n=N: torch.ones(n)  # noqa: E731
+    peer_send, peer_recv = (rank + 1) % world, (rank - 1) % world
+    cases = [
+        lambda: dist.all_reduce(t()),
+        lambda: dist.all_gather([t() for _ in range(world)], t()),
+        lambda: dist.all_gather_into_tensor(t(N * world), t()),
+        lambda: dist.reduce_scatter_tensor(t(), t(N * world)),
+        lambda: dist.reduce(t(), dst=0),
+        lambda: dist.broadcast(t(), src=0),
+        lambda: dist.all_to_all_single(t(N * world), t(N * world)),
+        lambda: dist.barrier(),
+        lambda: dist.all_reduce(t(), async_op=True).wait(),
+        lambda: dist.all_gather_into_tensor(t(N * world), t(), async_op=True).wait(),
+        lambda: dist.broadcast(t(), src=1, async_op=True).wait(),
+        lambda: [w.wait() for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, t(), peer_send),
+                                                            dist.P2POp(dist.irecv, t(), peer_recv)])],
+        lambda: _send_recv(rank, world, t),
+        lambda: _isend_irecv(rank, world, t),
+        lambda: _late_wait(t),
+    ]
+    for case in cases:
+        with telemetry.step():
+            with telemetry.phase("comm_case"):
+                case()
+    _teardown()
+
+
+def _send_recv(rank: int, world: int, t) -> None:
+    if rank % 2 == 0:
+        dist.send(t(), dst=rank + 1)
+    else:
+        dist.recv(t(), src=rank - 1)
+
+
+def _isend_irecv(rank: int, world: int, t) -> None:
+    w = dist.isend(t(), dst=rank + 1) if rank % 2 == 0 else dist.irecv(t(), src=rank - 1)
+    w.wait()
+
+
+def _late_wait(t) -> None:
+    """The op completes before anyone waits: it is still recorded (from its future), once."""
+    work = dist.all_reduce(t(), async_op=True)
+    deadline = time.monotonic() + 10
+    while not work.is_completed() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.05)
+    work.wait()
+
+
+def straggler_timing(rank: int, world: int, port: int, run_dir: str) -> None:
+    """Rank 1 computes 50 ms longer before each all_reduce: its peers must wait ~50 ms."""
+    _setup(rank, world, port, run_dir)
+    for _ in range(5):
+        with telemetry.step():
+            with telemetry.phase("forward"):
+                time.sleep(0.05 if rank == 1 else 0.0)
+            with telemetry.phase("sync"):
+                dist.all_reduce(torch.ones(10))
+    _teardown()
+
+
+def ddp(rank: int, world: int, port: int, run_dir: str) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    _setup(rank, world, port, run_dir)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+    ddp_model = DDP(model, bucket_cap_mb=0.25)
+    telemetry.instrument_ddp(ddp_model)
+    opt = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+    for _ in range(3):
+        with telemetry.step():
+            with telemetry.phase("forward"):
+                loss = ddp_model(torch.randn(16, 256)).square().mean()
+            with telemetry.phase("backward"):
+                loss.backward()
+            with telemetry.phase("optimizer"):
+                opt.step()
+                opt.zero_grad()
+    _teardown()
+
+
+def fsdp(rank: int, world: int, port: int, run_dir: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    _setup(rank, world, port, run_dir)
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(2):
+        with telemetry.step():
+            with telemetry.phase("forward"):
+                loss = model(torch.randn(8, 64)).square().mean()
+            with telemetry.phase("backward"):
+                loss.backward()
+            with telemetry.phase("optimizer"):
+                opt.step()
+                opt.zero_grad()
+    _teardown()
+
+
+def counted(rank: int, world: int, port: int, run_dir: str) -> None:
+    """Count the process group's own all_reduce calls beneath telemetry: none may be added."""
+    import torch.distributed.distributed_c10d as c10d
+
+    calls = []
+    real = c10d.all_reduce
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    dist.all_reduce = c10d.all_reduce = counting
+    _setup(rank, world, port, run_dir)
+    for _ in range(7):
+        with telemetry.step():
+            dist.all_reduce(torch.ones(4))
+    telemetry.shutdown()
+    with open(os.path.join(run_dir, f"calls-{rank}.txt"), "w") as f:
+        f.write(str(len(calls)))
+    dist.barrier()
+    dist.destroy_process_group()

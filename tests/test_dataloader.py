@@ -1,0 +1,67 @@
+"""telemetry.watch(loader): the wait measured per step, for every kind of DataLoader."""
+
+import os
+import statistics
+
+import pytest
+import torch
+from loader_datasets import SleepyMap, SleepyStream
+
+import telemetry
+from telemetry.store import read_run
+
+
+def run(run_dir, loader, epochs=1, **watch_kw):
+    telemetry.init(run_dir=run_dir, job="dl", sinks=["store"], strict=True)
+    for _ in range(epochs):
+        for batch in telemetry.watch(loader, **watch_kw):
+            with telemetry.step():
+                pass
+    telemetry.shutdown()
+    return read_run(run_dir).table()
+
+
+def test_measured_wait_matches_a_known_delay_within_10_percent(run_dir):
+    # num_workers=0: each next() builds a batch of 4 items at 25 ms each, 100 ms in all
+    t = run(run_dir, torch.utils.data.DataLoader(SleepyMap(40, 0.025), batch_size=4))
+    assert len(t) == 10 and (t["samples"] == 4).all()
+    assert statistics.median(t["data_s"]) == pytest.approx(0.100, rel=0.10)
+    assert (t["duration_s"] < 0.01).all()  # the wait is outside the step's own time
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_worker_processes_record_nothing_and_start_nothing(run_dir, tmp_path, context):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    loader = torch.utils.data.DataLoader(SleepyMap(16, 0.01, str(markers)), batch_size=2, num_workers=2,
+                                         multiprocessing_context=context)
+    t = run(run_dir, loader)
+    assert len(t) == 8 and (t["data_s"] > 0).all()
+    states = [p.read_text() for p in markers.iterdir()]
+    assert len(states) == 2 and set(states) == {"off"}  # two workers, telemetry off in both
+    assert sorted(os.listdir(os.path.join(run_dir, "ranks"))) == [
+        "rank-00000.json", "rank-00000.progress.json", "rank-00000.steps.jsonl"]
+
+
+def test_persistent_workers_across_epochs(run_dir):
+    loader = torch.utils.data.DataLoader(SleepyMap(8, 0.005), batch_size=2, num_workers=2,
+                                         persistent_workers=True, multiprocessing_context="fork")
+    t = run(run_dir, loader, epochs=2)
+    assert list(t["step"]) == list(range(8)) and (t["samples"] == 2).all()
+
+
+def test_iterable_dataset_with_tokens_from_the_batch(run_dir):
+    loader = torch.utils.data.DataLoader(SleepyStream(12, 0.002), batch_size=3, num_workers=2,
+                                         multiprocessing_context="fork")
+    t = run(run_dir, loader, tokens=lambda b: int(b["input_ids"].numel()))
+    assert len(t) == 4
+    assert (t["tokens"] == 3 * 32).all() and (t["samples"] == 3).all()
+
+
+def test_step_counts_override_the_batch(run_dir):
+    telemetry.init(run_dir=run_dir, job="dl", sinks=["store"])
+    for batch in telemetry.watch([torch.zeros(5, 2)] * 2):
+        with telemetry.step(samples=99):
+            pass
+    telemetry.shutdown()
+    assert read_run(run_dir).table()["samples"].tolist() == [99, 99]
