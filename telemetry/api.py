@@ -46,8 +46,7 @@ class Session:
         self.start_time_s = time.time()
         self._anchor_wall_ns = time.time_ns()
         self._anchor_perf_ns = time.perf_counter_ns()
-        self.recorder = Recorder(config.buffer_events, strict=config.strict,
-                                 start_step=config.start_step)
+        self.recorder = _build_recorder(config)
         self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank)
         peak = config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(),
                                                    config.mfu_dtype) or 0.0
@@ -60,8 +59,10 @@ class Session:
             "stats": lambda: self.stats(),  # for sinks that export telemetry's own health
         }
         self.sinks = build_sinks(config, ctx, self.run_info)
+        pool = getattr(self.recorder, "pool", None)
         self.pipeline = Pipeline(self.recorder, self.sinks, ctx.rank, self.to_epoch_s,
-                                 config.flush_interval_s, config.flops_per_token, peak)
+                                 config.flush_interval_s, config.flops_per_token, peak,
+                                 release_events=pool.release if pool is not None else None)
         self._instrumented = False
         self._prev_sigterm: Any = None
 
@@ -115,6 +116,21 @@ class Session:
         s["rank"] = self.ctx.rank
         s["closed"] = self.closed
         return s
+
+
+def _build_recorder(config: Config) -> Recorder:
+    """The hot-path strategy, chosen once: CUDA events when timing on the device, else wall clock."""
+    kwargs = {"strict": config.strict, "start_step": config.start_step}
+    if config.device_timing != "wall":
+        from .hooks.cuda_timing import build_cuda_recorder
+
+        rec = build_cuda_recorder(config.buffer_events, **kwargs)
+        if rec is not None:
+            return rec
+        if config.device_timing == "cuda":
+            raise ConfigError("device_timing='cuda' but torch sees no CUDA device; accepted here: "
+                              "auto or wall")
+    return Recorder(config.buffer_events, **kwargs)
 
 
 def _torch_device_name() -> str | None:

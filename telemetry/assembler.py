@@ -40,14 +40,16 @@ class _Open:
 class Assembler:
     def __init__(self, rank: int, to_epoch_s: Callable[[int], float],
                  pending_timeout_s: float = 10.0, monotonic: Callable[[], float] = time.monotonic,
-                 flops_per_token: float = 0.0, peak_flops: float = 0.0):
+                 flops_per_token: float = 0.0, peak_flops: float = 0.0,
+                 release_events: Callable[[list], None] | None = None):
         self.rank = rank
+        self._release_events = release_events  # give used CUDA events back to the pool
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops
         self.last_device: dict[str, float] | None = None
         self._epoch = to_epoch_s
         self._open = _Open()
-        self._waiting: list[tuple[float, StepRecord]] = []
+        self._waiting: list[tuple[float, tuple, _Open]] = []  # ended, not yet ready to build
         self._pending_timeout = pending_timeout_s
         self._monotonic = monotonic
         self.unread_values = 0
@@ -89,17 +91,15 @@ class Assembler:
                 acc.data.append(e)
         while held and held[0][2] < self._round:
             end, acc, _ = held.pop(0)
-            self._waiting.append((self._monotonic(), self._build(end, acc)))
+            self._waiting.append((self._monotonic(), end, acc))
         return self._release()
 
     def flush_waiting(self) -> list[StepRecord]:
-        """At shutdown: build every held step and release every record, reading what values are ready."""
+        """At shutdown: build every step, with what device times and values are ready."""
         for end, acc, _ in self._held:
-            self._waiting.append((self._monotonic(), self._build(end, acc)))
+            self._waiting.append((self._monotonic(), end, acc))
         self._held.clear()
-        out = []
-        for _, rec in self._waiting:
-            out.append(self._resolve(rec, force=True))
+        out = [self._finish(end, acc) for _, end, acc in self._waiting]
         self._waiting.clear()
         return out
 
@@ -114,14 +114,27 @@ class Assembler:
         out = []
         now = self._monotonic()
         while self._waiting:
-            since, rec = self._waiting[0]
-            if not _ready(rec) and now - since < self._pending_timeout:
-                break
+            since, end, acc = self._waiting[0]
+            if not _ready(end, acc) and now - since < self._pending_timeout:
+                break  # in order: later steps wait behind this one
             self._waiting.pop(0)
-            out.append(self._resolve(rec, force=True))
+            out.append(self._finish(end, acc))
         return out
 
-    def _resolve(self, rec: StepRecord, force: bool) -> StepRecord:
+    def _finish(self, end: tuple, acc: _Open) -> StepRecord:
+        used: list = []
+        host_duration = None
+        if len(end) == 9:  # device timing: place every interval on the GPU timeline
+            host_duration = (end[1] - end[3]) * 1e-9
+            end, acc = _on_gpu_timeline(end, acc, used)
+        rec = self._resolve(self._build(end, acc))
+        if host_duration is not None:
+            rec = rec._replace(host_duration_s=host_duration)
+        if used and self._release_events is not None:
+            self._release_events(used)
+        return rec
+
+    def _resolve(self, rec: StepRecord) -> StepRecord:
         if not any(type(v) is PendingValue for v in rec.scalars.values()):
             return rec
         scalars = {}
@@ -136,7 +149,7 @@ class Assembler:
         return rec._replace(scalars=scalars)
 
     def _build(self, end: tuple, acc: _Open) -> StepRecord:
-        _, t1, index, t0, ok, tokens, samples = end
+        _, t1, index, t0, ok, tokens, samples = end[:7]
         epoch = self._epoch
         phases: dict[str, float] = {}
         phase_comm: dict[str, float] = {}
@@ -152,24 +165,24 @@ class Assembler:
         if acc.data:
             phases["data"] = phases.get("data", 0.0) + data_ns * 1e-9
 
-        for _, p1, name, p0, p_ok in acc.phases:
+        for _, p1, name, p0, p_ok, *_ in acc.phases:
             phases[name] = phases.get(name, 0.0) + (p1 - p0) * 1e-9
             spans.append(Span(SPAN_PHASE, name, epoch(p0), epoch(p1), p_ok))
         comm_ns = 0
         ops: dict[str, list] = {}
         for c in acc.colls:
-            _, c1, op, c0, nbytes, _gsize, _gname, blocked_ns, factor = c
+            _, c1, op, c0, nbytes, _gsize, _gname, blocked_ns, factor = c[:9]
             sync = blocked_ns == c1 - c0
             if sync:
                 comm_ns += max(0, min(c1, t1) - max(c0, t0))
-                for _, p1, name, p0, _ok in acc.phases:
+                for _, p1, name, p0, _ok, *_ in acc.phases:
                     overlap = min(c1, p1) - max(c0, p0)
                     if overlap > 0:
                         phase_comm[name] = phase_comm.get(name, 0.0) + overlap * 1e-9
             elif t0 <= c1 <= t1:
                 comm_ns += blocked_ns
                 if blocked_ns:  # an async op's wait ended at c1: charge the phase open then
-                    for _, p1, name, p0, _ok in acc.phases:
+                    for _, p1, name, p0, _ok, *_ in acc.phases:
                         if p0 <= c1 <= p1:
                             phase_comm[name] = phase_comm.get(name, 0.0) + blocked_ns * 1e-9
             s = ops.get(op)
@@ -214,8 +227,72 @@ class Assembler:
             spans=tuple(spans), spans_dropped=dropped, device=self.last_device, mfu=mfu)
 
 
-def _ready(rec: StepRecord) -> bool:
-    return all(v.ready() for v in rec.scalars.values() if type(v) is PendingValue)
+def _ready(end: tuple, acc: _Open) -> bool:
+    """Device times and device values of a step can be read without waiting."""
+    if len(end) == 9:
+        if not _done(end[8]):
+            return False
+        for e in acc.phases:
+            if len(e) == 7 and not _done(e[6]):
+                return False
+        for e in acc.colls:
+            if len(e) == 11 and not _done(e[10]):
+                return False
+    for _, _t, values in acc.logs:
+        for v in values.values():
+            if type(v) is PendingValue and not v.ready():
+                return False
+    return True
+
+
+def _done(event: Any) -> bool:
+    try:
+        return bool(event.query())
+    except Exception:  # noqa: BLE001
+        return True  # a broken event must not hold the pipeline; its interval falls back to host time
+
+
+def _on_gpu_timeline(end: tuple, acc: _Open, used: list) -> tuple[tuple, _Open]:
+    """Rewrite a step's intervals in GPU time: each event's offset from the step's start event,
+    added to the step's host start. Intervals before the step (or whose events failed) keep their
+    host times. The step keeps its host start; its duration becomes the GPU's (start to end
+    event), so that compute = duration - comm is measured on one clock."""
+    se0, se1 = end[7], end[8]
+    used.extend((se0, se1))
+    base = end[3]
+    try:
+        end = end[:1] + (base + int(se0.elapsed_time(se1) * 1e6),) + end[2:]
+    except Exception:  # noqa: BLE001 - keep the host duration
+        pass
+
+    def place(e0: Any, e1: Any, h0: int, h1: int) -> tuple[int, int, bool]:
+        used.extend((e0, e1))
+        if h0 < base:
+            return h0, h1, False
+        try:
+            off = se0.elapsed_time(e0)  # milliseconds
+            dur = e0.elapsed_time(e1)
+        except Exception:  # noqa: BLE001 - not completed (timed out) or invalid
+            return h0, h1, False
+        start = base + int(off * 1e6)
+        return start, start + int(max(dur, 0.0) * 1e6), True
+
+    out = _Open()
+    out.data, out.logs = acc.data, acc.logs
+    for e in acc.phases:
+        if len(e) == 7:
+            p0, p1, _ = place(e[5], e[6], e[3], e[1])
+            e = (e[0], p1, e[2], p0, e[4])
+        out.phases.append(e)
+    for e in acc.colls:
+        if len(e) == 11:
+            c0, c1, on_gpu = place(e[9], e[10], e[3], e[1])
+            if on_gpu:  # the GPU interval is the time the compute stream was held by the op
+                e = (e[0], c1, e[2], c0, e[4], e[5], e[6], c1 - c0, e[8])
+            else:
+                e = e[:9]
+        out.colls.append(e)
+    return end[:7], out
 
 
 def _count(value: Any) -> int | None:

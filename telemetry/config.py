@@ -51,6 +51,7 @@ class Config:
     start_step: int = 0
     handle_sigterm: bool = True
     # Devices and throughput
+    device_timing: str = "auto"  # cuda: CUDA events time phases and collectives; wall; auto: cuda if available
     device_interval_s: float = 1.0  # host / GPU / CUDA-memory sampling period; 0 turns it off
     gpu: bool = True  # sample this rank's GPU through NVML when there is one
     flops_per_token: float = 0.0  # model FLOPs per token (telemetry.flops helps); 0: no MFU
@@ -155,6 +156,8 @@ class Config:
         if not (self.device_interval_s == 0 or 0.05 <= self.device_interval_s <= 3600):
             raise ConfigError(f"device_interval_s={self.device_interval_s!r}; accepted: 0 (off) or "
                               "a number from 0.05 to 3600")
+        if self.device_timing not in ("auto", "cuda", "wall"):
+            raise ConfigError(f"device_timing={self.device_timing!r}; accepted: auto, cuda, wall")
         if not isinstance(self.gpu, bool):
             raise ConfigError(f"gpu={self.gpu!r} must be True or False")
         _check_number("flops_per_token", self.flops_per_token, 0.0, 1e18)

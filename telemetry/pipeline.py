@@ -24,13 +24,15 @@ log = logging.getLogger("telemetry")
 class Pipeline:
     def __init__(self, recorder: Recorder, sinks: list[GuardedSink], rank: int,
                  to_epoch_s: Callable[[int], float], interval_s: float,
-                 flops_per_token: float = 0.0, peak_flops: float = 0.0) -> None:
+                 flops_per_token: float = 0.0, peak_flops: float = 0.0,
+                 release_events: Callable[[list], None] | None = None) -> None:
         self.recorder = recorder
         self.sinks = sinks
         self.rank = rank
         self.interval_s = interval_s
         self._to_epoch = to_epoch_s
-        self.assembler = Assembler(rank, to_epoch_s, flops_per_token=flops_per_token, peak_flops=peak_flops)
+        self.assembler = Assembler(rank, to_epoch_s, flops_per_token=flops_per_token, peak_flops=peak_flops,
+                                   release_events=release_events)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.records = 0

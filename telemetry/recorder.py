@@ -48,6 +48,8 @@ class Recorder:
         self.open_step: tuple[int, int] | None = None  # (index, t_begin)
         self.current_phase: str | None = None
         self.current_collective: tuple[str, int] | None = None  # (op, t_begin)
+        # Device-side marker (CudaRecorder: record a CUDA event); None: wall clock only.
+        self.mark: Callable[[], Any] | None = None
 
     # ---- hot path ---------------------------------------------------------------------
     def step(self, tokens: int | None = None, samples: int | None = None,
@@ -246,7 +248,7 @@ class NullRecorder:
 
     usage = UsageErrors(strict=False)
     step_index = 0
-    open_step = current_phase = current_collective = None
+    open_step = current_phase = current_collective = mark = None
     dropped = 0
     buffered = 0
 

@@ -39,7 +39,7 @@ class StepRecord(NamedTuple):
     rank: int
     step: int
     start_s: float  # epoch seconds
-    duration_s: float  # the step's wall time
+    duration_s: float  # the step's wall time (on device timing: GPU time, start to end event)
     ok: bool  # False when user code raised inside the step
     phases: dict[str, float]  # seconds per phase name (data wait included as "data")
     phase_comm: dict[str, float]  # seconds blocked in collectives inside each phase
@@ -52,6 +52,7 @@ class StepRecord(NamedTuple):
     spans_dropped: int = 0
     device: dict[str, float] | None = None  # latest host/GPU reading at the step's end
     mfu: float | None = None  # model FLOPs utilization of the step, when FLOPs and peak are known
+    host_duration_s: float | None = None  # on device timing: the host's wall time of the step
 
     @property
     def data_s(self) -> float:

@@ -70,10 +70,12 @@ def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
             extra.setdefault(f"dev.{name}", {})[n] = val
         if r.get("mfu") is not None:
             extra.setdefault("mfu", {})[n] = r["mfu"]
+        if r.get("host_duration_s") is not None:
+            extra.setdefault("host.duration_s", {})[n] = r["host_duration_s"]
         n += 1
     table = pd.DataFrame(cols)
     # Phases in the order a step first ran them, then per-phase comm, then logged values.
-    ordered = sorted(extra, key=lambda k: (k.startswith(("log.", "dev.", "mfu")), k.startswith("comm.")))
+    ordered = sorted(extra, key=lambda k: (k.startswith(("log.", "dev.", "mfu", "host.")), k.startswith("comm.")))
     for name in ordered:
         values = extra[name]
         if name.endswith("_s") and ("." not in name or name.startswith("comm.")):

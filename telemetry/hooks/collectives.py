@@ -124,7 +124,8 @@ def _group_info(dist: Any, group: Any) -> tuple[int, str]:
 class _Pending:
     """One async op in flight: emitted once, when its Work completes or is waited on."""
 
-    __slots__ = ("op", "t0", "nbytes", "gsize", "gname", "factor", "blocked_ns", "lock", "done", "waiters")
+    __slots__ = ("op", "t0", "nbytes", "gsize", "gname", "factor", "blocked_ns", "lock", "done", "waiters",
+                 "events")
 
     def __init__(self, op: str, t0: int, nbytes: int, gsize: int, gname: str, factor: float,
                  waiters: int) -> None:
@@ -133,6 +134,7 @@ class _Pending:
         self.lock = threading.Lock()
         self.done = False
         self.waiters = waiters  # Works still to complete (batch_isend_irecv returns several)
+        self.events: tuple | None = None  # CUDA events around the last wait(), on device timing
 
     def finish(self, t_end: int, blocked_ns: int = 0) -> None:
         with self.lock:
@@ -143,8 +145,9 @@ class _Pending:
             self.done = True
         # A wait returns a little after the completion callback: blocked never exceeds the op.
         blocked = min(self.blocked_ns, t_end - self.t0)
-        _recorder._active.emit((ev.COLLECTIVE, t_end, self.op, self.t0, self.nbytes, self.gsize,
-                                self.gname, blocked, self.factor))
+        event = (ev.COLLECTIVE, t_end, self.op, self.t0, self.nbytes, self.gsize, self.gname, blocked,
+                 self.factor)
+        _recorder._active.emit(event + self.events if self.events else event)
 
 
 class _TimedWork:
@@ -181,11 +184,16 @@ class _TimedWork:
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         with self._pending.lock:
             self._waiting = True
+        mark = _recorder._active.mark
+        e0 = mark() if mark is not None else None
         t_w = time.perf_counter_ns()
         try:
             return self._work.wait(*args, **kwargs)
         finally:
             t1 = time.perf_counter_ns()
+            if e0 is not None:
+                # on CUDA, wait() makes the current stream wait for the op: time that on the GPU
+                self._pending.events = (e0, mark())
             with self._pending.lock:
                 self._waiting = False
                 report = not self._finished
@@ -221,6 +229,8 @@ def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
         except Exception:  # noqa: BLE001 - odd arguments: let torch report them
             return fn(*args, **kwargs)
         is_async = always_async or bool(kwargs.get("async_op"))
+        mark = None if is_async else rec.mark
+        e0 = mark() if mark is not None else None
         t0 = rec.now()
         rec.current_collective = (name, t0)
         try:
@@ -234,7 +244,10 @@ def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
             wrapped = [_TimedWork(w, pending) for w in works]
             return wrapped if isinstance(out, list) else wrapped[0]
         t1 = rec.now()
-        rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor))
+        if e0 is None:
+            rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor))
+        else:
+            rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor, e0, mark()))
         return out
 
     wrapper.__telemetry_original__ = fn  # type: ignore[attr-defined]

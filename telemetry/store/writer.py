@@ -105,4 +105,6 @@ def _line(r: StepRecord) -> str:
         obj["device"] = r.device
     if r.mfu is not None:
         obj["mfu"] = r.mfu
+    if r.host_duration_s is not None:
+        obj["host_duration_s"] = r.host_duration_s
     return json.dumps(obj, separators=(",", ":")) + "\n"
