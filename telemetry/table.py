@@ -136,7 +136,7 @@ def validate(table: pd.DataFrame, source: str = "table") -> pd.DataFrame:
 
 
 def load_table(path: str) -> pd.DataFrame:
-    """A run directory, a .csv or a .parquet steps table -> validated steps table."""
+    """A run directory, a .csv or a .parquet steps table (or per-operation trace) -> steps table."""
     from .store import layout
 
     if os.path.isdir(path):
@@ -161,6 +161,9 @@ def load_table(path: str) -> pd.DataFrame:
             raise TableError(f"{path}: not a readable Parquet file ({exc})") from None
     else:
         raise TableError(f"{path!r}: unknown file type; accepted: a run directory, .csv, .parquet")
+    from .formats import convert_known_format  # per-operation traces become steps tables
+
+    raw = convert_known_format(raw, os.path.basename(path))
     return validate(raw, source=os.path.basename(path))
 
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from simulate import simulate
+from telemetry.simulate import Fault, Scenario, simulate
 
 from telemetry.cli import main as cli
 from telemetry.demo.faults import InjectError, check_against_job, parse_inject
@@ -36,7 +36,8 @@ def test_bad_rows_are_reported_and_skipped_never_invented(caplog):
 
 def test_analyze_json_on_a_csv_table(tmp_path, capsys):
     path = tmp_path / "steps.csv"
-    simulate(ranks=8, steps=200, slow={(3, "backward"): (1.5, 0, 199)}).to_csv(path, index=False)
+    sc = Scenario(ranks=8, steps=200, faults=(Fault("straggler", ranks=(3,), phase="backward", factor=1.5),))
+    simulate(sc).to_csv(path, index=False)
     assert cli(["analyze", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     [f] = doc["findings"]
@@ -48,7 +49,7 @@ def test_analyze_json_on_a_csv_table(tmp_path, capsys):
 
 def test_analyze_readable_report_on_parquet(tmp_path, capsys):
     path = tmp_path / "steps.parquet"
-    simulate(ranks=4, steps=100).to_parquet(path)
+    simulate(Scenario(ranks=4, steps=100)).to_parquet(path)
     assert cli(["analyze", str(path)]) == 0
     out = capsys.readouterr().out
     assert "4 ranks, 100 steps" in out and "Findings: none" in out

@@ -1,23 +1,31 @@
-"""Stragglers: ranks whose compute is persistently above their peers', found from compute and
-arrival order, never from step time (in a synchronous job every rank's step time is the same).
+"""Stragglers: ranks whose compute is above their peers', persistently or in bursts, found from
+compute and arrival order, never from step time (in a synchronous job every rank's step time is
+the same).
 
-For each series (total compute, and each phase's compute: phase time less the time blocked in
-collectives inside it) and each rank, the per-step excess over the median of the *other* ranks is
-taken. A rolling median of that excess locates the steps where the rank runs hot; over those steps
-the rank is a straggler when its median excess is
+Peers are the other ranks of the same pipeline stage (one group when the layout is unknown). For
+each series (total compute, and each phase's compute) and each rank, the per-step excess over the
+peers' median is taken. Two passes:
 
-- large: at least ``min_rel_excess`` of the peers' typical time in that series, and
-- certain: at least ``z_min`` robust standard errors above zero (autocorrelation is allowed for by
-  counting only half of the steps as independent), and
-- consistent with the physics: where collective times are known, the rank waits *less* than its
-  peers (it arrives last).
+- persistent: a rolling median of the excess locates the steps where the rank runs hot; over
+  those steps the median excess must be at least ``min_rel_excess`` of the peers' time and
+  ``z_min`` robust standard errors above zero (half the steps counted as independent);
+- intermittent: otherwise, the steps where the excess passes ``spike_sigma`` noise units; the
+  rank is a straggler when those steps are at least ``min_hot_fraction`` of its steps, several
+  times more frequent than among its peers, and their median excess is large as above.
 
-The named phase is the one holding most of the excess. The what-if removes that excess from the
-rank's compute on the covered steps and replays the steps (:mod:`.whatif`).
+In both cases the rank must wait less in collectives than its peers (it arrives last) when
+collective times are known; a rank whose long phase is waiting we cannot see is a victim. Noise
+units come from the median over ranks of each rank's robust spread, so one bad rank does not widen
+everyone's bounds; z thresholds grow with the number of ranks tested (multiple comparisons).
+
+The named phase holds most of the excess; the what-if removes the rank's total excess on the
+covered steps and replays them (:mod:`.whatif`). With several stragglers, the largest is costed
+first and each next one with those before it healed, so that their costs add up to the total.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,147 +45,197 @@ class StragglerParams:
     window: int = 31
     min_run: int = 5
     min_slowdown: float = 0.01  # below this a straggler is not reported at all
+    spike_sigma: float = 4.0
+    min_hot_fraction: float = 0.05
 
     def warmup(self, n_steps: int) -> int:
         if self.warmup_steps is not None:
             return min(self.warmup_steps, max(n_steps - 1, 0))
         return int(min(20, max(2, round(0.05 * n_steps)))) if n_steps > 4 else 0
 
+    def z_for(self, n_tests: int) -> float:
+        """z threshold for n_tests rank-series tests: one false alarm in ~100 healthy jobs."""
+        return max(self.z_min, math.sqrt(2.0 * math.log(max(n_tests, 1) / 0.01)))
 
-def _peer_median(arr: np.ndarray) -> np.ndarray:
-    """(R, S) median of the other ranks at each step (leave-one-out for small worlds)."""
-    r = arr.shape[0]
-    if r > 16:
-        return np.broadcast_to(nanmedian(arr, axis=0), arr.shape)
-    out = np.empty_like(arr)
-    for i in range(r):
-        out[i] = nanmedian(np.delete(arr, i, axis=0), axis=0)
+
+def peer_median(arr: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(R, S) median of each rank's peers (same group) at each step; leave-one-out in small groups."""
+    out = np.full_like(arr, np.nan)
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        sub = arr[idx]
+        if len(idx) == 1:
+            continue  # no peers
+        if len(idx) > 16:
+            out[idx] = nanmedian(sub, axis=0)[None, :]
+            continue
+        for j, i in enumerate(idx):
+            out[i] = nanmedian(np.delete(sub, j, axis=0), axis=0)
     return out
 
 
-def _rolling_median(e: np.ndarray, w: int) -> np.ndarray:
+def rolling_median(e: np.ndarray, w: int) -> np.ndarray:
     if e.shape[1] < w:
         return np.broadcast_to(nanmedian(e, axis=1)[:, None], e.shape).copy()
     pad = w // 2
     padded = np.pad(e, ((0, 0), (pad, w - 1 - pad)), mode="edge")
-    windows = np.lib.stride_tricks.sliding_window_view(padded, w, axis=1)
-    return nanmedian(windows, axis=2)
+    out = np.empty_like(e)
+    chunk = max(1, int(2e7 // (w * e.shape[1])))  # bound the windowed copy's memory
+    for lo in range(0, e.shape[0], chunk):
+        windows = np.lib.stride_tricks.sliding_window_view(padded[lo:lo + chunk], w, axis=1)
+        out[lo:lo + chunk] = nanmedian(windows, axis=2)
+    return out
 
 
-def _robust_sigma(e: np.ndarray) -> float:
-    """Typical per-step noise of one rank's excess: the median over ranks of each rank's MAD
-    scale, so that one misbehaving rank does not widen everyone's bounds."""
+def robust_sigma(e: np.ndarray) -> float:
+    """Typical per-step noise of one rank's excess: the median over ranks of each rank's MAD scale."""
     med = nanmedian(e, axis=1)[:, None]
     per_rank = 1.4826 * nanmedian(np.abs(e - med), axis=1)
     s = float(nanmedian(per_rank))
     return s if np.isfinite(s) else 0.0
 
 
-def _longest_hot_span(hot: np.ndarray, min_run: int) -> tuple[int, int] | None:
-    """First and last index of the union of runs of True at least ``min_run`` long."""
+def hot_mask(hot: np.ndarray, min_run: int) -> np.ndarray:
+    """Keep only runs of True at least ``min_run`` long."""
+    out = np.zeros_like(hot)
     idx = np.flatnonzero(np.diff(np.concatenate(([0], hot.astype(np.int8), [0]))))
-    starts, ends = idx[::2], idx[1::2]
-    keep = (ends - starts) >= min_run
-    if not keep.any():
-        return None
-    return int(starts[keep][0]), int(ends[keep][-1] - 1)
+    for a, b in zip(idx[::2], idx[1::2]):
+        if b - a >= min_run:
+            out[a:b] = True
+    return out
 
 
 @dataclass
-class _Hit:
+class Hit:
     series: str
-    lo: int
-    hi: int
-    excess_s: float  # median excess over the covered steps
+    mask: np.ndarray  # (S_live,) steps the rank is hot
+    excess_s: float  # median excess over those steps
     base_s: float  # peers' typical time in the series
     z: float
+    mode: str  # persistent or intermittent
 
 
-def _scan(series: str, arr: np.ndarray, live: np.ndarray, p: StragglerParams) -> dict[int, _Hit]:
-    a = arr[:, live]
+def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_min: float) -> dict[int, Hit]:
+    """Ranks running hot in one series (already restricted to the live steps)."""
     if a.shape[1] < p.min_run or a.shape[0] < 2:
         return {}
-    peers = _peer_median(a)
+    peers = peer_median(a, groups)
     e = a - peers
     base = float(nanmedian(peers))
     if not np.isfinite(base) or base <= 0:
         return {}
-    sigma = _robust_sigma(e)
-    w = min(p.window, max(3, a.shape[1] // 4))
-    rolled = _rolling_median(e, w)
+    sigma = max(robust_sigma(e), 1e-9)
+    n_live = a.shape[1]
+    w = min(p.window, max(3, n_live // 4))
+    rolled = rolling_median(e, w)
     thr = max(p.min_rel_excess * base, 2.0 * 1.253 * sigma / np.sqrt(w))
+    spikes = np.nan_to_num(e) > max(p.spike_sigma * sigma, p.min_rel_excess * base)
+    spike_rate = spikes.mean(axis=1)
     hits = {}
     for r in range(a.shape[0]):
-        span = _longest_hot_span(np.nan_to_num(rolled[r]) > thr, p.min_run)
-        if span is None:
-            continue
-        lo, hi = span
-        seg = e[r, lo:hi + 1]
-        seg = seg[np.isfinite(seg)]
-        if seg.size < p.min_run:
-            continue
-        excess = float(np.median(seg))
-        se = 1.253 * max(sigma, 1e-9) / np.sqrt(max(seg.size / 2.0, 1.0))
-        z = excess / se
-        if excess >= p.min_rel_excess * base and z >= p.z_min:
-            hits[r] = _Hit(series, lo, hi, excess, base, z)
+        hit = None
+        runs = hot_mask(np.nan_to_num(rolled[r]) > thr, p.min_run)
+        if runs.sum() >= p.min_run:
+            lo, hi = np.flatnonzero(runs)[[0, -1]]
+            if runs[lo:hi + 1].mean() >= 0.5:  # hot through most of its span: one persistent stretch
+                span = np.zeros_like(runs)
+                span[lo:hi + 1] = True
+                hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
+        if hit is None:
+            others = np.delete(spike_rate, r) if len(spike_rate) > 1 else np.zeros(1)
+            if spike_rate[r] >= p.min_hot_fraction and spike_rate[r] >= 4 * max(float(np.median(others)), 0.01):
+                hit = _judge(series, e[r], spikes[r], base, sigma, p, z_min, "intermittent")
+        if hit is not None:
+            hits[r] = hit
     return hits
 
 
-def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None) -> tuple[list[Finding], np.ndarray]:
+def _judge(series: str, e: np.ndarray, mask: np.ndarray, base: float, sigma: float, p: StragglerParams,
+           z_min: float, mode: str) -> Hit | None:
+    seg = e[mask]
+    seg = seg[np.isfinite(seg)]
+    if seg.size < p.min_run:
+        return None
+    excess = float(np.median(seg))
+    z = excess / (1.253 * sigma / np.sqrt(max(seg.size / 2.0, 1.0)))
+    if excess >= p.min_rel_excess * base and z >= z_min:
+        return Hit(series, mask, excess, base, z, mode)
+    return None
+
+
+def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
+                      exclude: frozenset[str] = frozenset({"data"})) -> tuple[list[Finding], np.ndarray]:
     """Return the straggler findings and the (R x S) compute shift that would heal them all."""
     p = params or StragglerParams()
     shift = np.zeros((m.n_ranks, m.n_steps))
     if m.n_ranks < 2 or m.n_steps == 0:
         return [], shift
-    live = np.zeros(m.n_steps, dtype=bool)
-    live[p.warmup(m.n_steps):] = True
-    live_idx = np.flatnonzero(live)
+    live_idx = np.arange(p.warmup(m.n_steps), m.n_steps)
     series = {TOTAL: m.compute}
-    series.update({k: v for k, v in m.phase_compute.items() if k != "data"})
-    by_rank: dict[int, dict[str, _Hit]] = {}
+    series.update({k: v for k, v in m.phase_compute.items() if k not in exclude})
+    z_min = p.z_for(m.n_ranks * len(series))
+    by_rank: dict[int, dict[str, Hit]] = {}
     for name, arr in series.items():
-        for r, hit in _scan(name, arr, live, p).items():
+        for r, hit in scan(name, arr[:, live_idx], m.groups, p, z_min).items():
             by_rank.setdefault(r, {})[name] = hit
     comm_excess = None
     if m.comm is not None:
-        c = m.comm[:, live]
-        comm_excess = nanmedian(c - _peer_median(c), axis=1)
+        c = m.comm[:, live_idx]
+        comm_excess = c - peer_median(c, m.groups)  # (R, S_live): negative when a rank arrives last
 
-    findings = []
+    candidates = []
     for r, hits in sorted(by_rank.items()):
         phase_hits = {k: h for k, h in hits.items() if k != TOTAL}
-        if phase_hits:
-            name = max(phase_hits, key=lambda k: phase_hits[k].excess_s)
-            hit = phase_hits[name]
-        else:
-            name, hit = None, hits[TOTAL]
-        if comm_excess is not None and not comm_excess[r] < 0:
+        name = max(phase_hits, key=lambda k: phase_hits[k].excess_s) if phase_hits else None
+        lead = hits.get(TOTAL) or phase_hits[name]
+        waits = float(nanmedian(comm_excess[r, lead.mask])) if comm_excess is not None else None
+        if waits is not None and not waits < 0:
             continue  # it does not arrive late: its long phase is waiting we cannot see, not compute
-        lo, hi = live_idx[hit.lo], live_idx[hit.hi]
         mask = np.zeros(m.n_steps, dtype=bool)
-        mask[lo:hi + 1] = True
+        mask[live_idx[lead.mask]] = True
+        candidates.append((lead.excess_s, r, name, lead, phase_hits, waits, mask))
+
+    # Largest excess first, each costed with the ones before it healed: with two stragglers, the
+    # smaller one only costs time once the larger is fixed, and the costs add up to the total.
+    findings = []
+    for _, r, name, lead, phase_hits, waits, mask in sorted(candidates, key=lambda c: -c[0]):
         one = np.zeros_like(shift)
-        one[r, mask] = hit.excess_s
-        cost = slowdown(m, one, mask)
+        one[r, mask] = lead.excess_s
+        cost = slowdown(m, shift + one, mask) - slowdown(m, shift, mask)
         if cost < p.min_slowdown:
             continue
         shift += one
+        first, last = np.flatnonzero(mask)[[0, -1]]
         rank_id = int(m.ranks[r])
+        ref = phase_hits[name] if name else lead
         where = f"phase {name}" if name else "compute outside the instrumented phases"
         step_t = float(nanmedian(m.step_time()[mask]))
-        waits = ""
-        if comm_excess is not None:
-            waits = (f"; it waits {abs(comm_excess[r]) * 1e3:.1f} ms less in collectives than its "
-                     "peers (it arrives last)")
-        evidence = (f"rank {rank_id}'s {where} takes {hit.excess_s * 1e3:.1f} ms more than its peers' "
-                    f"median {hit.base_s * 1e3:.1f} ms ({1 + hit.excess_s / hit.base_s:.2f}x) over steps "
-                    f"{int(m.steps[lo])}-{int(m.steps[hi])}{waits}; healing it would make those steps "
-                    f"{cost:.1%} faster (step time {step_t * 1e3:.1f} ms)")
+        how = "" if lead.mode == "persistent" else f" on {int(mask.sum())} of steps {int(m.steps[first])}-{int(m.steps[last])} (intermittent)"
+        waits_text = ""
+        if waits is not None:
+            waits_text = (f"; it waits {abs(waits) * 1e3:.1f} ms less in collectives than its "
+                          "peers (it arrives last)")
+        peers = "its stage's peers" if m.has_layout else "its peers"
+        after = " (after the larger stragglers above are healed)" if findings else ""
+        evidence = (f"rank {rank_id}'s {where} takes {ref.excess_s * 1e3:.1f} ms more than {peers}' "
+                    f"median {ref.base_s * 1e3:.1f} ms ({1 + ref.excess_s / ref.base_s:.2f}x) over steps "
+                    f"{int(m.steps[first])}-{int(m.steps[last])}{how}{waits_text}; healing it would make those "
+                    f"steps {cost:.1%} faster{after} (step time {step_t * 1e3:.1f} ms)")
         findings.append(Finding(
-            kind="straggler", ranks=[rank_id], phase=name, first_step=int(m.steps[lo]),
-            last_step=int(m.steps[hi]), severity=severity_for(cost), slowdown=cost, evidence=evidence,
-            details={"excess_s": hit.excess_s, "peer_s": hit.base_s, "ratio": 1 + hit.excess_s / hit.base_s,
-                     "z": round(hit.z, 2),
-                     "series": sorted("compute" if k == TOTAL else k for k in hits)}))
+            kind="straggler", ranks=[rank_id], phase=name, first_step=int(m.steps[first]),
+            last_step=int(m.steps[last]), severity=severity_for(cost), slowdown=cost, evidence=evidence,
+            details={"excess_s": lead.excess_s, "peer_s": lead.base_s, "ratio": 1 + ref.excess_s / ref.base_s,
+                     "z": round(lead.z, 2), "mode": lead.mode, "stage": int(m.groups[r]) if m.has_layout else None,
+                     "phase_excess_s": {k: h.excess_s for k, h in phase_hits.items()}}))
     return findings, shift
+
+
+def straggler_scores(m: StepMatrix, params: StragglerParams | None = None) -> dict[int, float]:
+    """Per rank: median relative excess of total compute over its peers (0.5 = 50% slower)."""
+    p = params or StragglerParams()
+    live = slice(p.warmup(m.n_steps), None)
+    a = m.compute[:, live]
+    peers = peer_median(a, m.groups)
+    with np.errstate(all="ignore"):
+        rel = nanmedian((a - peers) / peers, axis=1)
+    return {int(r): float(v) for r, v in zip(m.ranks, rel) if np.isfinite(v)}

@@ -1,10 +1,11 @@
 """What-if replay of a synchronous step: how long would the steps take with the culprit healthy?
 
-In data-parallel training a step ends when the slowest rank's compute ends (everyone waits for it
-at the collective), so step time ~ max over ranks of compute + the collective's own time. Removing a
-culprit's excess compute (``shift``) shortens a step by ``max(compute) - max(compute - shift)``;
-healthy ranks' noise still sets the pace, so the estimate never credits more than the culprit
-actually cost.
+In data-parallel training a step ends when the slowest rank's work ends (everyone waits for it at
+the collective), so step time ~ max over ranks of (data wait + compute) + the collective's own time.
+Removing a culprit's excess (``shift``, seconds per rank and step) shortens a step by
+``max(work) - max(work - shift)``; healthy ranks' noise still sets the pace, so the estimate never
+credits more than the culprit actually cost. With pipeline parallelism the other stages' time is
+also on the critical path, so the same replay over-estimates a stage's cost (see README).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .matrix import StepMatrix
 
 def step_savings(m: StepMatrix, shift: np.ndarray) -> np.ndarray:
     """Seconds saved per step when each rank's compute is reduced by ``shift`` (R x S, >= 0)."""
-    c = m.compute
+    c = m.compute + m.data
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         before = np.nanmax(c, axis=0)
