@@ -90,7 +90,7 @@ def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         table[c] = pd.array(table[c], dtype="Int64")
     if n == 0:
         return _empty()
-    return validate(table, source="run store")
+    return validate(table, source="run store", owned=True)
 
 
 def _empty() -> pd.DataFrame:
@@ -99,40 +99,60 @@ def _empty() -> pd.DataFrame:
                          "duration_s": pd.Series([], dtype="float64")})
 
 
-def validate(table: pd.DataFrame, source: str = "table") -> pd.DataFrame:
-    """Check and normalize a steps table: types, missing or bad rows (reported and dropped)."""
+def validate(table: pd.DataFrame, source: str = "table", owned: bool = False) -> pd.DataFrame:
+    """Check and normalize a steps table: types, missing or bad rows (reported and dropped), and
+    duplicate (rank, step) rows (the last kept). ``owned``: the frame may be changed in place.
+    Row order is kept; rows are sorted by (rank, step) only when they had to be de-duplicated."""
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
         raise TableError(f"{source}: missing column(s) {', '.join(missing)}; a steps table needs "
                          f"{', '.join(REQUIRED)} (found: {', '.join(map(str, table.columns[:20]))})")
-    t = table.copy()
-    for c in REQUIRED + tuple(phase_columns(t)):
-        try:
-            t[c] = pd.to_numeric(t[c], errors="coerce")
-        except (TypeError, ValueError):
-            raise TableError(f"{source}: column {c} is not numeric") from None
-    bad = t[list(REQUIRED)].isna().any(axis=1) | ~np.isfinite(t[list(REQUIRED)].to_numpy(float)).all(axis=1)
-    bad |= t["duration_s"] < 0
-    bad |= t["rank"] < 0
+    t = table if owned else table.copy(deep=False)
+    for c in REQUIRED + tuple(phase_columns(t)) + (("comm_s",) if "comm_s" in t.columns else ()):
+        if not pd.api.types.is_numeric_dtype(t[c]) or pd.api.types.is_bool_dtype(t[c]):
+            try:
+                t[c] = pd.to_numeric(t[c], errors="coerce")
+            except (TypeError, ValueError):
+                raise TableError(f"{source}: column {c} is not numeric") from None
+    bad = np.zeros(len(t), dtype=bool)
+    for c in REQUIRED:
+        v = t[c].to_numpy(dtype=float, na_value=np.nan)
+        bad |= ~np.isfinite(v)
+        if c in ("rank", "duration_s"):
+            bad |= v < 0
     if bad.any():
         log.warning("telemetry: %s: %d row(s) with missing, non-finite or negative rank/step/"
                     "start_s/duration_s skipped", source, int(bad.sum()))
         t = t[~bad]
     for c in phase_columns(t) + ["comm_s"]:
         if c in t.columns:
-            neg = t[c] < 0
+            neg = (t[c] < 0).to_numpy()
             if neg.any():
                 log.warning("telemetry: %s: %d negative value(s) in %s treated as missing",
                             source, int(neg.sum()), c)
-                t.loc[neg, c] = np.nan
-    t["rank"] = t["rank"].astype("int64")
-    t["step"] = t["step"].astype("int64")
-    dup = t.duplicated(["rank", "step"], keep="last")
-    if dup.any():
+                t[c] = t[c].mask(neg)
+    if t["rank"].dtype != np.int64:
+        t["rank"] = t["rank"].astype("int64")
+    if t["step"].dtype != np.int64:
+        t["step"] = t["step"].astype("int64")
+    n_dup = _duplicates(t["rank"].to_numpy(), t["step"].to_numpy())
+    if n_dup:
         log.warning("telemetry: %s: %d duplicate (rank, step) row(s); the last of each kept "
-                    "(a restarted job re-ran those steps)", source, int(dup.sum()))
-        t = t[~dup]
-    return t.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+                    "(a restarted job re-ran those steps)", source, n_dup)
+        t = t[~t.duplicated(["rank", "step"], keep="last")].sort_values(["rank", "step"], kind="stable")
+    return t.reset_index(drop=True)
+
+
+def _duplicates(rank: np.ndarray, step: np.ndarray) -> int:
+    """How many rows repeat an earlier (rank, step), counted without sorting when it can be."""
+    if len(rank) == 0:
+        return 0
+    r0, s0 = int(rank.min()), int(step.min())
+    nr, ns = int(rank.max()) - r0 + 1, int(step.max()) - s0 + 1
+    if nr * ns <= 4 * max(len(rank), 1 << 20):
+        counts = np.bincount((rank - r0) * ns + (step - s0), minlength=nr * ns)
+        return int((counts[counts > 1] - 1).sum())
+    return int(pd.Series(rank).to_frame("r").assign(s=step).duplicated().sum())
 
 
 def load_table(path: str) -> pd.DataFrame:
@@ -164,7 +184,7 @@ def load_table(path: str) -> pd.DataFrame:
     from .formats import convert_known_format  # per-operation traces become steps tables
 
     raw = convert_known_format(raw, os.path.basename(path))
-    return validate(raw, source=os.path.basename(path))
+    return validate(raw, source=os.path.basename(path), owned=True)
 
 
 def write_table(table: pd.DataFrame, path: str) -> None:

@@ -23,7 +23,7 @@ import pandas as pd
 from .findings import SEVERITIES, Finding, severity_for
 from .hang import detect_hang
 from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
-from .matrix import StepMatrix, from_table, nanmedian
+from .matrix import StepMatrix, from_table, nan_to_zero, nanmedian, rank_median
 from .memory import detect_memory_growth
 from .regression import RegressionParams, detect_regressions
 from .stall import detect_data_stalls
@@ -95,12 +95,11 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
     if m.has_layout:
         out["stages"] = int(len(np.unique(m.groups)))
     if m.tokens is not None:
-        per_step = np.nansum(m.tokens, axis=0)
         secs = np.nansum(t)
-        if secs > 0 and np.nansum(per_step) > 0:
-            out["tokens_per_s"] = float(np.nansum(per_step) / secs)
-    if "mfu" in m.extra:
-        out["mfu"] = float(nanmedian(m.extra["mfu"]))
+        if secs > 0 and m.tokens.sum() > 0:
+            out["tokens_per_s"] = float(m.tokens.sum() / secs)
+    if "mfu" in m.columns:
+        out["mfu"] = float(nanmedian(m.columns["mfu"]))
     if any(f.kind == "hang" for f in findings):
         out["slowdown"] = 1.0
     return out
@@ -122,7 +121,7 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None) -> dict[str, float]:
     checkpoint: the excess of steps that hit every rank at once (over 3x the median step);
     communication: the collectives' own time (the last rank to arrive does not wait); other: the rest.
     """
-    t = np.nan_to_num(m.step_time())
+    t = nan_to_zero(m.step_time())
     total = float(t.sum())
     if total <= 0:
         return {}
@@ -130,8 +129,8 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None) -> dict[str, float]:
     spikes = t > 3 * med
     checkpoint = float((t[spikes] - med).sum())
     culprit = float(step_savings(m, shift).sum()) if shift is not None else 0.0
-    compute = float(np.nansum(nanmedian(m.compute, axis=0)[~spikes]))
-    data = float(np.nansum(nanmedian(m.data, axis=0)[~spikes]))
+    compute = float(np.nansum(rank_median(m.compute)[~spikes]))
+    data = float(np.nansum(rank_median(m.data)[~spikes]))
     comm = 0.0
     if m.comm is not None:
         comm = float(np.nansum(np.nanmin(np.where(np.isfinite(m.comm), m.comm, np.inf), axis=0)[~spikes]))

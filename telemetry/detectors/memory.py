@@ -29,15 +29,15 @@ class MemoryParams:
 def detect_memory_growth(m: StepMatrix, live: np.ndarray, p: MemoryParams | None = None) -> list[Finding]:
     p = p or MemoryParams()
     for col in ("dev.cuda_memory_allocated_bytes", "dev.process_resident_memory_bytes"):
-        if col in m.extra:
-            series, what = m.extra[col][:, live], col.split(".", 1)[1]
+        if col in m.columns:
+            series, what = m.extra(col)[:, live], col.split(".", 1)[1]
             break
     else:
         return []
     n = series.shape[1]
     if n < 2 * p.blocks:
         return []
-    total = m.extra.get("dev.gpu_memory_total_bytes")
+    total = m.extra("dev.gpu_memory_total_bytes")
     growing, rates, ends = [], [], []
     edges = np.linspace(0, n, p.blocks + 1).astype(int)
     for r in range(m.n_ranks):

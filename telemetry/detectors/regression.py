@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .findings import Finding, severity_for
-from .matrix import StepMatrix, nanmedian
+from .matrix import StepMatrix, nanmedian, rank_median
 from .whatif import step_savings
 
 
@@ -131,11 +131,11 @@ def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
     if ch is None:
         return []
     components: dict[str, np.ndarray] = {
-        name: nanmedian(arr, axis=0)[live_idx] for name, arr in m.phase_compute.items() if name != "data"}
+        name: rank_median(arr)[live_idx] for name, arr in m.phase_compute.items() if name != "data"}
     if m.comm is not None:
         components["__comm__"] = np.nanmin(np.where(np.isfinite(m.comm), m.comm, np.inf), axis=0)[live_idx]
     if "data" in m.phases:
-        components["__data__"] = nanmedian(m.data, axis=0)[live_idx]
+        components["__data__"] = rank_median(m.data)[live_idx]
     deltas = {k: _level_change(v, ch) for k, v in components.items()}
     dt = ch.after - ch.before
     ranked = sorted(deltas, key=deltas.get, reverse=True)

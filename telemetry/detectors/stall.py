@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .findings import Finding, severity_for
-from .matrix import StepMatrix, nanmedian
+from .matrix import StepMatrix, nanmedian, rank_median
 from .straggler import StragglerParams, scan
 from .whatif import slowdown
 
@@ -50,7 +50,7 @@ def detect_data_stalls(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
             details={"excess_s": hit.excess_s, "peer_s": hit.base_s, "mode": hit.mode}))
     # input-bound job: every rank waits
     t = m.step_time()
-    waits = nanmedian(data - out_shift, axis=0)
+    waits = rank_median(data - out_shift)
     frac = float(np.nansum(waits[live]) / max(np.nansum(t[live]), 1e-12))
     if frac >= MIN_JOB_FRACTION:
         one = np.zeros_like(shift)

@@ -14,23 +14,27 @@ import warnings
 
 import numpy as np
 
-from .matrix import StepMatrix
+from .matrix import StepMatrix, nan_to_zero
 
 
 def step_savings(m: StepMatrix, shift: np.ndarray) -> np.ndarray:
     """Seconds saved per step when each rank's compute is reduced by ``shift`` (R x S, >= 0)."""
-    c = m.compute + m.data
+    before = m.cache.get("work_max")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        before = np.nanmax(c, axis=0)
-        after = np.nanmax(c - np.nan_to_num(shift), axis=0)
-    saving = np.nan_to_num(before - after)
-    return np.clip(saving, 0.0, np.nan_to_num(m.step_time()))
+        c = m.compute + m.data
+        if before is None:
+            before = m.cache["work_max"] = np.nanmax(c, axis=0)
+        if shift is None or not shift.any():
+            return np.zeros(m.n_steps)
+        after = np.nanmax(c - nan_to_zero(shift), axis=0)
+    saving = nan_to_zero(before - after)
+    return np.clip(saving, 0.0, nan_to_zero(m.step_time()))
 
 
 def slowdown(m: StepMatrix, shift: np.ndarray, step_mask: np.ndarray | None = None) -> float:
     """``1 - ideal / actual`` over the masked steps (all steps when no mask)."""
-    t = np.nan_to_num(m.step_time())
+    t = nan_to_zero(m.step_time())
     saving = step_savings(m, shift)
     if step_mask is not None:
         t, saving = t[step_mask], saving[step_mask]
