@@ -29,6 +29,7 @@ test: $(STAMP) system-deps
 bench: $(STAMP)
 	$(PY) bench/overhead.py --out bench/RESULTS.md
 	$(PY) bench/exporters.py --out bench/RESULTS.md
+	$(PY) bench/detectors/evaluate.py --out bench/RESULTS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

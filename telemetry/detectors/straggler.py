@@ -230,15 +230,17 @@ def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
     for _, r, name, lead, phase_hits, waits, mask in sorted(candidates, key=lambda c: -c[0]):
         one = np.zeros_like(shift)
         one[r, mask] = lead.excess_s
-        cost = slowdown(m, shift + one, mask) - slowdown(m, shift, mask)
+        first, last = np.flatnonzero(mask)[[0, -1]]
+        covered = np.zeros(m.n_steps, dtype=bool)
+        covered[first:last + 1] = True  # the cost is over every step the finding covers
+        cost = slowdown(m, shift + one, covered) - slowdown(m, shift, covered)
         if cost < p.min_slowdown:
             continue
         shift += one
-        first, last = np.flatnonzero(mask)[[0, -1]]
         rank_id = int(m.ranks[r])
         ref = phase_hits[name] if name else lead
         where = f"phase {name}" if name else "compute outside the instrumented phases"
-        step_t = float(nanmedian(m.step_time()[mask]))
+        step_t = float(nanmedian(m.step_time()[covered]))
         how = "" if lead.mode == "persistent" else f" on {int(mask.sum())} of steps {int(m.steps[first])}-{int(m.steps[last])} (intermittent)"
         waits_text = ""
         if waits is not None:

@@ -1,0 +1,273 @@
+"""Scoring the detectors on labelled data (run by `make bench`; writes its section of RESULTS.md).
+
+1. Simulated jobs (telemetry.simulate): every fault kind and every noise trap, small and large
+   worlds. Per scenario: what was expected, what was found (severity warning or above), recall,
+   false positives, detection delay (the detectors run on the steps so far every 10 steps, as
+   online detection would), and the what-if error against the simulation's true cost (the same
+   random draws without the fault) for single-fault scenarios.
+2. Real 4-rank gloo runs of `telemetry demo --inject ...` (run one after another: a second job on
+   these two cores would itself be a regression).
+3. Real traces nobody here made: ../shared/corpora/straggler-analysis (AR, ST, SE) beside the
+   paper's what-if (1 - 1/S).
+4. Scale: 1,024 ranks x 10,000 steps (bench/detectors/scale.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from telemetry.detectors import analyze  # noqa: E402
+from telemetry.simulate import Fault, Scenario, simulate, true_slowdown  # noqa: E402
+
+CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpora", "straggler-analysis")
+
+
+@dataclass(frozen=True)
+class Expect:
+    kind: str
+    ranks: tuple[int, ...] | None = None  # None: job-wide (empty ranks) or not checked
+    phase: str | None = None
+    start: int = 0
+
+
+def S(name, expect=(), **kw):
+    return Scenario(name=name, **kw), tuple(expect)
+
+
+SCENARIOS = [
+    S("healthy, 8 ranks"),
+    S("healthy, heavy jitter (30%) and 2% static differences", jitter=0.3, static=0.02),
+    S("healthy, GC spikes and checkpoints every 25 steps", spikes=((3, 50, 0.2), (6, 120, 0.3), (1, 222, 0.5)),
+      checkpoint_every=25, static=0.02),
+    S("healthy, 256 ranks, 15% jitter", ranks=256, steps=200, jitter=0.15, static=0.02),
+    S("healthy, 1024 ranks", ranks=1024, steps=120, jitter=0.1, static=0.02),
+    S("straggler 1.5x forward", [Expect("straggler", (5,), "forward")],
+      faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),)),
+    S("straggler 1.2x backward (12% of compute)", [Expect("straggler", (2,), "backward")],
+      faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.2),)),
+    S("straggler from step 150", [Expect("straggler", (2,), "backward", 150)],
+      faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4, start=150),)),
+    S("intermittent straggler (20% of steps, 2x forward)", [Expect("straggler", (6,), "forward")], steps=400,
+      faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.2),)),
+    S("two stragglers, 16 ranks", [Expect("straggler", (3,), "forward"), Expect("straggler", (11,), "optimizer")],
+      ranks=16, faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.6),
+                        Fault("straggler", ranks=(11,), phase="optimizer", factor=3.0))),
+    S("straggler among 256 ranks", [Expect("straggler", (200,), "backward")], ranks=256, steps=200, jitter=0.1,
+      faults=(Fault("straggler", ranks=(200,), phase="backward", factor=1.6),)),
+    S("straggler with GC spikes and checkpoints", [Expect("straggler", (4,), "forward")],
+      spikes=((3, 50, 0.2), (6, 120, 0.3)), checkpoint_every=25,
+      faults=(Fault("straggler", ranks=(4,), phase="forward", factor=1.5),)),
+    S("straggler in a 4-stage pipeline layout", [Expect("straggler", (5,), "forward")], stages=4,
+      faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),)),
+    S("data stall, 10 ms on one rank", [Expect("data_stall", (4,), "data")],
+      faults=(Fault("data_stall", ranks=(4,), delay_s=0.01),)),
+    S("data stall from step 100", [Expect("data_stall", (1,), "data", 100)],
+      faults=(Fault("data_stall", ranks=(1,), delay_s=0.01, start=100),)),
+    S("slow communication x3 from step 150", [Expect("slow_comm", None, None, 150)],
+      faults=(Fault("slow_comm", factor=3.0, start=150),)),
+    S("regression: backward 1.3x from step 120", [Expect("regression", None, "backward", 120)],
+      faults=(Fault("regression", phase="backward", factor=1.3, start=120),)),
+    S("temporary regression: forward 1.6x, steps 100-180", [Expect("regression", None, "forward", 100)],
+      faults=(Fault("regression", phase="forward", factor=1.6, start=100, end=180),)),
+    S("moving imbalance, 16 ranks", [Expect("imbalance")], ranks=16, faults=(Fault("imbalance"),)),
+    S("stage imbalance: last of 4 stages 1.5x", [Expect("stage_imbalance", (6, 7))], stages=4,
+      faults=(Fault("stage_imbalance", stage=3, factor=1.5),)),
+    S("memory growth on one rank (4 MiB/step)", [Expect("memory_growth", (2,))], ranks=4,
+      faults=(Fault("memory_growth", ranks=(2,)),)),
+]
+
+
+def matches(f, e: Expect) -> bool:
+    if f["kind"] != e.kind:
+        return False
+    if e.ranks is not None and sorted(f["ranks"]) != sorted(e.ranks):
+        return False
+    if e.ranks is None and e.kind not in ("imbalance",) and f["ranks"]:
+        return False
+    return e.phase is None or f["phase"] == e.phase
+
+
+def reported(findings):
+    # memory growth costs no time, so it is reported at info unless an OOM is near: count it
+    return [f for f in findings if f["severity"] != "info" or f["kind"] == "memory_growth"]
+
+
+def delay(sc: Scenario, table, e: Expect, every: int = 10) -> int | None:
+    for end in range(e.start + every, sc.steps + 1, every):
+        part = table[table["step"] < end]
+        if any(matches(f, e) for f in reported([x.to_dict() for x in analyze(part).findings])):
+            return end - e.start
+    return None
+
+
+def score_simulated():
+    rows = []
+    for sc, expect in SCENARIOS:
+        table = simulate(sc)
+        t0 = time.perf_counter()
+        res = analyze(table)
+        secs = time.perf_counter() - t0
+        found = reported([f.to_dict() for f in res.findings])
+        hits = [e for e in expect if any(matches(f, e) for f in found)]
+        fps = [f for f in found if not any(matches(f, e) for e in expect)]
+        delays = [delay(sc, table, e) for e in hits] if sc.ranks <= 256 else []
+        err = None
+        if len(expect) == 1 and hits and expect[0].kind != "memory_growth":
+            f = next(f for f in found if matches(f, expect[0]))
+            truth = true_slowdown(sc, f["first_step"], f["last_step"])
+            err = abs(f["slowdown"] - truth) / truth if truth > 0 else None
+            err = (err, f["slowdown"], truth)
+        rows.append({"name": sc.name, "ranks": sc.ranks, "steps": sc.steps, "expected": len(expect),
+                     "found": len(hits), "false_positives": [(f["kind"], f["ranks"][:4], f["severity"]) for f in fps],
+                     "delay": [d for d in delays if d is not None], "whatif": err, "seconds": secs,
+                     "kinds": sorted({f["kind"] for f in found})})
+    return rows
+
+
+DEMOS = [
+    ("no fault", [], []),
+    ("no fault (again)", [], []),
+    ("straggler:rank=2,phase=forward,factor=1.5", ["--inject", "straggler:rank=2,phase=forward,factor=1.5"],
+     [Expect("straggler", (2,), "forward")]),
+    ("data_stall:rank=1,delay_ms=20,start=30", ["--inject", "data_stall:rank=1,delay_ms=20,start=30"],
+     [Expect("data_stall", (1,), "data", 30)]),
+    ("slow_comm:factor=3,start=100", ["--inject", "slow_comm:factor=3,start=100"], [Expect("slow_comm", None, None, 100)]),
+    ("regression:factor=1.5,start=100,phase=backward", ["--inject", "regression:factor=1.5,start=100,phase=backward"],
+     [Expect("regression", None, "backward", 100)]),
+    ("hang:rank=1,step=60", ["--inject", "hang:rank=1,step=60", "--hang-after", "8"], [Expect("hang", (1,), "forward")]),
+]
+
+
+def score_demos():
+    rows = []
+    for name, args, expect in DEMOS:
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "telemetry", "demo", "--run-dir", os.path.join(tmp, "r"),
+                                   "--json", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "PYTHONPATH": ROOT})
+            wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            rows.append({"name": name, "error": proc.stderr[-300:]})
+            continue
+        doc = json.loads(proc.stdout)
+        found = reported(doc["findings"])
+        hits = [e for e in expect if any(matches(f, e) for f in found)]
+        fps = [f for f in found if not any(matches(f, e) for e in expect)]
+        first = [f["first_step"] for f in found if any(matches(f, e) for e in expect)]
+        rows.append({"name": name, "expected": len(expect), "found": len(hits), "wall_s": wall,
+                     "false_positives": [(f["kind"], f["ranks"], f["severity"]) for f in fps],
+                     "findings": [(f["kind"], f["ranks"], f["phase"], f["severity"], round(f["slowdown"], 3))
+                                  for f in found],
+                     "delay": [s - e.start for s, e in zip(first, hits)]})
+    return rows
+
+
+PAPER = {"AR": ("straggler at rank 0 (dp 0, stage 0)", "result-AR.json"),
+         "ST": ("last pipeline stage too long", "result-ST.json"),
+         "SE": ("sequence-length imbalance moving between workers", "result-SE.json")}
+
+
+def score_corpus():
+    rows = []
+    for trace, (truth, result) in PAPER.items():
+        path = os.path.join(CORPUS, f"trace-{trace}.parquet")
+        if not os.path.exists(path):
+            continue
+        S_paper = json.load(open(os.path.join(CORPUS, result)))["blocking_slowdown"]
+        proc = subprocess.run([sys.executable, "-m", "telemetry", "analyze", path, "--json"], cwd=ROOT,
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+        doc = json.loads(proc.stdout)
+        found = [(f["kind"], f["ranks"] if len(f["ranks"]) <= 4 else f"{len(f['ranks'])} ranks", f["phase"],
+                  f["severity"], round(f["slowdown"], 3)) for f in doc["findings"] if f["severity"] != "info"]
+        rows.append({"trace": trace, "truth": truth, "paper_S": S_paper, "paper_slowdown": 1 - 1 / S_paper,
+                     "ours": doc["summary"]["slowdown"], "found": found})
+    return rows
+
+
+def render(sim, demos, corpus, scale) -> str:
+    exp = sum(r["expected"] for r in sim)
+    got = sum(r["found"] for r in sim)
+    fps = sum(len(r["false_positives"]) for r in sim)
+    errs = [r["whatif"][0] for r in sim if r["whatif"]]
+    delays = [d for r in sim for d in r["delay"]]
+    lines = [f"Measured {time.strftime('%Y-%m-%d')} (`python bench/detectors/evaluate.py`). Counted: findings at "
+             "severity warning or above (memory growth, which costs no time, at any severity).", "",
+             f"**Simulated** ({len(sim)} scenarios): recall {got}/{exp}, false positives {fps}, median what-if error "
+             f"{statistics.median(errs):.1%} (max {max(errs):.1%}) over {len(errs)} single-fault scenarios, median "
+             f"detection delay {statistics.median(delays) if delays else '-'} steps (detectors rerun every 10 steps).", "",
+             "| scenario | ranks x steps | expected | found | false positives | delay (steps) | what-if: ours / true (error) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sim:
+        w = f"{r['whatif'][1]:.3f} / {r['whatif'][2]:.3f} ({r['whatif'][0]:.0%})" if r["whatif"] else "-"
+        fp = ", ".join(f"{k} {rk} {sv}" for k, rk, sv in r["false_positives"]) or "0"
+        lines.append(f"| {r['name']} | {r['ranks']} x {r['steps']} | {r['expected']} | {r['found']} | {fp} | "
+                     f"{', '.join(map(str, r['delay'])) or '-'} | {w} |")
+    if demos:
+        d_exp = sum(r.get("expected", 0) for r in demos)
+        d_got = sum(r.get("found", 0) for r in demos)
+        d_fp = sum(len(r.get("false_positives", [])) for r in demos)
+        lines += ["", f"**Real 4-rank gloo runs** of `telemetry demo` (200 steps): recall {d_got}/{d_exp}, false positives {d_fp}. "
+                  "This VM's own speed drifts (up to 2x over minutes); a job-wide regression in a run with nothing "
+                  "injected is the machine slowing down during that run, counted here as a false positive.", "",
+                  "| run | found / expected | findings (kind, ranks, phase, severity, what-if) | onset error (steps) | wall |",
+                  "|---|---|---|---|---|"]
+        for r in demos:
+            if "error" in r:
+                lines.append(f"| {r['name']} | error | {r['error']} | | |")
+                continue
+            lines.append(f"| {r['name']} | {r['found']} / {r['expected']} | {r['findings'] or 'none'} | "
+                         f"{', '.join(map(str, r['delay'])) or '-'} | {r['wall_s']:.0f} s |")
+    if corpus:
+        lines += ["", "**Real traces** (`../shared/corpora/straggler-analysis`, OSDI 2025 what-if study):", "",
+                  "| trace | the authors' finding | paper's what-if 1 - 1/S | ours (all findings) | our findings |",
+                  "|---|---|---|---|---|"]
+        for r in corpus:
+            lines.append(f"| {r['trace']} | {r['truth']} (S = {r['paper_S']:.2f}) | {r['paper_slowdown']:.3f} | "
+                         f"{r['ours']:.3f} | {r['found']} |")
+    if scale:
+        lines += ["", f"**Scale**: `telemetry analyze` on {scale['ranks']:,} ranks x {scale['steps']:,} steps "
+                  f"({scale['rows']:,} rows, Parquet): {scale['analyze_s']:.1f} s, peak {scale['peak_rss_gib']:.2f} GiB "
+                  f"(target 10 s, 4 GB); found {scale['findings']} (one straggler injected at rank "
+                  f"{(scale['ranks'] * 3) // 4}, forward)."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--no-demos", action="store_true")
+    ap.add_argument("--no-scale", action="store_true")
+    args = ap.parse_args()
+    sim = score_simulated()
+    demos = [] if args.no_demos else score_demos()
+    corpus = score_corpus()
+    scale = None
+    if not args.no_scale:
+        from scale import run as run_scale
+
+        sys.path.insert(0, HERE)
+        scale = run_scale(1024, 10000)
+    text = render(sim, demos, corpus, scale)
+    print(text)
+    if args.out:
+        from results import update_section
+
+        update_section(args.out, "Detectors (bench/detectors/evaluate.py)", text)
+
+
+if __name__ == "__main__":
+    main()
