@@ -1,4 +1,4 @@
-"""The ``telemetry`` command: demo, analyze, export."""
+"""The ``telemetry`` command: demo, analyze, diff, export."""
 
 from __future__ import annotations
 
@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print the findings JSON")
     a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
     a.add_argument("--fail-on", choices=SEVERITY_ORDER, help="exit 3 when a finding reaches this severity")
+
+    df = sub.add_parser("diff", help="compare two runs or steps tables: regressions by phase")
+    df.add_argument("base", help="the run to compare against (run directory, .csv, .parquet)")
+    df.add_argument("new", help="the run under test")
+    df.add_argument("--json", action="store_true", help="print the findings JSON")
+    df.add_argument("--min-effect", type=float, default=0.05, help="smallest change reported (default 0.05 = 5%%)")
+    df.add_argument("--fail-on", choices=SEVERITY_ORDER, help="exit 3 when a regression reaches this severity")
 
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir")
@@ -143,6 +150,42 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .detectors.diff import DiffParams, diff
+    from .table import TableError
+
+    if not 0 < args.min_effect < 10:
+        print(f"telemetry diff: --min-effect {args.min_effect}; accepted: a fraction above 0, e.g. 0.05", file=sys.stderr)
+        return 2
+    try:
+        base, new = _load(args.base)[0], _load(args.new)[0]
+    except (TableError, FileNotFoundError) as exc:
+        print(f"telemetry diff: {exc}", file=sys.stderr)
+        return 2
+    if not len(base) or not len(new):
+        print("telemetry diff: a run with no steps cannot be compared", file=sys.stderr)
+        return 2
+    doc = diff(base, new, DiffParams(min_effect=args.min_effect))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        s = doc["summary"]
+        print(f"{args.base} -> {args.new}: step {s['base_step_s'] * 1e3:.2f} ms -> {s['new_step_s'] * 1e3:.2f} ms "
+              f"({s['step_change']:+.1%})")
+        print("  series        base ms     new ms    change        p")
+        for name, c in sorted(s["series"].items()):
+            print(f"  {name:<12} {c['base_s'] * 1e3:8.2f}   {c['new_s'] * 1e3:8.2f}   {c['change']:+7.1%}   {c['p']:.1e}")
+        if not doc["findings"]:
+            print(f"No significant change of {s['min_effect']:.0%} or more.")
+        for f in doc["findings"]:
+            print(f"  [{f['severity']}] {f['kind']}: {f['evidence']}")
+    if args.fail_on:
+        level = SEVERITY_ORDER.index(args.fail_on)
+        if any(f["kind"] == "regression" and SEVERITY_ORDER.index(f["severity"]) >= level for f in doc["findings"]):
+            return 3
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .store import read_run
     from .table import TableError, write_table
@@ -193,7 +236,7 @@ def _step_range(text: str | None) -> tuple[int | None, int | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the CLI is an application
     args = build_parser().parse_args(argv)
-    handler = {"demo": cmd_demo, "analyze": cmd_analyze, "export": cmd_export}[args.command]
+    handler = {"demo": cmd_demo, "analyze": cmd_analyze, "diff": cmd_diff, "export": cmd_export}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -1,0 +1,57 @@
+"""`telemetry diff BASE NEW`: per-phase regressions between runs; noise alone reports nothing."""
+
+import json
+
+import pytest
+
+from telemetry.cli import main as cli
+from telemetry.detectors.diff import diff, mann_whitney_p
+from telemetry.simulate import Fault, Scenario, simulate
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_two_runs_of_the_same_job_differ_by_nothing(seed):
+    base = simulate(Scenario(ranks=8, steps=300, seed=seed, jitter=0.15))
+    new = simulate(Scenario(ranks=8, steps=300, seed=seed + 100, jitter=0.15))
+    assert diff(base, new)["findings"] == []
+
+
+def test_a_slower_backward_is_a_regression_of_that_phase():
+    base = simulate(Scenario(ranks=8, steps=300, seed=1))
+    new = simulate(Scenario(ranks=8, steps=300, seed=2, faults=(Fault("regression", phase="backward", factor=1.2),)))
+    doc = diff(base, new)
+    phases = [(f["kind"], f["phase"]) for f in doc["findings"]]
+    assert ("regression", "backward") in phases and ("regression", None) in phases  # the step too
+    assert ("regression", "forward") not in phases
+    back = next(f for f in doc["findings"] if f["phase"] == "backward")
+    assert back["details"]["change"] == pytest.approx(0.2, abs=0.03) and back["details"]["p"] < 1e-3
+    assert doc["summary"]["step_change"] > 0.08
+
+
+def test_a_faster_run_is_an_improvement_not_a_regression():
+    base = simulate(Scenario(ranks=8, steps=300, seed=1, faults=(Fault("regression", phase="forward", factor=1.5),)))
+    new = simulate(Scenario(ranks=8, steps=300, seed=2))
+    kinds = {(f["kind"], f["phase"]) for f in diff(base, new)["findings"]}
+    assert ("improvement", "forward") in kinds and not any(k == "regression" for k, _ in kinds)
+
+
+def test_mann_whitney_p_values():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=30)
+    assert mann_whitney_p(a, rng.normal(size=30)) > 0.01
+    assert mann_whitney_p(a, rng.normal(loc=2, size=30)) < 1e-6
+    assert mann_whitney_p(np.ones(5), np.ones(5)) == 1.0
+
+
+def test_cli_diff_json_and_exit_code(tmp_path, capsys):
+    b, n = tmp_path / "base.csv", tmp_path / "new.parquet"
+    simulate(Scenario(ranks=4, steps=200, seed=3)).to_csv(b, index=False)
+    simulate(Scenario(ranks=4, steps=200, seed=4, faults=(Fault("slow_comm", factor=3.0),))).to_parquet(n)
+    assert cli(["diff", str(b), str(n), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(f["kind"] == "regression" and f["details"]["series"] == "comm" for f in doc["findings"])
+    assert cli(["diff", str(b), str(n), "--fail-on", "warning"]) == 3
+    out = capsys.readouterr().out
+    assert "comm" in out and "regression" in out
+    assert cli(["diff", str(b), str(tmp_path / "nope.csv")]) == 2
