@@ -23,7 +23,7 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from telemetry import records as rec_types
@@ -38,6 +38,29 @@ from .pushgateway import PushWorker
 
 log = logging.getLogger("telemetry")
 BASE_LABELS = ("job", "rank", "local_rank", "node")
+
+
+class _FindingsCollector(Collector):
+    """On rank 0, from online detection: a score per rank and the findings so far by kind."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.scores: dict[int, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def collect(self):
+        if self.scores:
+            fam = GaugeMetricFamily("train_straggler_score", "Median excess of a rank's compute over its "
+                                    "peers' (0.5 = 50% slower), from online detection on rank 0",
+                                    labels=["job", "rank"])
+            for rank, v in sorted(self.scores.items()):
+                fam.add_metric([self.job, str(rank)], v)
+            yield fam
+        fam = GaugeMetricFamily("train_findings", "Findings of online detection in the current window, by kind",
+                                labels=["job", "kind"])
+        for kind, n in sorted(self.counts.items()):
+            fam.add_metric([self.job, kind], float(n))
+        yield fam
 
 
 class _DropCollector(Collector):
@@ -85,6 +108,9 @@ class PrometheusSink(Sink):
         self._build_metrics(config)
         self.registry.register(_DropCollector(self.labels, run_info.get("stats", dict), self._gates.values()))
         self._device: dict | None = None
+        self._findings = _FindingsCollector(config.job)
+        if ctx.rank == 0:
+            self.registry.register(self._findings)
         gpu = str((run_info.get("device") or {}).get("gpu") or ctx.local_rank)
         self.registry.register(DeviceCollector(self.labels, lambda: self._device, gpu))
         self._children: dict[tuple[str, str], Any] = {}
@@ -218,6 +244,10 @@ class PrometheusSink(Sink):
         self.in_coll.set(1 if p.collective else 0)
         if not self._targets_done and self.ctx.rank == 0:
             self._merge_targets()
+
+    def findings(self, findings: list[dict], scores: dict[int, float], counts: dict[str, int]) -> None:
+        self._findings.scores = dict(scores)
+        self._findings.counts = dict(counts)
 
     def close(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

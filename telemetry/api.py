@@ -65,11 +65,22 @@ class Session:
                                  release_events=pool.release if pool is not None else None)
         self._instrumented = False
         self._prev_sigterm: Any = None
+        self.online: Any = None
 
     def to_epoch_s(self, t_ns: int) -> float:
         return (self._anchor_wall_ns + (t_ns - self._anchor_perf_ns)) * 1e-9
 
     def start(self) -> None:
+        if self.config.online and self.ctx.world_size > 1:
+            from .online import OnlineDetector, default_store
+
+            store = default_store()
+            if store is not None:
+                c = self.config
+                self.online = OnlineDetector(store, self.ctx.rank, self.ctx.world_size, c.online_every,
+                                             c.online_window, c.online_wait_blocks, c.online_interval_s)
+                self.pipeline.add_listener(self.online)
+                self.pipeline.online = self.online
         self.pipeline.start()
         _recorder.set_active(self.recorder)
         if self.config.collectives:
@@ -103,6 +114,8 @@ class Session:
             except (ValueError, OSError):
                 pass
         self.pipeline.stop(timeout_s)
+        if self.online is not None:
+            self.online.stop()
         stats = self.stats()
         lost = stats["events_dropped"] + sum(s.get("dropped", 0) for s in stats["sinks"].values())
         if lost:

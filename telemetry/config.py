@@ -57,6 +57,12 @@ class Config:
     flops_per_token: float = 0.0  # model FLOPs per token (telemetry.flops helps); 0: no MFU
     peak_flops: float = 0.0  # device peak FLOP/s; 0: from the table by GPU name and mfu_dtype
     mfu_dtype: str = "bf16"
+    # Online detection (rank 0 analyzes K-step summaries of every rank while the job runs)
+    online: bool = True
+    online_every: int = 10  # steps per summary block
+    online_window: int = 200  # blocks kept for analysis
+    online_wait_blocks: int = 3  # how many blocks late a rank may be before it is named missing
+    online_interval_s: float = 5.0  # rank 0 analyzes at most this often
     # Prometheus endpoint (one per rank on prometheus_port + local rank)
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 9464
@@ -148,7 +154,11 @@ class Config:
         _check_int("buffer_events", self.buffer_events, 1024, 1 << 26)
         _check_int("start_step", self.start_step, 0, 1 << 62)
         _check_int("prometheus_port", self.prometheus_port, 1, 65535)
-        for name in ("strict", "collectives", "handle_sigterm"):
+        _check_int("online_every", self.online_every, 1, 100000)
+        _check_int("online_window", self.online_window, 8, 100000)
+        _check_int("online_wait_blocks", self.online_wait_blocks, 1, 1000)
+        _check_number("online_interval_s", self.online_interval_s, 0.05, 3600.0)
+        for name in ("strict", "collectives", "handle_sigterm", "online"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prometheus_host, str) or not self.prometheus_host:

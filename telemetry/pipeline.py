@@ -41,6 +41,7 @@ class Pipeline:
         self.finished = False
         self._tick_lock = threading.Lock()
         self._listeners: list[Callable[[list], None]] = []
+        self.online = None  # OnlineDetector: its results are handed to the sinks each tick
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="telemetry-pipeline", daemon=True)
@@ -70,6 +71,11 @@ class Pipeline:
                         fn(records)
                     except Exception:  # noqa: BLE001
                         log.exception("telemetry: online listener failed")
+                if self.online is not None:
+                    while not self.online.results.empty():
+                        found, scores, counts = self.online.results.get_nowait()
+                        for sink in self.sinks:
+                            sink.findings(found, scores, counts)
                 progress = self.progress(finished=final)
                 for sink in self.sinks:
                     sink.progress(progress)
@@ -129,4 +135,5 @@ class Pipeline:
             "unread_values": self.assembler.unread_values,
             "usage_errors": dict(self.recorder.usage.counts),
             "sinks": {s.name: s.stats() for s in self.sinks},
+            **(self.online.stats() if self.online is not None else {}),
         }

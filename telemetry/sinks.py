@@ -46,6 +46,9 @@ class Sink:
     def progress(self, progress: Progress) -> None:
         """A heartbeat of what the rank is doing now (about once per flush interval)."""
 
+    def findings(self, findings: list[dict], scores: dict[int, float], counts: dict[str, int]) -> None:
+        """New online findings (findings JSON dicts), per-rank straggler scores, counts by kind (rank 0)."""
+
     def flush(self, timeout_s: float) -> None:
         """Deliver what was written so far, giving up after ``timeout_s``."""
 
@@ -110,6 +113,14 @@ class GuardedSink:
             self.sink.progress(progress)
         except Exception as exc:  # noqa: BLE001
             self._fail("progress", exc)
+
+    def findings(self, findings: list[dict], scores: dict[int, float], counts: dict[str, int]) -> None:
+        if self.closed:
+            return
+        try:
+            self.sink.findings(findings, scores, counts)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("findings", exc)
 
     def flush(self, timeout_s: float) -> None:
         if self.closed:

@@ -24,7 +24,7 @@ def _setup(rank: int, world: int, port: int, run_dir: str, **kw) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    telemetry.init(run_dir=run_dir, job="coll", sinks=["store"], strict=True, **kw)
+    telemetry.init(run_dir=run_dir, job="coll", strict=True, **{"sinks": ["store"], **kw})
 
 
 def _teardown() -> None:
@@ -164,3 +164,32 @@ def counted(rank: int, world: int, port: int, run_dir: str) -> None:
         f.write(str(len(calls)))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def online(rank: int, world: int, port: int, run_dir: str, prom_port: int) -> None:
+    """Rank 2 computes 30 ms longer in forward; rank 0 must say so while the job still runs."""
+    import json
+    import urllib.request
+
+    _setup(rank, world, port, run_dir, online_every=5, online_interval_s=0.2, sinks=["store", "prometheus"],
+           prometheus_port=prom_port, flush_interval_s=0.1)
+    for _ in range(120):
+        with telemetry.step():
+            with telemetry.phase("forward"):
+                time.sleep(0.035 if rank == 2 else 0.005)
+            with telemetry.phase("backward"):
+                time.sleep(0.005)
+                dist.all_reduce(torch.ones(100))
+    if rank == 0:
+        deadline = time.monotonic() + 30
+        path = os.path.join(run_dir, "findings.jsonl")
+        while time.monotonic() < deadline and not os.path.exists(path):
+            time.sleep(0.2)
+        time.sleep(0.5)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/metrics", timeout=5).read().decode()
+        scores = {line.split('rank="')[1].split('"')[0]: float(line.split()[-1])
+                  for line in text.splitlines() if line.startswith("train_straggler_score{")}
+        with open(os.path.join(run_dir, "scores.json"), "w") as f:
+            json.dump({"scores": scores, "stats": telemetry.stats()}, f, default=str)
+    dist.barrier()
+    _teardown()

@@ -65,6 +65,12 @@ class RunStoreSink(Sink):
     def progress(self, progress: Progress) -> None:
         layout.write_json_atomic(layout.progress_path(self.run_dir, self.rank), progress._asdict())
 
+    def findings(self, findings: list[dict], scores: dict[int, float], counts: dict[str, int]) -> None:
+        if self.rank != 0 or not findings:
+            return
+        with open(os.path.join(self.run_dir, layout.FINDINGS), "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(x, default=str) + "\n" for x in findings))
+
     def close(self, timeout_s: float) -> None:
         self._file.flush()
         try:

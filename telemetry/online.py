@@ -1,0 +1,235 @@
+"""Online detection: every K steps each rank posts a small fixed-size summary; rank 0 runs the
+same detectors as offline on the summaries and reports findings while the job runs.
+
+No collective and no process group of its own (a gloo group is a full mesh, impossible at 10,000
+ranks): each rank's pipeline thread writes its summary of a block of K steps to the job's
+rendezvous store (torch.distributed's TCPStore, under the prefix ``telemetry/``) as one packed
+array of float64 (block, steps, then medians of step time, compute, comm, data and each phase, in
+a fixed order). Rank 0's online thread waits for a block to be complete (or ``online_wait_blocks``
+blocks late: the missing ranks are named), builds a steps table with one row per rank and block,
+runs :func:`telemetry.detectors.analyze` on the latest ``online_window`` blocks, and hands new
+findings and straggler scores to the sinks (run store: ``RUN_DIR/findings.jsonl``; Prometheus:
+``train_straggler_score{rank}``, ``train_findings{kind,severity}``). Store keys of analyzed
+blocks are deleted. The training thread never waits for any of this.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("telemetry")
+FIXED = ("block", "steps", "duration_s", "compute_s", "comm_s", "data_s")
+
+
+def default_store() -> Any | None:
+    """The rendezvous store of the initialized default process group, or None."""
+    try:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return None
+        store = dist.distributed_c10d._get_default_store()
+        prefixed = dist.PrefixStore("telemetry/", store)
+        prefixed.set_timeout(timedelta(seconds=5))
+        return prefixed
+    except Exception as exc:  # noqa: BLE001 - a private API: never fatal
+        log.info("telemetry: online detection off (no rendezvous store: %s)", exc)
+        return None
+
+
+class BlockSummarizer:
+    """Per rank: step records -> one summary vector per block of K steps. The phases are those of
+    the first block (posted once by name, so that rank 0 can read the vectors)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.phases: tuple[str, ...] | None = None
+        self._open: dict[int, list] = collections.defaultdict(list)
+
+    def add(self, records: list) -> list[np.ndarray]:
+        done = []
+        if self.phases is None and records:
+            self.phases = tuple(sorted({p for r in records for p in r.phases} - {"data"}))
+        for r in records:
+            block = r.step // self.every
+            self._open[block].append(r)
+            if len(self._open[block]) >= self.every:
+                done.append(self._pack(block, self._open.pop(block)))
+        for b in [b for b in self._open if b < (records[-1].step // self.every if records else 0) - 1]:
+            done.append(self._pack(b, self._open.pop(b)))  # a block that will not fill (skipped steps)
+        return done
+
+    def _pack(self, block: int, recs: list) -> np.ndarray:
+        def med(values: list[float]) -> float:
+            v = [x for x in values if x is not None and np.isfinite(x)]
+            return float(np.median(v)) if v else float("nan")
+
+        duration = med([r.duration_s for r in recs])
+        comm = med([r.comm_s for r in recs])
+        row = [block, len(recs), duration, med([r.duration_s - r.comm_s for r in recs]), comm,
+               med([r.phases.get("data", 0.0) for r in recs])]
+        for p in self.phases:
+            row.append(med([r.phases.get(p, 0.0) - r.phase_comm.get(p, 0.0) for r in recs]))
+        return np.asarray(row, dtype=np.float64)
+
+
+class OnlineDetector:
+    """Wired into the pipeline as a listener; rank 0 also runs the analysis thread."""
+
+    def __init__(self, store: Any, rank: int, world: int, every: int, window: int, wait_blocks: int,
+                 min_interval_s: float = 5.0) -> None:
+        self.store = store
+        self.rank = rank
+        self.world = world
+        self.every = every
+        self.window = window
+        self.wait_blocks = wait_blocks
+        self.min_interval_s = min_interval_s
+        self.summarizer = BlockSummarizer(every)
+        self._phases_posted = False
+        self._phase_names: dict[int, list[str]] = {}
+        self._last_analysis = 0.0
+        self._dirty = False
+        self.posted = 0
+        self.failures = 0
+        self.analyses = 0
+        self.results: queue.Queue = queue.Queue()  # (findings, scores) for the pipeline to hand on
+        self._inbox: queue.Queue = queue.Queue()
+        self._seen: set[tuple] = set()
+        self._rows: collections.OrderedDict = collections.OrderedDict()  # block -> {rank: vector}
+        self._stop = threading.Event()
+        self._thread = None
+        if rank == 0:
+            self._thread = threading.Thread(target=self._run, name="telemetry-online", daemon=True)
+            self._thread.start()
+
+    # ---- every rank, pipeline thread --------------------------------------------------
+    def __call__(self, records: list) -> None:
+        for vec in self.summarizer.add(records):
+            try:
+                if not self._phases_posted:
+                    self.store.set(f"phases/{self.rank}", ",".join(self.summarizer.phases or ()))
+                    self._phases_posted = True
+                self.store.set(f"s/{int(vec[0])}/{self.rank}", vec.tobytes())
+                self.posted += 1
+                if self.rank == 0:
+                    self._inbox.put(int(vec[0]))
+            except Exception as exc:  # noqa: BLE001 - a dead store costs only online detection
+                self.failures += 1
+                if self.failures == 1:
+                    log.warning("telemetry: online summary not posted (%s); further failures counted", exc)
+
+    # ---- rank 0, online thread ----------------------------------------------------------
+    def _run(self) -> None:
+        pending: list[int] = []
+        while not self._stop.is_set():
+            try:
+                pending.append(self._inbox.get(timeout=0.5))
+            except queue.Empty:
+                pass
+            newest = max(pending) if pending else -1
+            ready = []
+            for block in sorted(set(pending)):
+                keys = [f"s/{block}/{r}" for r in range(self.world)]
+                try:
+                    complete = self.store.check(keys)
+                except Exception:  # noqa: BLE001
+                    complete = False
+                if complete or newest - block >= self.wait_blocks:
+                    ready.append(block)
+            for block in ready:
+                pending = [b for b in pending if b != block]
+                self._collect(block)
+                self._dirty = True
+            if self._dirty and time.monotonic() - self._last_analysis >= self.min_interval_s:
+                self._last_analysis = time.monotonic()
+                self._dirty = False
+                self._analyze()
+
+    def _collect(self, block: int) -> None:
+        rows = {}
+        for r in range(self.world):
+            key = f"s/{block}/{r}"
+            try:
+                if self.store.check([key]):
+                    rows[r] = np.frombuffer(self.store.get(key), dtype=np.float64)
+                    self.store.delete_key(key)
+            except Exception:  # noqa: BLE001
+                continue
+        self._rows[block] = rows
+        while len(self._rows) > self.window:
+            self._rows.popitem(last=False)
+
+    def _names(self, rank: int) -> list[str]:
+        if rank not in self._phase_names:
+            try:
+                raw = self.store.get(f"phases/{rank}").decode()
+                self._phase_names[rank] = [p for p in raw.split(",") if p]
+            except Exception:  # noqa: BLE001
+                return []
+        return self._phase_names[rank]
+
+    def _table(self):
+        import pandas as pd
+
+        out = []
+        for block, rows in self._rows.items():
+            for rank, v in rows.items():
+                # per-phase values are compute (comm inside the phase removed): comm.* columns say so
+                rec = {"rank": rank, "step": block * self.every, "start_s": float(block), "duration_s": v[2],
+                       "comm_s": v[4], "data_s": v[5]}
+                for i, p in enumerate(self._names(rank)[: len(v) - len(FIXED)]):
+                    rec[f"{p}_s"] = v[len(FIXED) + i]
+                    rec[f"comm.{p}_s"] = 0.0
+                out.append(rec)
+        return pd.DataFrame(out)
+
+    def _analyze(self) -> None:
+        from .detectors import analyze
+
+        try:
+            table = self._table()
+            if table.empty or table["step"].nunique() < 4:
+                return
+            result = analyze(table)
+            self.analyses += 1
+            missing = {b: sorted(set(range(self.world)) - set(rows)) for b, rows in self._rows.items()}
+            latest = max(self._rows)
+            new = []
+            for f in result.findings:
+                key = (f.kind, tuple(f.ranks), f.phase)
+                if key in self._seen or f.severity == "info":
+                    continue
+                self._seen.add(key)
+                d = f.to_dict()
+                # each summary row is a block of K steps, numbered by its first step
+                if f.last_step is not None:
+                    d["last_step"] = f.last_step + self.every - 1
+                d["online"] = True
+                d["time_s"] = time.time()
+                new.append(d)
+                log.warning("telemetry: [online] %s %s: %s", f.severity, f.kind, f.evidence)
+            if missing.get(latest):
+                log.warning("telemetry: [online] ranks %s did not report steps %d-%d", missing[latest],
+                            latest * self.every, (latest + 1) * self.every - 1)
+            self.results.put((new, result.summary.get("straggler_score", {}),
+                              {k: v for k, v in result.summary.get("by_kind", {}).items()}))
+        except Exception:  # noqa: BLE001
+            self.failures += 1
+            log.exception("telemetry: online analysis failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+
+    def stats(self) -> dict[str, Any]:
+        return {"summaries_posted": self.posted, "analyses": self.analyses, "online_failures": self.failures}
