@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .findings import Finding, severity_for
-from .matrix import StepMatrix, nanmedian, rank_median
+from .matrix import RANK_SAMPLE, StepMatrix, nanmedian, rank_median
 from .whatif import slowdown
 
 
@@ -83,32 +83,34 @@ def detect_stage_imbalance(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
 
 
 def detect_moving_imbalance(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
-                            p: ImbalanceParams | None = None) -> tuple[list[Finding], np.ndarray]:
+                            p: ImbalanceParams | None = None) -> tuple[list[Finding], np.ndarray | None]:
+    """The cheap tests first (who is slowest each step, phase correlation), the replay last."""
     p = p or ImbalanceParams()
     c = m.compute - shift
-    heal = np.zeros_like(shift)
-    tops: list[np.ndarray] = []
-    for g in np.unique(m.groups):
-        idx = np.flatnonzero(m.groups == g)
-        if len(idx) < 2:
-            continue
-        sub = c[idx]
-        med = rank_median(c, idx)
-        heal[idx] = np.clip(sub - med[None, :], 0, None)
-        tops.append(np.nanargmax(np.nan_to_num(sub[:, live], nan=-np.inf), axis=0) + 1000 * int(g))
-    if not tops:
-        return [], heal
-    heal[:, ~live] = 0
-    cost = slowdown(m, shift + heal, live) - slowdown(m, shift, live)
-    if cost < p.min_slowdown:
-        return [], heal
+    groups = [np.flatnonzero(m.groups == g) for g in np.unique(m.groups)]
+    groups = [idx for idx in groups if len(idx) >= 2]
+    if not groups:
+        return [], None
+    tops = []
+    for gi, idx in enumerate(groups):
+        sub = c[idx][:, live]
+        if np.isnan(sub).any():
+            sub = np.where(np.isnan(sub), -np.inf, sub)
+        tops.append(np.argmax(sub, axis=0) + 1_000_000 * gi)
     top = np.concatenate(tops)
     share = np.unique(top, return_counts=True)[1].max() / max(len(tops[0]), 1)
     if share > p.max_top_share:
-        return [], heal  # one rank holds it: a straggler's business, not moving imbalance
+        return [], None  # one rank holds it: a straggler's business, not moving imbalance
     corr = _phase_correlation(m, live)
     if corr is not None and corr < p.min_phase_correlation:
-        return [], heal  # independent jitter per kernel, not work assignment
+        return [], None  # independent jitter per kernel, not work assignment
+    heal = np.zeros_like(shift)
+    for idx in groups:
+        heal[idx] = np.clip(c[idx] - rank_median(c, idx)[None, :], 0, None)
+    heal[:, ~live] = 0
+    cost = slowdown(m, shift + heal, live) - slowdown(m, shift, live)
+    if cost < p.min_slowdown:
+        return [], None
     median_c = float(nanmedian(nanmedian(c[:, live], axis=0)))
     spread = float(nanmedian(np.nanmax(c[:, live], axis=0) / nanmedian(c[:, live], axis=0)))
     s0, s1 = int(m.steps[live][0]), int(m.steps[live][-1])
@@ -135,6 +137,8 @@ def _phase_correlation(m: StepMatrix, live: np.ndarray) -> float | None:
         idx = np.flatnonzero(m.groups == g)
         if len(idx) < 2:
             continue
+        if len(idx) > RANK_SAMPLE:  # a correlation needs no more ranks than that either
+            idx = idx[np.linspace(0, len(idx) - 1, RANK_SAMPLE).astype(int)]
         for arr, acc in ((f, ef), (b, eb)):
             sub = arr[idx][:, live]
             e = sub - nanmedian(sub, axis=0)[None, :]

@@ -6,7 +6,7 @@ Peers are the other ranks of the same pipeline stage (one group when the layout 
 each series (total compute, and each phase's compute) and each rank, the per-step excess over the
 peers' median is taken. Two passes:
 
-- persistent: block means of the (clipped) excess locate the steps where the rank runs hot; over
+- persistent: window means of the (clipped) excess locate the steps where the rank runs hot; over
   those steps the median excess must be at least ``min_rel_excess`` of the peers' time and
   ``z_min`` robust standard errors above zero (half the steps counted as independent);
 - intermittent: otherwise, the steps where the excess passes ``spike_sigma`` noise units; the
@@ -86,23 +86,30 @@ def peer_median(arr: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return out
 
 
-def block_level(e: np.ndarray, w: int, clip: float) -> np.ndarray:
-    """Per rank, the mean of the excess (clipped to +-clip, so that spikes cannot move it) over
-    blocks of w steps laid at two offsets (0 and w/2); each step takes the later block that holds
-    it. A few vectorized passes over the data, whatever its size."""
+def block_level(e: np.ndarray, w: int, clip: float) -> tuple[np.ndarray, int]:
+    """Per rank, the mean excess (clipped to +-clip, so that spikes cannot move it) over windows of
+    about w steps, at half-window resolution: returns (R, n // h) levels and h. Each half-block
+    takes the later window that holds it. One vectorized pass over the data, whatever its size."""
     R, n = e.shape
-    c = np.clip(np.where(np.isnan(e), 0.0, e), -clip, clip)
-    if n < w:
-        return np.broadcast_to(c.mean(axis=1)[:, None], e.shape).copy()
-    out = np.empty_like(c)
-    for offset in (0, w // 2):
-        nb = (n - offset) // w
-        if nb == 0:
-            continue
-        blocks = c[:, offset:offset + nb * w].reshape(R, nb, w).mean(axis=2)  # (R, nb)
-        out[:, offset:offset + nb * w] = np.repeat(blocks, w, axis=1)
-        if offset == 0:
-            out[:, nb * w:] = blocks[:, -1:]  # the tail takes the last block
+    h = max(1, w // 2)
+    c = np.clip(e, -clip, clip)
+    if np.isnan(c).any():
+        c = np.where(np.isnan(c), 0.0, c)
+    nh = n // h
+    if nh < 2:
+        return np.broadcast_to(c.mean(axis=1)[:, None], (R, max(nh, 1))).copy(), max(1, n if nh < 1 else h)
+    half = c[:, : nh * h].reshape(R, nh, h).mean(axis=2)  # (R, nh)
+    level = np.empty_like(half)
+    level[:, :-1] = (half[:, :-1] + half[:, 1:]) / 2.0  # the window made of half-blocks k and k+1
+    level[:, -1] = level[:, -2]
+    return level, h
+
+
+def expand(flags: np.ndarray, h: int, n: int) -> np.ndarray:
+    """Half-block flags (nh,) -> step flags (n,); steps past the last half-block take its flag."""
+    out = np.repeat(flags, h)[:n]
+    if len(out) < n:
+        out = np.concatenate([out, np.full(n - len(out), flags[-1])])
     return out
 
 
@@ -149,17 +156,17 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
     sigma = max(robust_sigma(e), 1e-9)
     n_live = a.shape[1]
     w = min(p.window, max(3, n_live // 4))
-    rolled = block_level(e, w, clip=4.0 * sigma)
+    level, h = block_level(e, w, clip=4.0 * sigma)
     thr = max(p.min_rel_excess * base, 2.0 * 1.253 * sigma / np.sqrt(w))
     spikes = e > max(p.spike_sigma * sigma, p.min_rel_excess * base)  # NaN compares False
     spike_rate = spikes.mean(axis=1)
-    hot = rolled > thr
+    hot = level > thr  # (R, half-blocks)
     # only ranks with some hot stretch or frequent spikes can be stragglers: skip the rest
     candidates = np.flatnonzero(hot.any(axis=1) | (spike_rate >= p.min_hot_fraction))
     hits = {}
     for r in candidates:
         hit = None
-        runs = hot_mask(hot[r], p.min_run)
+        runs = hot_mask(expand(hot[r], h, n_live), p.min_run)
         if runs.sum() >= p.min_run:
             lo, hi = np.flatnonzero(runs)[[0, -1]]
             if runs[lo:hi + 1].mean() >= 0.5:  # hot through most of its span: one persistent stretch

@@ -17,17 +17,43 @@ import numpy as np
 from .matrix import StepMatrix, nan_to_zero
 
 
-def step_savings(m: StepMatrix, shift: np.ndarray) -> np.ndarray:
-    """Seconds saved per step when each rank's compute is reduced by ``shift`` (R x S, >= 0)."""
-    before = m.cache.get("work_max")
+TOP = 8
+
+
+def _work(m: StepMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(work, per-step max, top-8 rank indices per step), cached: work = data wait + compute."""
+    cached = m.cache.get("work")
+    if cached is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            work = m.compute + m.data
+            filled = np.where(np.isnan(work), -np.inf, work) if np.isnan(work).any() else work
+            k = min(TOP, work.shape[0])
+            top = np.argpartition(-filled, k - 1, axis=0)[:k] if k < work.shape[0] else \
+                np.broadcast_to(np.arange(work.shape[0])[:, None], work.shape)
+            cached = m.cache["work"] = (work, np.nanmax(work, axis=0), np.asarray(top))
+    return cached
+
+
+def step_savings(m: StepMatrix, shift: np.ndarray | None) -> np.ndarray:
+    """Seconds saved per step when each rank's work is reduced by ``shift`` (R x S, >= 0).
+
+    When only a few ranks are shifted (stragglers), the others' max comes from a cached top-8 per
+    step, so costing a finding does not touch the whole matrix."""
+    if shift is None or not shift.any():
+        return np.zeros(m.n_steps)
+    work, before, top = _work(m)
+    rows = np.flatnonzero(shift.any(axis=1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        c = m.compute + m.data
-        if before is None:
-            before = m.cache["work_max"] = np.nanmax(c, axis=0)
-        if shift is None or not shift.any():
-            return np.zeros(m.n_steps)
-        after = np.nanmax(c - nan_to_zero(shift), axis=0)
+        if len(rows) < top.shape[0]:
+            vals = np.take_along_axis(work, top, axis=0)  # (k, S)
+            vals = np.where(np.isin(top, rows) | np.isnan(vals), -np.inf, vals)
+            others = vals.max(axis=0)  # the largest unshifted rank is among the top k
+            mine = np.nanmax(work[rows] - nan_to_zero(shift[rows]), axis=0)
+            after = np.fmax(others, mine)
+        else:
+            after = np.nanmax(work - nan_to_zero(shift), axis=0)
     saving = nan_to_zero(before - after)
     return np.clip(saving, 0.0, nan_to_zero(m.step_time()))
 
