@@ -17,7 +17,9 @@ def test_defaults_and_precedence():
 
 def test_config_is_immutable():
     cfg = Config.resolve({}, environ={})
-    with pytest.raises(Exception):
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.job = "x"
 
 

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from telemetry.store import read_run
 

@@ -1,6 +1,5 @@
 """The detector suite on simulated synchronous steps (telemetry.simulate), with ground truth."""
 
-import numpy as np
 import pytest
 
 from telemetry.detectors import analyze

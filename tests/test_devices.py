@@ -1,6 +1,5 @@
 """GPU (NVML, faked at the pynvml boundary), host and throughput readings, and where they show."""
 
-import os
 import sys
 import time
 

@@ -1,6 +1,5 @@
 """The OTLP sink against a receiver that decodes real OTLP protobuf, and against dead collectors."""
 
-import json
 import os
 import subprocess
 import sys

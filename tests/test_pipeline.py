@@ -3,7 +3,6 @@
 import threading
 import time
 
-import pytest
 
 from telemetry.pipeline import Pipeline
 from telemetry.recorder import Recorder

@@ -6,13 +6,11 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
 
 import pytest
 from servers import free_port, free_port_range, http_get, prometheus, pushgateway
 
 import telemetry
-from exporters.prometheus import PrometheusSink
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -119,6 +117,7 @@ def test_tls_with_client_certificates(run_dir, tmp_path):
     time.sleep(0.7)
     ctx = ssl.create_default_context(cafile=ca[1])
     ctx.load_cert_chain(client[1], client[0])
+    import urllib.error
     import urllib.request
     body = urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=5).read().decode()
     assert "train_steps_total" in body

@@ -1,6 +1,5 @@
 """The run store: what a run directory holds, while running, after a crash, and when exported."""
 
-import json
 import os
 import signal
 import subprocess

@@ -9,7 +9,7 @@ from telemetry.simulate import Fault, Scenario, simulate
 
 from telemetry.cli import main as cli
 from telemetry.demo.faults import InjectError, check_against_job, parse_inject
-from telemetry.table import TableError, load_table, phase_columns, validate
+from telemetry.table import TableError, phase_columns, validate
 
 
 def test_phase_columns_follow_the_contract():
