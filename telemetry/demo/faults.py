@@ -7,7 +7,9 @@ the detectors see what a real job would show:
   phase's own work, the rank stays busy in that phase for (F-1) x its measured time: a slower device).
 - ``data_stall:rank=R,delay_ms=D[,start=S]``: rank R's data loader takes D ms longer per batch.
 - ``regression:factor=F,start=S[,phase=P]``: from step S every rank's phase P (default: forward,
-  backward and optimizer) takes F times as long.
+  backward and optimizer) does F times its compute: after the phase's own work the rank computes
+  (F-1) x the CPU time that work took (real work, not a sleep: on a machine with fewer cores than
+  ranks a sleep would only hand the CPU to the other ranks, and the job would not get slower).
 - ``slow_comm:factor=F[,start=S]``: every gradient all-reduce does F times the communication work
   for its payload (inside the call, beneath telemetry's wrapper), as over a link F times slower.
 - ``hang:rank=R,step=S``: rank R stops inside the forward phase of step S and never returns.
@@ -118,14 +120,18 @@ class FaultPlan:
         self.faults = tuple(faults)
 
     def phase_factor(self, step: int, phase: str) -> float:
-        """How many times its own time this rank's phase should take at this step."""
+        """How many times its own wall time this rank's phase should take at this step (stragglers)."""
         factor = 1.0
         for f in self.faults:
-            if step < f.start:
-                continue
-            if f.kind == "straggler" and f.rank == self.rank and f.phase == phase:
+            if step >= f.start and f.kind == "straggler" and f.rank == self.rank and f.phase == phase:
                 factor *= f.factor
-            elif f.kind == "regression" and (f.phase is None or f.phase == phase):
+        return factor
+
+    def work_factor(self, step: int, phase: str) -> float:
+        """How many times its own compute this rank's phase should do at this step (regressions)."""
+        factor = 1.0
+        for f in self.faults:
+            if step >= f.start and f.kind == "regression" and (f.phase is None or f.phase == phase):
                 factor *= f.factor
         return factor
 

@@ -36,6 +36,18 @@ def _stretch(t0: float, factor: float) -> None:
         time.sleep(elapsed * (factor - 1.0))
 
 
+_WORK = torch.ones(48, 48)
+
+
+def _compute_more(cpu0: float, factor: float) -> None:
+    """Do (factor - 1) x the CPU time this thread has spent since ``cpu0``, as real tensor work."""
+    if factor > 1.0:
+        now = time.thread_time()
+        until = now + (now - cpu0) * (factor - 1.0)
+        while time.thread_time() < until:
+            torch.mm(_WORK, _WORK)
+
+
 def _stall_forever() -> None:
     while True:  # a hung rank: alive, making no progress, until the launcher kills it
         time.sleep(1.0)
@@ -105,21 +117,24 @@ def main() -> None:
         step_ref[0] = i
         with telemetry.step(tokens=tokens, samples=batch):
             with telemetry.phase("forward"):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 if plan.hangs_at(i):
                     _stall_forever()
                 logits = model(x)
                 loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+                _compute_more(c0, plan.work_factor(i, "forward"))
                 _stretch(t0, plan.phase_factor(i, "forward"))
             with telemetry.phase("backward"):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 loss.backward()
+                _compute_more(c0, plan.work_factor(i, "backward"))
                 _stretch(t0, plan.phase_factor(i, "backward"))
                 sync_gradients(model, world)  # blocks until the slowest rank arrives
             with telemetry.phase("optimizer"):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+                _compute_more(c0, plan.work_factor(i, "optimizer"))
                 _stretch(t0, plan.phase_factor(i, "optimizer"))
             telemetry.log(loss=loss.detach())
     telemetry.shutdown()

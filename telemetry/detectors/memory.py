@@ -3,7 +3,11 @@
 Series: CUDA memory allocated by tensors (``dev.cuda_memory_allocated_bytes``) when present, else
 the process's resident memory (``dev.process_resident_memory_bytes``). Over the live steps, split
 into ``blocks`` blocks, the block medians must rise in at least ``monotone_fraction`` of
-consecutive pairs and by at least ``min_growth`` (relative, 5%) and ``min_growth_bytes``. The what-if
+consecutive pairs and by at least ``min_growth`` (relative, 5%) and ``min_growth_bytes``. A rise
+counts only when it is at least ``min_share_per_rise`` of the average rise per block (RSS moves by
+pages, so a flat series still "rises" by a few KiB), and the second half of the run must carry at
+least ``late_share`` of the growth: a one-time step up early in the run (a lazy import, an
+allocator warming up, rank 0 loading the online analyzer) is not growth. The what-if
 is 0 (growth costs no time until it fails), so the finding is ``info``, or ``warning`` when the
 GPU would run out of memory within as many steps again as the run has had.
 """
@@ -24,6 +28,8 @@ class MemoryParams:
     monotone_fraction: float = 0.8
     min_growth: float = 0.05
     min_growth_bytes: float = 64 * 2**20
+    min_share_per_rise: float = 0.25
+    late_share: float = 0.2
 
 
 def detect_memory_growth(m: StepMatrix, live: np.ndarray, p: MemoryParams | None = None) -> list[Finding]:
@@ -44,9 +50,12 @@ def detect_memory_growth(m: StepMatrix, live: np.ndarray, p: MemoryParams | None
         blocks = np.array([nanmedian(series[r, a:b]) for a, b in zip(edges, edges[1:])])
         if not np.isfinite(blocks).all() or blocks[0] <= 0:
             continue
-        rises = np.mean(np.diff(blocks) > 0)
         growth = blocks[-1] - blocks[0]
-        if rises >= p.monotone_fraction and growth >= max(p.min_growth * blocks[0], p.min_growth_bytes):
+        if growth < max(p.min_growth * blocks[0], p.min_growth_bytes):
+            continue
+        rises = np.mean(np.diff(blocks) >= p.min_share_per_rise * growth / (p.blocks - 1))
+        late = blocks[-1] - blocks[p.blocks // 2]
+        if rises >= p.monotone_fraction and late >= p.late_share * growth:
             growing.append(r)
             rates.append(growth / max(n - n / p.blocks, 1))
             ends.append(blocks[-1])
