@@ -61,6 +61,16 @@ def test_regression_names_the_phase():
     assert (f.kind, f.phase) == ("regression", "backward") and 110 <= f.first_step <= 130
 
 
+def test_small_regression_under_heavy_jitter_is_found_in_its_phase():
+    # 1.15x backward under 30% jitter: the step time alone does not clear z >= 6 (z about 5 here);
+    # the backward series finds the split and the step time confirms it over the same steps
+    sc = Scenario(ranks=8, steps=300, seed=1, jitter=0.3,
+                  faults=(Fault("regression", phase="backward", factor=1.15, start=150),))
+    [f] = found(sc)
+    assert (f.kind, f.phase) == ("regression", "backward") and 140 <= f.first_step <= 160
+    assert 3.0 <= f.details["z"] < 6.0
+
+
 def test_temporary_regression_ends():
     sc = Scenario(ranks=8, steps=300, faults=(Fault("regression", phase="forward", factor=1.6, start=100, end=180),))
     [f] = found(sc)

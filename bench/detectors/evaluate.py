@@ -80,6 +80,8 @@ SCENARIOS = [
       faults=(Fault("slow_comm", factor=3.0, start=150),)),
     S("regression: backward 1.3x from step 120", [Expect("regression", None, "backward", 120)],
       faults=(Fault("regression", phase="backward", factor=1.3, start=120),)),
+    S("small regression under 30% jitter: backward 1.15x from step 150", [Expect("regression", None, "backward", 150)],
+      seed=1, jitter=0.3, faults=(Fault("regression", phase="backward", factor=1.15, start=150),)),
     S("temporary regression: forward 1.6x, steps 100-180", [Expect("regression", None, "forward", 100)],
       faults=(Fault("regression", phase="forward", factor=1.6, start=100, end=180),)),
     S("moving imbalance, 16 ranks", [Expect("imbalance")], ranks=16, faults=(Fault("imbalance"),)),

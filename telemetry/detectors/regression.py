@@ -14,6 +14,13 @@ slow compute a little when communication slows):
   who does not wait)                      -> ``slow_comm``;
 - the data wait (median over ranks)       -> ``data_stall`` (job-wide).
 
+A change too small to clear ``z_min`` in the noisy step time can still be certain in the one
+component that moved: each component's own series (quieter, since the other components' noise is
+not in it) is searched the same way, and a change found there is a regression when the step time
+confirms it over the same steps: at least ``min_effect`` higher, ``persist_fraction`` of those steps
+above the midpoint, and a rank test of before against after of at least ``z_confirm`` (one test at a
+split chosen elsewhere, so no search inflates it).
+
 What-if: the step time those steps would have had at the old level.
 """
 
@@ -35,6 +42,7 @@ class RegressionParams:
     min_persist_steps: int = 10
     persist_fraction: float = 0.6
     min_segment: int = 8
+    z_confirm: float = 3.0
 
 
 @dataclass
@@ -114,6 +122,30 @@ def find_change(x: np.ndarray, p: RegressionParams) -> Change | None:
     return best[1] if best else None
 
 
+def _rank_z(before: np.ndarray, after: np.ndarray) -> float:
+    """Mann-Whitney z (normal approximation, no tie correction) that ``after`` is above ``before``."""
+    n1, n2 = len(before), len(after)
+    if n1 == 0 or n2 == 0:
+        return 0.0
+    both = np.concatenate([before, after])
+    ranks = np.argsort(np.argsort(both, kind="stable"), kind="stable").astype(float) + 1.0
+    u = ranks[n1:].sum() - n2 * (n2 + 1) / 2.0
+    return float((u - n1 * n2 / 2.0) / np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12.0))
+
+
+def _confirmed_by_step_time(t: np.ndarray, c: Change, p: RegressionParams) -> Change | None:
+    """The step time's view of a change found in one component: the same steps, tested once."""
+    before, after = t[: c.start], t[c.start: c.end + 1]
+    before, after = before[np.isfinite(before)], after[np.isfinite(after)]
+    if len(before) < p.min_segment or len(after) < p.min_persist_steps:
+        return None
+    b, a = float(np.median(before)), float(np.median(after))
+    if b <= 0 or a < b * (1 + p.min_effect) or np.mean(after > (a + b) / 2.0) < p.persist_fraction:
+        return None
+    z = _rank_z(before, after)
+    return Change(c.start, c.end, b, a, z) if z >= p.z_confirm else None
+
+
 def _level_change(x: np.ndarray, ch: Change) -> float:
     before = nanmedian(x[: ch.start])
     after = nanmedian(x[ch.start: ch.end + 1])
@@ -127,15 +159,20 @@ def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
     if len(live_idx) < 2 * p.min_segment:
         return []
     t = (m.step_time() - step_savings(m, shift))[live_idx]  # stragglers' cost healed
-    ch = find_change(t, p)
-    if ch is None:
-        return []
     components: dict[str, np.ndarray] = {
         name: rank_median(arr)[live_idx] for name, arr in m.phase_compute.items() if name != "data"}
     if m.comm is not None:
-        components["__comm__"] = np.nanmin(np.where(np.isfinite(m.comm), m.comm, np.inf), axis=0)[live_idx]
+        comm = np.nanmin(np.where(np.isfinite(m.comm), m.comm, np.inf), axis=0)[live_idx]
+        components["__comm__"] = np.where(np.isfinite(comm), comm, np.nan)
     if "data" in m.phases:
         components["__data__"] = rank_median(m.data)[live_idx]
+    ch = find_change(t, p)
+    if ch is None:
+        seen = [c for c in (find_change(v, p) for v in components.values()) if c is not None]
+        confirmed = [c for c in (_confirmed_by_step_time(t, c, p) for c in seen) if c is not None]
+        ch = max(confirmed, key=lambda c: (c.after - c.before) * (c.end - c.start + 1), default=None)
+    if ch is None:
+        return []
     deltas = {k: _level_change(v, ch) for k, v in components.items()}
     dt = ch.after - ch.before
     ranked = sorted(deltas, key=deltas.get, reverse=True)
