@@ -101,6 +101,8 @@ class OnlineDetector:
         self.posted = 0
         self.failures = 0
         self.analyses = 0
+        self.analysis_s = 0.0  # rank 0: seconds spent building tables and analyzing, in all
+        self.analysis_max_s = 0.0
         self.results: queue.Queue = queue.Queue()  # (findings, scores) for the pipeline to hand on
         self._inbox: queue.Queue = queue.Queue()
         self._seen: set[tuple] = set()
@@ -108,6 +110,11 @@ class OnlineDetector:
         self._stop = threading.Event()
         self._thread = None
         if rank == 0:
+            # Import the analyzer (pandas, the detectors: about 0.5 s here) now, inside init, rather
+            # than in the online thread mid-run, where it would hold the GIL against rank 0's
+            # training thread and make rank 0 a straggler of its own telemetry's making.
+            from . import detectors  # noqa: F401
+
             self._thread = threading.Thread(target=self._run, name="telemetry-online", daemon=True)
             self._thread.start()
 
@@ -150,9 +157,9 @@ class OnlineDetector:
                 self._collect(block)
                 self._dirty = True
             if self._dirty and time.monotonic() - self._last_analysis >= self.min_interval_s:
-                self._last_analysis = time.monotonic()
                 self._dirty = False
-                self._analyze()
+                if self._analyze():  # too few blocks yet: try again with the next, not in 5 s
+                    self._last_analysis = time.monotonic()
 
     def _collect(self, block: int) -> None:
         rows = {}
@@ -192,15 +199,20 @@ class OnlineDetector:
                 out.append(rec)
         return pd.DataFrame(out)
 
-    def _analyze(self) -> None:
+    def _analyze(self) -> bool:
+        """One analysis of the window; False when there were too few blocks to analyze."""
         from .detectors import analyze
 
+        t0 = time.perf_counter()
         try:
             table = self._table()
             if table.empty or table["step"].nunique() < 4:
-                return
-            result = analyze(table)
+                return False
+            result = analyze(table, step_resolution=False)
             self.analyses += 1
+            took = time.perf_counter() - t0
+            self.analysis_s += took
+            self.analysis_max_s = max(self.analysis_max_s, took)
             missing = {b: sorted(set(range(self.world)) - set(rows)) for b, rows in self._rows.items()}
             latest = max(self._rows)
             new = []
@@ -225,6 +237,7 @@ class OnlineDetector:
         except Exception:  # noqa: BLE001
             self.failures += 1
             log.exception("telemetry: online analysis failed")
+        return True  # a failed analysis waits its interval too: no retry storm
 
     def stop(self) -> None:
         self._stop.set()
@@ -232,4 +245,5 @@ class OnlineDetector:
             self._thread.join(2.0)
 
     def stats(self) -> dict[str, Any]:
-        return {"summaries_posted": self.posted, "analyses": self.analyses, "online_failures": self.failures}
+        return {"summaries_posted": self.posted, "analyses": self.analyses, "online_failures": self.failures,
+                "analysis_s": round(self.analysis_s, 4), "analysis_max_s": round(self.analysis_max_s, 4)}

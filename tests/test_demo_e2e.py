@@ -37,8 +37,10 @@ def test_injected_straggler_is_named_by_rank_and_phase(tmp_path):
 
 
 def test_healthy_run_reports_no_straggler(tmp_path):
-    doc, _, _ = demo(tmp_path)
+    doc, _, run_dir = demo(tmp_path)
     assert doc["findings"] == [], doc["findings"]
+    online = os.path.join(run_dir, "findings.jsonl")  # nor did online detection, during the run
+    assert not os.path.exists(online) or open(online).read().strip() == "", open(online).read()
     assert doc["summary"]["ranks"] == 4 and doc["summary"]["steps"] == 200
     assert doc["summary"]["demo"]["outcome"] == "completed"
 

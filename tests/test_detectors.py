@@ -71,6 +71,13 @@ def test_small_regression_under_heavy_jitter_is_found_in_its_phase():
     assert 3.0 <= f.details["z"] < 6.0
 
 
+def test_block_summaries_do_not_claim_moving_imbalance():
+    # online rows are 10-step medians: imbalance that moves from step to step is averaged away
+    t = simulate(Scenario(ranks=16, steps=200, faults=(Fault("imbalance"),)))
+    assert "imbalance" in [f.kind for f in analyze(t).findings]
+    assert "imbalance" not in [f.kind for f in analyze(t, step_resolution=False).findings]
+
+
 def test_temporary_regression_ends():
     sc = Scenario(ranks=8, steps=300, faults=(Fault("regression", phase="forward", factor=1.6, start=100, end=180),))
     [f] = found(sc)

@@ -153,12 +153,14 @@ DEMOS = [
 ]
 
 
-def score_demos():
+def score_demos(keep: str | None = None):
+    """Run each demo; with ``keep``, leave each run directory under it (keep/00, keep/01, ...)."""
     rows = []
-    for name, args, expect in DEMOS:
+    for i, (name, args, expect) in enumerate(DEMOS):
         with tempfile.TemporaryDirectory() as tmp:
+            run_dir = os.path.join(keep, f"{i:02d}") if keep else os.path.join(tmp, "r")
             t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "telemetry", "demo", "--run-dir", os.path.join(tmp, "r"),
+            proc = subprocess.run([sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--overwrite",
                                    "--json", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
                                   env={**os.environ, "PYTHONPATH": ROOT})
             wall = time.perf_counter() - t0
@@ -253,9 +255,10 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("--no-demos", action="store_true")
     ap.add_argument("--no-scale", action="store_true")
+    ap.add_argument("--keep", metavar="DIR", help="keep the demo run directories under DIR, to analyze again")
     args = ap.parse_args()
     sim = score_simulated()
-    demos = [] if args.no_demos else score_demos()
+    demos = [] if args.no_demos else score_demos(args.keep)
     corpus = score_corpus()
     scale = None
     if not args.no_scale:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from datetime import timedelta
 from typing import Any, Iterator
@@ -137,7 +138,8 @@ def main() -> None:
                 _compute_more(c0, plan.work_factor(i, "optimizer"))
                 _stretch(t0, plan.phase_factor(i, "optimizer"))
             telemetry.log(loss=loss.detach())
-    telemetry.shutdown()
+    stats = telemetry.shutdown()
+    print(f"rank {rank}: telemetry {json.dumps(stats, default=str)}", file=sys.stderr, flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

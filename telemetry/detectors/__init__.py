@@ -44,7 +44,10 @@ class Analysis:
 def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | None = None,
             world_size: int | None = None, hang_bound_s: float | None = None,
             straggler: StragglerParams | None = None, imbalance: ImbalanceParams | None = None,
-            regression: RegressionParams | None = None) -> Analysis:
+            regression: RegressionParams | None = None, step_resolution: bool = True) -> Analysis:
+    """``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
+    moving imbalance is then not looked for, since a block's median averages away the work that
+    moves from step to step and what is left between blocks is noise, not imbalance."""
     m = from_table(table) if len(table) else None
     findings: list[Finding] = []
     shift = None
@@ -60,7 +63,7 @@ def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | Non
         found, more = detect_stage_imbalance(m, live, shift, imbalance)
         findings += found
         shift = shift + more
-        found, more = detect_moving_imbalance(m, live, shift, imbalance)
+        found, more = detect_moving_imbalance(m, live, shift, imbalance) if step_resolution else ([], None)
         if found:
             findings += found
             shift = shift + more
