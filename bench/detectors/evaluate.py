@@ -146,7 +146,7 @@ DEMOS = [
      [Expect("straggler", (2,), "forward")]),
     ("data_stall:rank=1,delay_ms=20,start=30", ["--inject", "data_stall:rank=1,delay_ms=20,start=30"],
      [Expect("data_stall", (1,), "data", 30)]),
-    ("slow_comm:factor=3,start=100", ["--inject", "slow_comm:factor=3,start=100"], [Expect("slow_comm", None, None, 100)]),
+    ("slow_comm:factor=4,start=100", ["--inject", "slow_comm:factor=4,start=100"], [Expect("slow_comm", None, None, 100)]),
     ("regression:factor=2,start=100,phase=backward", ["--inject", "regression:factor=2,start=100,phase=backward"],
      [Expect("regression", None, "backward", 100)]),
     ("hang:rank=1,step=60", ["--inject", "hang:rank=1,step=60", "--hang-after", "8"], [Expect("hang", (1,), "forward")]),

@@ -14,8 +14,8 @@ slow compute a little when communication slows):
   who does not wait)                      -> ``slow_comm``;
 - the data wait (median over ranks)       -> ``data_stall`` (job-wide).
 
-A change too small to clear ``z_min`` in the noisy step time can still be certain in the one
-component that moved: each component's own series (quieter, since the other components' noise is
+A change too small to clear ``z_min`` in the noisy step time (or hidden behind a larger-z one
+elsewhere) can still be certain in the one component that moved: each component's own series (quieter, since the other components' noise is
 not in it) is searched the same way, and a change found there is a regression when the step time
 confirms it over the same steps: at least ``min_effect`` higher, ``persist_fraction`` of those steps
 above the midpoint, and a rank test of before against after of at least ``z_confirm`` (one test at a
@@ -166,11 +166,15 @@ def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
         components["__comm__"] = np.where(np.isfinite(comm), comm, np.nan)
     if "data" in m.phases:
         components["__data__"] = rank_median(m.data)[live_idx]
-    ch = find_change(t, p)
-    if ch is None:
-        seen = [c for c in (find_change(v, p) for v in components.values()) if c is not None]
-        confirmed = [c for c in (_confirmed_by_step_time(t, c, p) for c in seen) if c is not None]
-        ch = max(confirmed, key=lambda c: (c.after - c.before) * (c.end - c.start + 1), default=None)
+    # candidates: the step time's own largest change, and each component's change as the step time
+    # confirms it; the one costing most time wins (a drift late in a noisy run must not hide the
+    # change one component shows clearly from its start)
+    candidates = [find_change(t, p)]
+    for v in components.values():
+        c = find_change(v, p)
+        candidates.append(_confirmed_by_step_time(t, c, p) if c is not None else None)
+    ch = max((c for c in candidates if c is not None), key=lambda c: (c.after - c.before) * (c.end - c.start + 1),
+             default=None)
     if ch is None:
         return []
     deltas = {k: _level_change(v, ch) for k, v in components.items()}
