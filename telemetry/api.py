@@ -77,10 +77,14 @@ class Session:
             store = default_store()
             if store is not None:
                 c = self.config
-                self.online = OnlineDetector(store, self.ctx.rank, self.ctx.world_size, c.online_every,
-                                             c.online_window, c.online_wait_blocks, c.online_interval_s)
-                self.pipeline.add_listener(self.online)
-                self.pipeline.online = self.online
+                try:
+                    self.online = OnlineDetector(store, self.ctx.rank, self.ctx.world_size, c.online_every,
+                                                 c.online_window, c.online_wait_blocks, c.online_interval_s)
+                except Exception as exc:  # noqa: BLE001 - online detection is optional; training is not
+                    log.warning("telemetry: online detection off (%s)", exc)
+                else:
+                    self.pipeline.add_listener(self.online)
+                    self.pipeline.online = self.online
         self.pipeline.start()
         _recorder.set_active(self.recorder)
         if self.config.collectives:

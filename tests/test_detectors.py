@@ -102,9 +102,8 @@ def test_memory_growth():
 
 
 def test_memory_that_steps_up_once_early_is_not_growth():
-    # 4 MiB/step for the first 50 of 200 steps (200 MiB), then flat: a warm-up, as rank 0 shows when
-    # it loads the online analyzer, not a leak
-    # not a leak; then a page (4 KiB) more every few steps, as resident memory creeps on any process
+    # 4 MiB/step for the first 50 of 200 steps (200 MiB), then flat: a warm-up (a lazy import), not a
+    # leak; on top, a page (4 KiB) more every few steps, as resident memory creeps on any process
     sc = Scenario(ranks=4, steps=200, faults=(Fault("memory_growth", ranks=(0,), end=50),))
     t = simulate(sc)
     t["dev.cuda_memory_allocated_bytes"] += (t["step"] // 3) * 4096.0 - 7.7 * 2**30  # ~300 MiB at start

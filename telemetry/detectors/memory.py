@@ -7,7 +7,7 @@ consecutive pairs and by at least ``min_growth`` (relative, 5%) and ``min_growth
 counts only when it is at least ``min_share_per_rise`` of the average rise per block (RSS moves by
 pages, so a flat series still "rises" by a few KiB), and the second half of the run must carry at
 least ``late_share`` of the growth: a one-time step up early in the run (a lazy import, an
-allocator warming up, rank 0 loading the online analyzer) is not growth. The what-if
+allocator warming up) is not growth. The what-if
 is 0 (growth costs no time until it fails), so the finding is ``info``, or ``warning`` when the
 GPU would run out of memory within as many steps again as the run has had.
 """

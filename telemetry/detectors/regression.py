@@ -15,9 +15,9 @@ slow compute a little when communication slows):
 - the data wait (median over ranks)       -> ``data_stall`` (job-wide).
 
 A change too small to clear ``z_min`` in the noisy step time (or hidden behind a larger-z one
-elsewhere) can still be certain in the one component that moved: each component's own series (quieter, since the other components' noise is
-not in it) is searched the same way, and a change found there is a regression when the step time
-confirms it over the same steps: at least ``min_effect`` higher, ``persist_fraction`` of those steps
+elsewhere) can still be certain in the one component that moved: each component's own series
+(quieter, since the other components' noise is not in it) is searched the same way, and a change
+found there is a regression when the step time confirms it over the same steps: at least ``min_effect`` higher, ``persist_fraction`` of those steps
 above the midpoint, and a rank test of before against after of at least ``z_confirm`` (one test at a
 split chosen elsewhere, so no search inflates it).
 
