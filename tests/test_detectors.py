@@ -71,6 +71,14 @@ def test_small_regression_under_heavy_jitter_is_found_in_its_phase():
     assert 3.0 <= f.details["z"] < 6.0
 
 
+def test_uncertain_rise_spread_over_every_phase_needs_the_step_time_alone():
+    # every phase 1.15x over the last 50 steps under 30% jitter: no single component holds half of
+    # the change, so the component search does not vouch for it, and in the step time alone it is
+    # not certain (z < 6). A drifting machine looks like this; a real job-wide change needs z >= 6.
+    sc = Scenario(ranks=8, steps=300, seed=1, jitter=0.3, faults=(Fault("regression", factor=1.15, start=250),))
+    assert [f for f in found(sc) if f.kind == "regression"] == []
+
+
 def test_block_summaries_do_not_claim_moving_imbalance():
     # online rows are 10-step medians: imbalance that moves from step to step is averaged away
     t = simulate(Scenario(ranks=16, steps=200, faults=(Fault("imbalance"),)))

@@ -134,13 +134,17 @@ def _rank_z(before: np.ndarray, after: np.ndarray) -> float:
 
 
 def _confirmed_by_step_time(t: np.ndarray, c: Change, p: RegressionParams) -> Change | None:
-    """The step time's view of a change found in one component: the same steps, tested once."""
+    """The step time's view of a change found in one component: the same steps, tested once. The
+    component must also explain at least half of the step time's change (``c.after - c.before`` is
+    the component's own): a job that slows everywhere at once is the step-time search's business."""
     before, after = t[: c.start], t[c.start: c.end + 1]
     before, after = before[np.isfinite(before)], after[np.isfinite(after)]
     if len(before) < p.min_segment or len(after) < p.min_persist_steps:
         return None
     b, a = float(np.median(before)), float(np.median(after))
     if b <= 0 or a < b * (1 + p.min_effect) or np.mean(after > (a + b) / 2.0) < p.persist_fraction:
+        return None
+    if c.after - c.before < 0.5 * (a - b):
         return None
     z = _rank_z(before, after)
     return Change(c.start, c.end, b, a, z) if z >= p.z_confirm else None
