@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from typing import Sequence
+from typing import Iterable, Sequence
 
 SEVERITY_ORDER = ("info", "warning", "critical")
 
@@ -143,11 +143,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     except (TableError, FileNotFoundError) as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)
         return 2
-    if args.fail_on:
-        level = SEVERITY_ORDER.index(args.fail_on)
-        if any(SEVERITY_ORDER.index(f.severity) >= level for f in result.findings):
-            return 3
-    return 0
+    return _exit_code((f.severity for f in result.findings), args.fail_on)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -179,10 +175,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
             print(f"No significant change of {s['min_effect']:.0%} or more.")
         for f in doc["findings"]:
             print(f"  [{f['severity']}] {f['kind']}: {f['evidence']}")
-    if args.fail_on:
-        level = SEVERITY_ORDER.index(args.fail_on)
-        if any(f["kind"] == "regression" and SEVERITY_ORDER.index(f["severity"]) >= level for f in doc["findings"]):
-            return 3
+    return _exit_code((f["severity"] for f in doc["findings"] if f["kind"] == "regression"), args.fail_on)
+
+
+def _exit_code(severities: Iterable[str], fail_on: str | None) -> int:
+    """3 when ``--fail-on`` was given and one of ``severities`` reaches it, else 0."""
+    if fail_on and any(SEVERITY_ORDER.index(s) >= SEVERITY_ORDER.index(fail_on) for s in severities):
+        return 3
     return 0
 
 

@@ -136,7 +136,7 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None) -> dict[str, float]:
     data = float(np.nansum(rank_median(m.data)[~spikes]))
     comm = 0.0
     if m.comm is not None:
-        comm = float(np.nansum(np.nanmin(np.where(np.isfinite(m.comm), m.comm, np.inf), axis=0)[~spikes]))
+        comm = float(np.nansum(m.comm_own()[~spikes]))
         comm = comm if np.isfinite(comm) else 0.0
     parts = {"compute": compute, "data_wait": data, "straggler_wait": culprit, "checkpoint": checkpoint,
              "communication": comm}

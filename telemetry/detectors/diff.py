@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .findings import Finding, severity_for
-from .matrix import StepMatrix, from_table, nanmedian, rank_median
+from .matrix import COMM, DATA, StepMatrix, from_table, job_components, nanmedian
 from .straggler import StragglerParams
 
 
@@ -35,13 +35,8 @@ class DiffParams:
 def _series(m: StepMatrix) -> dict[str, np.ndarray]:
     live = slice(StragglerParams().warmup(m.n_steps), None)
     out = {"step": m.step_time()[live]}
-    for name, arr in m.phase_compute.items():
-        if name != "data":
-            out[name] = rank_median(arr)[live]
-    if m.comm is not None:
-        out["comm"] = np.nanmin(np.where(np.isfinite(m.comm), m.comm, np.inf), axis=0)[live]
-    if "data" in m.phases:
-        out["data"] = rank_median(m.data)[live]
+    for name, v in job_components(m).items():
+        out[{COMM: "comm", DATA: "data"}.get(name, name)] = v[live]
     return out
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .findings import Finding, severity_for
-from .matrix import RANK_SAMPLE, StepMatrix, nanmedian, rank_median
+from .matrix import StepMatrix, even_sample, nanmedian, rank_median
 from .whatif import slowdown
 
 
@@ -137,8 +137,7 @@ def _phase_correlation(m: StepMatrix, live: np.ndarray) -> float | None:
         idx = np.flatnonzero(m.groups == g)
         if len(idx) < 2:
             continue
-        if len(idx) > RANK_SAMPLE:  # a correlation needs no more ranks than that either
-            idx = idx[np.linspace(0, len(idx) - 1, RANK_SAMPLE).astype(int)]
+        idx = even_sample(idx)  # a correlation needs no more than 64 ranks either
         for arr, acc in ((f, ef), (b, eb)):
             sub = arr[idx][:, live]
             e = sub - nanmedian(sub, axis=0)[None, :]

@@ -65,6 +65,16 @@ class StepMatrix:
     def has_layout(self) -> bool:
         return len(np.unique(self.groups)) > 1
 
+    def comm_own(self) -> np.ndarray | None:
+        """(S,) the collectives' own time per step: the least any rank was blocked in them (the last
+        rank to arrive does not wait); inf where no rank has a value; None without comm_s. Cached."""
+        if self.comm is None:
+            return None
+        cached = self.cache.get("comm_own")
+        if cached is None:
+            cached = self.cache["comm_own"] = np.nanmin(np.where(np.isfinite(self.comm), self.comm, np.inf), axis=0)
+        return cached
+
     def step_time(self) -> np.ndarray:
         """The job's time per step, data wait included: the median over ranks of duration + data
         (a synchronous step ends together; the wait before it delays the next one). Cached."""
@@ -122,14 +132,33 @@ def _median(a: np.ndarray, axis: int) -> np.ndarray:
 RANK_SAMPLE = 64
 
 
+def even_sample(idx: np.ndarray, k: int = RANK_SAMPLE) -> np.ndarray:
+    """``k`` evenly spaced entries of ``idx``, first and last included; all of them when there are
+    no more than ``k``."""
+    return idx[np.linspace(0, len(idx) - 1, k).astype(int)] if len(idx) > k else idx
+
+
 def rank_median(a: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """(S,) median over ranks (or over the given rows) at each step; over 64 evenly spaced ranks
     when there are more: ranks are exchangeable for a job-level centre, and its error (about 0.16
     noise units) is far below any effect a detector reports."""
-    idx = np.arange(a.shape[0]) if rows is None else np.asarray(rows)
-    if len(idx) > RANK_SAMPLE:
-        idx = idx[np.linspace(0, len(idx) - 1, RANK_SAMPLE).astype(int)]
+    idx = even_sample(np.arange(a.shape[0]) if rows is None else np.asarray(rows))
     return nanmedian(a[idx] if len(idx) != a.shape[0] else a, axis=0)
+
+
+COMM, DATA = "__comm__", "__data__"  # job_components' keys beside the phase names
+
+
+def job_components(m: StepMatrix) -> dict[str, np.ndarray]:
+    """(S,) job-level series of what a step is made of: each phase's compute (median over ranks),
+    the collectives' own time (``COMM``, see ``StepMatrix.comm_own``) and the data wait (``DATA``,
+    median over ranks), each where the table has it."""
+    out = {name: rank_median(arr) for name, arr in m.phase_compute.items() if name != "data"}
+    if m.comm is not None:
+        out[COMM] = m.comm_own()
+    if "data" in m.phases:
+        out[DATA] = rank_median(m.data)
+    return out
 
 
 def nan_to_zero(a: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .findings import Finding, severity_for
-from .matrix import StepMatrix, nanmedian, rank_median
+from .matrix import COMM, DATA, StepMatrix, job_components, nanmedian
 from .whatif import step_savings
 
 
@@ -54,19 +54,23 @@ class Change:
     z: float
 
 
+def _split_z(seg: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """For each split k, the rank-sum (Mann-Whitney) z that seg[k:] lies above seg[:k] (normal
+    approximation, no tie correction; ties ranked in order)."""
+    n = len(seg)
+    ranks = np.argsort(np.argsort(seg, kind="stable"), kind="stable").astype(float) + 1.0
+    before_sum = np.cumsum(ranks)[k - 1]
+    return (k * (n + 1) / 2.0 - before_sum) / np.sqrt(k * (n - k) * (n + 1) / 12.0)
+
+
 def _rank_split(x: np.ndarray, lo: int, hi: int, direction: int, min_seg: int) -> tuple[int, float]:
     """Best split k in x[lo:hi] (x[lo:k] vs x[k:hi]) for a shift in ``direction`` (+1 up, -1 down)."""
     seg = x[lo:hi]
     n = len(seg)
     if n < 2 * min_seg:
         return -1, 0.0
-    ranks = np.argsort(np.argsort(seg, kind="stable"), kind="stable").astype(float) + 1.0
-    prefix = np.cumsum(ranks)
     k = np.arange(min_seg, n - min_seg + 1)
-    before_sum = prefix[k - 1]
-    expected = k * (n + 1) / 2.0
-    var = k * (n - k) * (n + 1) / 12.0
-    z = direction * (expected - before_sum) / np.sqrt(var)  # > 0 when later values are larger (up)
+    z = direction * _split_z(seg, k)  # > 0 when later values are larger (up)
     best = int(np.argmax(z))
     return lo + int(k[best]), float(z[best])
 
@@ -122,17 +126,6 @@ def find_change(x: np.ndarray, p: RegressionParams) -> Change | None:
     return best[1] if best else None
 
 
-def _rank_z(before: np.ndarray, after: np.ndarray) -> float:
-    """Mann-Whitney z (normal approximation, no tie correction) that ``after`` is above ``before``."""
-    n1, n2 = len(before), len(after)
-    if n1 == 0 or n2 == 0:
-        return 0.0
-    both = np.concatenate([before, after])
-    ranks = np.argsort(np.argsort(both, kind="stable"), kind="stable").astype(float) + 1.0
-    u = ranks[n1:].sum() - n2 * (n2 + 1) / 2.0
-    return float((u - n1 * n2 / 2.0) / np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12.0))
-
-
 def _confirmed_by_step_time(t: np.ndarray, c: Change, p: RegressionParams) -> Change | None:
     """The step time's view of a change found in one component: the same steps, tested once. The
     component must also explain at least half of the step time's change (``c.after - c.before`` is
@@ -146,7 +139,7 @@ def _confirmed_by_step_time(t: np.ndarray, c: Change, p: RegressionParams) -> Ch
         return None
     if c.after - c.before < 0.5 * (a - b):
         return None
-    z = _rank_z(before, after)
+    z = float(_split_z(np.concatenate([before, after]), np.array([len(before)]))[0])
     return Change(c.start, c.end, b, a, z) if z >= p.z_confirm else None
 
 
@@ -163,13 +156,9 @@ def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
     if len(live_idx) < 2 * p.min_segment:
         return []
     t = (m.step_time() - step_savings(m, shift))[live_idx]  # stragglers' cost healed
-    components: dict[str, np.ndarray] = {
-        name: rank_median(arr)[live_idx] for name, arr in m.phase_compute.items() if name != "data"}
-    if m.comm is not None:
-        comm = np.nanmin(np.where(np.isfinite(m.comm), m.comm, np.inf), axis=0)[live_idx]
-        components["__comm__"] = np.where(np.isfinite(comm), comm, np.nan)
-    if "data" in m.phases:
-        components["__data__"] = rank_median(m.data)[live_idx]
+    components = {name: v[live_idx] for name, v in job_components(m).items()}
+    if COMM in components:  # no rank blocked at all: unknown, not infinitely long
+        components[COMM] = np.where(np.isfinite(components[COMM]), components[COMM], np.nan)
     # candidates: the step time's own largest change, and each component's change as the step time
     # confirms it; the one costing most time wins (a drift late in a noisy run must not hide the
     # change one component shows clearly from its start)
@@ -194,16 +183,16 @@ def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
     cost = dt / ch.after
     common = dict(first_step=first, last_step=last, severity=severity_for(cost), slowdown=cost)
     details = {"before_s": ch.before, "after_s": ch.after, "z": round(ch.z, 2),
-               "component_change_s": {("comm" if k == "__comm__" else "data" if k == "__data__" else k): v
+               "component_change_s": {("comm" if k == COMM else "data" if k == DATA else k): v
                                       for k, v in deltas.items()}}
     tail = "" if ch.end == len(t) - 1 else f" until step {last}"
-    if cause == "__comm__":
+    if cause == COMM:
         return [Finding(kind="slow_comm", ranks=[], phase=None, **common, details=details,
                         evidence=(f"from step {first}{tail} the collectives themselves take {deltas[cause] * 1e3:.1f} ms "
                                   f"longer per step (time blocked by the last rank to arrive, which does not wait), "
                                   f"job-wide; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; at the old "
                                   f"speed those steps would be {cost:.1%} faster"))]
-    if cause == "__data__":
+    if cause == DATA:
         return [Finding(kind="data_stall", ranks=[], phase="data", **common, details=details,
                         evidence=(f"from step {first}{tail} every rank waits {deltas[cause] * 1e3:.1f} ms longer for "
                                   f"data; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; with input "

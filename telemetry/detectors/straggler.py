@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .findings import Finding, severity_for
-from .matrix import StepMatrix, nanmedian
+from .matrix import StepMatrix, even_sample, nanmedian
 from .whatif import slowdown
 
 TOTAL = "__compute__"
@@ -58,9 +58,6 @@ class StragglerParams:
         return max(self.z_min, math.sqrt(2.0 * math.log(max(n_tests, 1) / 0.01)))
 
 
-PEER_SAMPLE = 64
-
-
 def peer_median(arr: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """(R, S) median of each rank's peers (same group) at each step; leave-one-out in small groups.
 
@@ -69,7 +66,7 @@ def peer_median(arr: np.ndarray, groups: np.ndarray) -> np.ndarray:
     below the excess that counts, at a sixteenth of the cost for 1,024 ranks."""
     unique = np.unique(groups)
     if len(unique) == 1 and len(groups) > 16:  # one large group: one centre for all, no copy
-        sample = arr[np.linspace(0, len(groups) - 1, min(len(groups), PEER_SAMPLE)).astype(int)]
+        sample = arr[even_sample(np.arange(len(groups)))]
         return np.broadcast_to(nanmedian(sample, axis=0)[None, :], arr.shape)
     out = np.full_like(arr, np.nan)
     for g in unique:
@@ -77,7 +74,7 @@ def peer_median(arr: np.ndarray, groups: np.ndarray) -> np.ndarray:
         if len(idx) == 1:
             continue  # no peers
         if len(idx) > 16:
-            sample = arr[idx[np.linspace(0, len(idx) - 1, min(len(idx), PEER_SAMPLE)).astype(int)]]
+            sample = arr[even_sample(idx)]
             out[idx] = nanmedian(sample, axis=0)[None, :]
             continue
         sub = arr[idx]
