@@ -9,7 +9,7 @@ a fixed order). Rank 0's online thread waits for a block to be complete (or ``on
 blocks late: the missing ranks are named), builds a steps table with one row per rank and block,
 runs :func:`telemetry.detectors.analyze` on the latest ``online_window`` blocks, and hands new
 findings and straggler scores to the sinks (run store: ``RUN_DIR/findings.jsonl``; Prometheus:
-``train_straggler_score{rank}``, ``train_findings{kind,severity}``). Store keys of analyzed
+``train_straggler_score{rank}``, ``train_findings{kind}``). Store keys of analyzed
 blocks are deleted. The training thread never waits for any of this.
 """
 
