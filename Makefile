@@ -1,5 +1,6 @@
 # make demo   bootstrap .venv, install, run the demo job on the embedded default sinks
 # make test   bootstrap and run the whole suite
+# make test-fast  the suite without the multi-process tests (marked slow): under a minute
 # make bench  benchmarks; results go to bench/RESULTS.md
 PYTHON ?= python3
 VENV   ?= .venv
@@ -7,13 +8,18 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXTRAS := dev,otel,dashboard,gpu
 
-.PHONY: demo test bench clean system-deps
+.PHONY: demo test test-fast bench clean system-deps
 
+# pip runs quietly; these lines say what it is doing (the first set-up takes about a minute).
 $(STAMP): pyproject.toml constraints-cpu.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints-cpu.txt torch
-	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[$(EXTRAS)]'
-	touch $@
+	@echo "make: [1/3] creating $(VENV)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "make: [2/3] installing torch (the CPU build, pinned in constraints-cpu.txt)"
+	@$(PY) -m pip install -q -c constraints-cpu.txt torch
+	@echo "make: [3/3] installing training-telemetry with its extras ($(EXTRAS))"
+	@$(PY) -m pip install -q -c constraints-cpu.txt -e '.[$(EXTRAS)]'
+	@touch $@
+	@echo "make: $(VENV) is ready"
 
 demo: $(STAMP)
 	$(VENV)/bin/telemetry demo $(ARGS)
@@ -25,6 +31,10 @@ system-deps:
 test: $(STAMP) system-deps
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+test-fast: $(STAMP)
+	@$(PY) -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py --out bench/RESULTS.md

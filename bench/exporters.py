@@ -27,7 +27,7 @@ from results import update_section  # noqa: E402
 import telemetry  # noqa: E402
 from telemetry.config import Config  # noqa: E402
 from telemetry.rank import RankContext  # noqa: E402
-from telemetry.records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord  # noqa: E402
+from telemetry.pipeline.records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord  # noqa: E402
 
 
 def record(step: int) -> StepRecord:

@@ -34,8 +34,8 @@ def main() -> int:
 
     import telemetry
     from telemetry.flops import transformer_flops_per_token
-    from telemetry.hooks.nvml import open_nvml
-    from telemetry.store import read_run
+    from telemetry.devices.nvml import open_nvml
+    from telemetry.analysis.load import open_input
 
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device; nothing to check")
@@ -89,7 +89,7 @@ def main() -> int:
         loop_s = time.perf_counter() - t0
         time.sleep(0.6)
         stats = telemetry.shutdown()
-        table = read_run(run_dir).table()
+        table = open_input(run_dir).table
         result["sync_error"] = error
         result["loop_s"] = loop_s
         result["records"] = stats["records"]

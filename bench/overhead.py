@@ -42,7 +42,7 @@ def ns_per_call(fn, rec: Recorder, n: int = 1000, reps: int = 200) -> float:
 
 
 def micro(repeats: int = 9) -> dict[str, float]:
-    from telemetry import recorder as active
+    from telemetry.recorder import current as active
 
     rec = Recorder(1 << 22)
 
@@ -105,11 +105,27 @@ def micro(repeats: int = 9) -> dict[str, float]:
 
 
 def collective_cost(repeats: int = 9, n: int = 20_000) -> dict[str, float]:
-    """ns added per call by the collective wrapper: the same no-op 'collective' bare and wrapped."""
+    """ns added per call by the collective wrapper: the same no-op 'collective' bare and wrapped, in a
+    1-rank gloo process group (as in a job: the wrapper looks up the group's size and name)."""
     import torch
     import torch.distributed as dist
 
-    from telemetry import recorder as active
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    from servers import free_port
+
+    own_group = not dist.is_initialized()
+    if own_group:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        return _collective_cost(dist, torch, repeats, n)
+    finally:
+        if own_group:
+            dist.destroy_process_group()
+
+
+def _collective_cost(dist, torch, repeats: int, n: int) -> dict[str, float]:
+
+    from telemetry.recorder import current as active
     from telemetry.hooks.collectives import _wrap
 
     def noop(tensor, op=None, group=None, async_op=False):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-
-log = logging.getLogger("telemetry")
+from telemetry.logonce import LogOnce
 
 
 class LabelGate:
@@ -15,6 +13,7 @@ class LabelGate:
         self.limit = limit
         self.values: set[str] = set()
         self.refused = 0
+        self._once = LogOnce()
 
     def admit(self, value: str) -> bool:
         if value in self.values:
@@ -23,9 +22,8 @@ class LabelGate:
             self.values.add(value)
             return True
         self.refused += 1
-        if self.refused == 1:
-            log.warning("telemetry: more than %d distinct values of label %r (refused %r); further "
-                        "values are dropped and counted in train_telemetry_dropped_total"
-                        "{sink=\"prometheus_labels\"} (raise max_label_values to allow more)",
-                        self.limit, self.label, value)
+        self._once("refused", "telemetry: more than %d distinct values of label %r (refused %r); further "
+                   "values are dropped and counted in train_telemetry_dropped_total"
+                   "{sink=\"prometheus_labels\"} (raise max_label_values to allow more)",
+                   self.limit, self.label, value)
         return False

@@ -28,10 +28,12 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
-from telemetry import records as rt
-from telemetry.records import StepRecord
-from telemetry.sinks import Sink
-from telemetry.tracing import step_root_span_id, trace_id
+from telemetry.logonce import LogOnce
+from telemetry.pipeline import records as rt
+from telemetry.pipeline.records import StepRecord
+from telemetry.pipeline.sinks import Sink
+
+from .tracing import step_root_span_id, trace_id
 
 log = logging.getLogger("telemetry")
 
@@ -55,10 +57,18 @@ class _OncePerMinute(logging.Filter):
 
 
 _EXPORTER_LOG_FILTER = _OncePerMinute()
-for _name in ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
-              "opentelemetry.exporter.otlp.proto.http.metric_exporter",
-              "opentelemetry.exporter.otlp.proto.grpc.exporter"):
-    logging.getLogger(_name).addFilter(_EXPORTER_LOG_FILTER)
+_SDK_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+                "opentelemetry.exporter.otlp.proto.grpc.exporter")
+
+
+def _quiet_sdk_loggers() -> None:
+    """Rate-limit the OTel SDK's retry logs; done when a sink starts, not when this module is imported
+    (importing a library must not change another library's loggers). Idempotent."""
+    for name in _SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        if _EXPORTER_LOG_FILTER not in logger.filters:
+            logger.addFilter(_EXPORTER_LOG_FILTER)
 
 QUEUE_SPANS = 8192
 BATCH_SPANS = 512
@@ -118,6 +128,7 @@ class OtlpSink(Sink):
     def __init__(self, config: Any, ctx: Any, run_info: dict[str, Any], exporter: Any = None) -> None:
         if not config.otlp_endpoint:
             raise ValueError("no OTLP endpoint: set otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")
+        _quiet_sdk_loggers()
         self.job = config.job
         self.rank = ctx.rank
         self.every = config.otlp_sample_every
@@ -144,7 +155,7 @@ class OtlpSink(Sink):
         self.failed_exports = 0
         self.steps_sampled = 0
         self._recent: collections.deque = collections.deque(maxlen=50)
-        self._logged: set[str] = set()
+        self._once = LogOnce()
         self._worker = threading.Thread(target=self._run, name="telemetry-otlp", daemon=True)
         self._worker.start()
         self.metrics = None
@@ -259,10 +270,8 @@ class OtlpSink(Sink):
                 self._export(batch)
 
     def _log_once(self, key: str, message: str) -> None:
-        if key not in self._logged:
-            self._logged.add(key)
-            log.warning("telemetry: otlp: %s (further cases counted in train_telemetry_dropped_total"
-                        "{sink=\"otlp\"})", message)
+        self._once(key, "telemetry: otlp: %s (further cases counted in train_telemetry_dropped_total"
+                   "{sink=\"otlp\"})", message)
 
     def flush(self, timeout_s: float) -> None:
         self._wake.set()

@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
-from telemetry.records import SPAN_COLLECTIVE, StepRecord
+from telemetry.pipeline.records import SPAN_COLLECTIVE, StepRecord
 
 
 def _metric_exporter(config: Any) -> Any:

@@ -1,13 +1,18 @@
 """Perfetto / Chrome trace-event JSON from a run directory: one process per rank, one track each
 for steps, phases, collectives and data waits. Load the file in https://ui.perfetto.dev.
 
->>> doc = chrome_trace(read_run("runs/exp1").steps, first_step=100, last_step=120)  # doctest: +SKIP
+>>> doc = chrome_trace(open_input("runs/exp1").records, first_step=100, last_step=120)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+from telemetry.analysis.exports import Export
+
+if TYPE_CHECKING:
+    from telemetry.analysis.load import RunInput
 
 TRACKS = {"step": 1, "phase": 2, "collective": 3, "data": 4}
 
@@ -71,3 +76,17 @@ def _span(x: list) -> tuple:
 def write_chrome_trace(doc: dict[str, Any], path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, separators=(",", ":"))
+
+
+class PerfettoExport(Export):
+    """``telemetry export RUN_DIR --to FILE.json``: the run's timeline for ui.perfetto.dev."""
+
+    suffixes = (".json",)
+    needs_records = True
+
+    def write(self, run: RunInput, path: str, first_step: int | None = None,
+              last_step: int | None = None) -> str:
+        doc = chrome_trace(run.records, run.hosts, first_step, last_step)
+        write_chrome_trace(doc, path)
+        return (f"wrote {len(doc['traceEvents'])} trace events ({doc['otherData']['ranks']} ranks, "
+                f"{doc['otherData']['steps']} rank-steps) to {path}; open it in https://ui.perfetto.dev")

@@ -26,15 +26,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from telemetry import records as rec_types
-from telemetry.records import Progress, StepRecord
-from telemetry.sinks import Sink
+from telemetry.pipeline import records as rec_types
+from telemetry.pipeline.records import OnlineResult, Progress, StepRecord
+from telemetry.pipeline.sinks import Sink
 from telemetry.store.layout import write_json_atomic
-from telemetry.tracing import trace_id_hex
 
 from .device_metrics import DeviceCollector
 from .labels import LabelGate
 from .pushgateway import PushWorker
+from .tracing import trace_id_hex
 
 log = logging.getLogger("telemetry")
 BASE_LABELS = ("job", "rank", "local_rank", "node")
@@ -245,9 +245,9 @@ class PrometheusSink(Sink):
         if not self._targets_done and self.ctx.rank == 0:
             self._merge_targets()
 
-    def findings(self, findings: list[dict], scores: dict[int, float], counts: dict[str, int]) -> None:
-        self._findings.scores = dict(scores)
-        self._findings.counts = dict(counts)
+    def findings(self, result: OnlineResult) -> None:
+        self._findings.scores = dict(result.straggler_scores)
+        self._findings.counts = dict(result.counts)
 
     def close(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -7,14 +7,13 @@ timeout, so a dead gateway costs only this thread. Each rank pushes under its ow
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any
 
 from prometheus_client import push_to_gateway
 
-log = logging.getLogger("telemetry")
+from telemetry.logonce import LogOnce
 
 
 class PushWorker:
@@ -26,7 +25,7 @@ class PushWorker:
         self.grouping = {"rank": labels["rank"]}
         self.pushes = 0
         self.failures = 0
-        self._logged = False
+        self._once = LogOnce()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="telemetry-pushgateway", daemon=True)
         self._thread.start()
@@ -38,9 +37,7 @@ class PushWorker:
             self.pushes += 1
         except Exception as exc:  # noqa: BLE001 - a dead gateway must not matter to training
             self.failures += 1
-            if not self._logged:
-                self._logged = True
-                log.warning("telemetry: push to %s failed: %s (further failures counted)", self.url, exc)
+            self._once("push", "telemetry: push to %s failed: %s (further failures counted)", self.url, exc)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import recorder as _recorder
+from .recorder import current as _current
+from .recorder.current import step_decorator
 from .api import init, session, shutdown, stats
 from .config import Config, ConfigError
 from .hooks.collectives import instrument_collectives, uninstrument_collectives
 from .hooks.dataloader import watch
 from .hooks.ddp import ddp_comm_hook, instrument_ddp
 from .usage import TelemetryUsageError
+from .version import __version__
 
-__version__ = "0.1.0"
 
 
 def step(fn: Callable | None = None, /, *, tokens: int | None = None, samples: int | None = None,
@@ -37,13 +38,13 @@ def step(fn: Callable | None = None, /, *, tokens: int | None = None, samples: i
         if not callable(fn):
             raise TypeError("telemetry.step takes keyword arguments only (tokens=, samples=, index=), "
                             f"or is used bare as a decorator; got {fn!r}")
-        return _recorder.step_decorator(fn)
-    return _recorder._active.step(tokens, samples, index)
+        return step_decorator(fn)
+    return _current._active.step(tokens, samples, index)
 
 
 def phase(name: str) -> Any:
     """A named part of a step (``forward``, ``backward``, ...): context manager or decorator."""
-    return _recorder._active.phase(name)
+    return _current._active.phase(name)
 
 
 def log(**values: Any) -> None:
@@ -51,7 +52,7 @@ def log(**values: Any) -> None:
 
     ``tokens=`` and ``samples=`` are added to the step's counts.
     """
-    _recorder._active.log(values)
+    _current._active.log(values)
 
 
 __all__ = [

@@ -20,15 +20,15 @@ import threading
 import time
 from typing import Any
 
-from . import recorder as _recorder
 from .config import Config, ConfigError
 from .flops import peak_flops_for
-from .hooks.sampler import build_sampler
+from .devices.sampler import build_sampler
 from .hooks import collectives as _collectives
-from .pipeline import Pipeline
+from .pipeline.sinks import build_sinks
+from .pipeline.thread import Pipeline
 from .rank import RankContext
-from .recorder import Recorder
-from .sinks import build_sinks
+from .recorder import NULL, build_recorder, current
+from .version import __version__
 
 log = logging.getLogger("telemetry")
 _lock = threading.RLock()
@@ -46,7 +46,8 @@ class Session:
         self.start_time_s = time.time()
         self._anchor_wall_ns = time.time_ns()
         self._anchor_perf_ns = time.perf_counter_ns()
-        self.recorder = _build_recorder(config)
+        self.recorder = build_recorder(config.buffer_events, config.device_timing, strict=config.strict,
+                                       start_step=config.start_step)
         self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank)
         peak = config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(),
                                                    config.mfu_dtype) or 0.0
@@ -65,28 +66,21 @@ class Session:
                                  release_events=pool.release if pool is not None else None)
         self._instrumented = False
         self._prev_sigterm: Any = None
-        self.online: Any = None
 
     def to_epoch_s(self, t_ns: int) -> float:
         return (self._anchor_wall_ns + (t_ns - self._anchor_perf_ns)) * 1e-9
 
     def start(self) -> None:
         if self.config.online and self.ctx.world_size > 1:
-            from .online import OnlineDetector, default_store
+            from .online import OnlineDetector, OnlineStarter
 
-            store = default_store()
-            if store is not None:
-                c = self.config
-                try:
-                    self.online = OnlineDetector(store, self.ctx.rank, self.ctx.world_size, c.online_every,
-                                                 c.online_window, c.online_wait_blocks, c.online_interval_s)
-                except Exception as exc:  # noqa: BLE001 - online detection is optional; training is not
-                    log.warning("telemetry: online detection off (%s)", exc)
-                else:
-                    self.pipeline.add_listener(self.online)
-                    self.pipeline.online = self.online
+            c, ctx = self.config, self.ctx
+            # Starts now when the process group exists, else on the first pipeline tick that sees it.
+            self.pipeline.add_listener(OnlineStarter(lambda store: OnlineDetector(
+                store, ctx.rank, ctx.world_size, c.online_every, c.online_window, c.online_wait_blocks,
+                c.online_interval_s)))
         self.pipeline.start()
-        _recorder.set_active(self.recorder)
+        current.set_active(self.recorder)
         if self.config.collectives:
             self._instrumented = _collectives.instrument_collectives()
         if self.config.handle_sigterm:
@@ -108,7 +102,7 @@ class Session:
         self.closed = True
         if self.sampler is not None:
             self.sampler.stop()
-        _recorder.set_active(_recorder.NULL)
+        current.set_active(NULL)
         if self._instrumented:
             _collectives.uninstrument_collectives()
         if self._prev_sigterm is not None and threading.current_thread() is threading.main_thread():
@@ -118,8 +112,8 @@ class Session:
             except (ValueError, OSError):
                 pass
         self.pipeline.stop(timeout_s)
-        if self.online is not None:
-            self.online.stop()
+        for listener in self.pipeline.listeners:
+            listener.stop()
         stats = self.stats()
         lost = stats["events_dropped"] + sum(s.get("dropped", 0) for s in stats["sinks"].values())
         if lost:
@@ -135,19 +129,13 @@ class Session:
         return s
 
 
-def _build_recorder(config: Config) -> Recorder:
-    """The hot-path strategy, chosen once: CUDA events when timing on the device, else wall clock."""
-    kwargs = {"strict": config.strict, "start_step": config.start_step}
-    if config.device_timing != "wall":
-        from .hooks.cuda_timing import build_cuda_recorder
-
-        rec = build_cuda_recorder(config.buffer_events, **kwargs)
-        if rec is not None:
-            return rec
-        if config.device_timing == "cuda":
-            raise ConfigError("device_timing='cuda' but torch sees no CUDA device; accepted here: "
-                              "auto or wall")
-    return Recorder(config.buffer_events, **kwargs)
+def _check_against_rank(config: Config, ctx: RankContext) -> None:
+    """Settings that are valid alone but not on this rank."""
+    port = config.prometheus_port + ctx.local_rank
+    if "prometheus" in config.sinks and port > 65535:
+        raise ConfigError(f"prometheus_port={config.prometheus_port} + local rank {ctx.local_rank} = {port} is "
+                          f"above 65535; accepted: a port of at most {65535 - ctx.local_rank} on this rank "
+                          f"(each rank serves on prometheus_port + its local rank)")
 
 
 def _torch_device_name() -> str | None:
@@ -161,8 +149,6 @@ def _torch_device_name() -> str | None:
 
 
 def _versions() -> dict[str, str]:
-    from . import __version__
-
     out = {"telemetry": __version__, "python": platform.python_version(),
            "platform": platform.platform()}
     torch = sys.modules.get("torch")
@@ -184,7 +170,7 @@ def _after_fork_child() -> None:
     # A forked child (a DataLoader worker) must not record, flush the parent's buffers or serve.
     global _session
     _session = None
-    _recorder.set_active(_recorder.NULL)
+    current.set_active(NULL)
 
 
 def _install_process_hooks() -> None:
@@ -222,6 +208,7 @@ def init(**kwargs: Any) -> Session:
                                   "call telemetry.shutdown() first to change them")
             return _session
         ctx = RankContext.from_env()
+        _check_against_rank(config, ctx)
         session = Session(config, ctx)
         session.start()
         _session = session

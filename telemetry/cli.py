@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Iterable, Sequence
 
-SEVERITY_ORDER = ("info", "warning", "critical")
+from .analysis.findings import SEVERITIES
 
 
 def _positive_int(lo: int, hi: int):
@@ -55,14 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("path", help="run directory, or a steps table (.csv / .parquet)")
     a.add_argument("--json", action="store_true", help="print the findings JSON")
     a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
-    a.add_argument("--fail-on", choices=SEVERITY_ORDER, help="exit 3 when a finding reaches this severity")
+    a.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a finding reaches this severity")
 
     df = sub.add_parser("diff", help="compare two runs or steps tables: regressions by phase")
     df.add_argument("base", help="the run to compare against (run directory, .csv, .parquet)")
     df.add_argument("new", help="the run under test")
     df.add_argument("--json", action="store_true", help="print the findings JSON")
     df.add_argument("--min-effect", type=float, default=0.05, help="smallest change reported (default 0.05 = 5%%)")
-    df.add_argument("--fail-on", choices=SEVERITY_ORDER, help="exit 3 when a regression reaches this severity")
+    df.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a regression reaches this severity")
 
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir")
@@ -72,33 +72,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load(path: str):
-    """(table, progress, world_size, warnings, source) for a run dir or a table file."""
-    from .store import layout, read_run
-    from .table import load_table
-
-    if os.path.isdir(path) and layout.is_run_dir(path):
-        run = read_run(path)
-        return run.table(), run.progress, run.meta.get("world_size"), run.warnings, path
-    return load_table(path), None, None, [], path
-
-
 def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: dict | None = None):
-    from .detectors import StragglerParams, analyze
-    from .report import render
+    from .analysis.load import open_input
+    from .analysis.report import render
+    from .analysis.detectors import StragglerParams, analyze
 
-    table, progress, world, warnings, source = _load(path)
-    result = analyze(table, progress, world, hang_after)
+    run = open_input(path)
+    result = analyze(run.table, run.progress, run.world_size, hang_after)
     if as_json:
         doc = result.to_json()
         if extra:
             doc["summary"].update(extra)
-        if warnings:
-            doc["summary"]["warnings"] = warnings
+        if run.warnings:
+            doc["summary"]["warnings"] = run.warnings
         print(json.dumps(doc, indent=2))
     else:
         n = result.summary.get("steps", 0)
-        print(render(result, source, StragglerParams().warmup(n), warnings))
+        print(render(result, path, StragglerParams().warmup(n), run.warnings))
     return result
 
 
@@ -136,26 +126,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from .table import TableError
+    from .analysis.table import TableError
 
     try:
         result = _print_analysis(args.path, args.json, args.hang_after)
-    except (TableError, FileNotFoundError) as exc:
+    except TableError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)
         return 2
     return _exit_code((f.severity for f in result.findings), args.fail_on)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .detectors.diff import DiffParams, diff
-    from .table import TableError
+    from .analysis.load import open_input
+    from .analysis.table import TableError
+    from .analysis.detectors.diff import DiffParams, diff
 
-    if not 0 < args.min_effect < 10:
-        print(f"telemetry diff: --min-effect {args.min_effect}; accepted: a fraction above 0, e.g. 0.05", file=sys.stderr)
+    if not 0 < args.min_effect < 1:
+        print(f"telemetry diff: --min-effect {args.min_effect}; accepted: a fraction above 0 and below 1, "
+              "e.g. 0.05 for 5%", file=sys.stderr)
         return 2
     try:
-        base, new = _load(args.base)[0], _load(args.new)[0]
-    except (TableError, FileNotFoundError) as exc:
+        base, new = open_input(args.base).table, open_input(args.new).table
+    except TableError as exc:
         print(f"telemetry diff: {exc}", file=sys.stderr)
         return 2
     if not len(base) or not len(new):
@@ -180,14 +172,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _exit_code(severities: Iterable[str], fail_on: str | None) -> int:
     """3 when ``--fail-on`` was given and one of ``severities`` reaches it, else 0."""
-    if fail_on and any(SEVERITY_ORDER.index(s) >= SEVERITY_ORDER.index(fail_on) for s in severities):
+    if fail_on and any(SEVERITIES.index(s) >= SEVERITIES.index(fail_on) for s in severities):
         return 3
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .store import read_run
-    from .table import TableError, write_table
+    from .analysis.exports import export_for, export_suffixes
+    from .analysis.load import RUN_DIR, open_input
+    from .analysis.table import TABLE_OUTPUTS, TableError, write_table
 
     try:
         first, last = _step_range(args.steps)
@@ -195,23 +188,24 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"telemetry export: {exc}", file=sys.stderr)
         return 2
     try:
-        run = read_run(args.run_dir)
-        if args.to.lower().endswith(".json"):
-            from exporters.perfetto import chrome_trace, write_chrome_trace
-
-            doc = chrome_trace(run.steps, run.meta.get("hosts"), first, last)
-            write_chrome_trace(doc, args.to)
-            print(f"wrote {len(doc['traceEvents'])} trace events ({doc['otherData']['ranks']} ranks, "
-                  f"{doc['otherData']['steps']} rank-steps) to {args.to}; open it in https://ui.perfetto.dev")
+        run = open_input(args.run_dir)
+        if run.kind != RUN_DIR:
+            raise TableError(f"{args.run_dir!r} is not a run directory; accepted: a run directory")
+        export = None if args.to.lower().endswith(TABLE_OUTPUTS) else export_for(args.to)
+        if export is not None:
+            print(export.write(run, args.to, first, last))
             return 0
+        if not args.to.lower().endswith(TABLE_OUTPUTS):
+            raise TableError(f"{args.to!r}: unknown output type; accepted: .csv or .parquet (steps table), "
+                             + ", ".join(export_suffixes()) + " (trace)")
         if args.steps:
-            print("telemetry export: --steps applies to a .json trace only", file=sys.stderr)
+            print("telemetry export: --steps applies to a trace only", file=sys.stderr)
             return 2
-        table = run.table()
-        write_table(table, args.to)
-    except (TableError, FileNotFoundError, OSError) as exc:
+        write_table(run.table, args.to)
+    except (TableError, OSError) as exc:
         print(f"telemetry export: {exc}", file=sys.stderr)
         return 2
+    table = run.table
     print(f"wrote {len(table)} rows ({table['rank'].nunique() if len(table) else 0} ranks) to {args.to}")
     return 0
 

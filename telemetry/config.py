@@ -19,11 +19,13 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from . import plugins
+from .flops import DTYPES
+
 log = logging.getLogger("telemetry")
 
 ENV_PREFIX = "TELEMETRY_"
 _JOB_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-KNOWN_SINKS = ("store", "prometheus", "otlp")
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 # Log-spaced, 1 ms to 2 min: fit for step and phase times from tiny models to large ones.
 STEP_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 120.0)
@@ -145,9 +147,11 @@ class Config:
         if isinstance(sinks, str):
             sinks = tuple(s for s in (p.strip() for p in sinks.split(",")) if s)
         sinks = tuple(sinks)
+        known = plugins.names(plugins.SINKS)
         for s in sinks:
-            if s not in KNOWN_SINKS:
-                raise ConfigError(f"sinks contains {s!r}; accepted: {', '.join(KNOWN_SINKS)}")
+            if s not in known:
+                raise ConfigError(f"sinks contains {s!r}; accepted: {', '.join(known) or 'none'}"
+                                  + plugins.missing_hint(plugins.SINKS))
         object.__setattr__(self, "sinks", tuple(dict.fromkeys(sinks)))
         _check_number("flush_interval_s", self.flush_interval_s, 0.01, 60.0)
         _check_number("shutdown_timeout_s", self.shutdown_timeout_s, 0.1, 600.0)
@@ -172,8 +176,6 @@ class Config:
             raise ConfigError(f"gpu={self.gpu!r} must be True or False")
         _check_number("flops_per_token", self.flops_per_token, 0.0, 1e18)
         _check_number("peak_flops", self.peak_flops, 0.0, 1e20)
-        from .flops import DTYPES
-
         if self.mfu_dtype not in DTYPES:
             raise ConfigError(f"mfu_dtype={self.mfu_dtype!r}; accepted: {', '.join(DTYPES)}")
         for name in ("step_buckets_s", "collective_buckets_s"):

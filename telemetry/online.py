@@ -7,10 +7,14 @@ rendezvous store (torch.distributed's TCPStore, under the prefix ``telemetry/``)
 array of float64 (block, steps, then medians of step time, compute, comm, data and each phase, in
 a fixed order). Rank 0's online thread waits for a block to be complete (or ``online_wait_blocks``
 blocks late: the missing ranks are named), builds a steps table with one row per rank and block,
-runs :func:`telemetry.detectors.analyze` on the latest ``online_window`` blocks, and hands new
-findings and straggler scores to the sinks (run store: ``RUN_DIR/findings.jsonl``; Prometheus:
-``train_straggler_score{rank}``, ``train_findings{kind}``). Store keys of analyzed
-blocks are deleted. The training thread never waits for any of this.
+runs :func:`telemetry.analysis.detectors.analyze` on the latest ``online_window`` blocks, and hands new
+findings and straggler scores to the sinks as an :class:`~telemetry.pipeline.records.OnlineResult`
+(run store: ``RUN_DIR/findings.jsonl``; Prometheus: ``train_straggler_score{rank}``,
+``train_findings{kind}``). Store keys of analyzed blocks are deleted. The training thread never
+waits for any of this.
+
+``telemetry.init`` may run before ``init_process_group``: then :class:`OnlineStarter` looks for the
+process group on every pipeline tick and starts detection when it appears.
 """
 
 from __future__ import annotations
@@ -18,22 +22,31 @@ from __future__ import annotations
 import collections
 import logging
 import queue
+import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from .logonce import LogOnce
+from .pipeline.records import OnlineResult, StepRecord
 
 log = logging.getLogger("telemetry")
 FIXED = ("block", "steps", "duration_s", "compute_s", "comm_s", "data_s")
 
 
-def default_store() -> Any | None:
-    """The rendezvous store of the initialized default process group, or None."""
-    try:
-        import torch.distributed as dist
+_store_once = LogOnce(level=logging.INFO)
 
+
+def default_store() -> Any | None:
+    """The rendezvous store of the initialized default process group, or None. Cheap when there
+    is none (it is asked on every pipeline tick until there is): torch is not imported here."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None  # nobody imported torch.distributed: no process group can exist
+    try:
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             return None
         store = dist.distributed_c10d._get_default_store()
@@ -41,7 +54,7 @@ def default_store() -> Any | None:
         prefixed.set_timeout(timedelta(seconds=5))
         return prefixed
     except Exception as exc:  # noqa: BLE001 - a private API: never fatal
-        log.info("telemetry: online detection off (no rendezvous store: %s)", exc)
+        _store_once("store", "telemetry: online detection off (no rendezvous store: %s)", exc)
         return None
 
 
@@ -82,7 +95,8 @@ class BlockSummarizer:
 
 
 class OnlineDetector:
-    """Wired into the pipeline as a listener; rank 0 also runs the analysis thread."""
+    """A pipeline listener (see :class:`telemetry.pipeline.thread.Listener`): every rank posts its
+    summaries; rank 0 also runs the analysis thread."""
 
     def __init__(self, store: Any, rank: int, world: int, every: int, window: int, wait_blocks: int,
                  min_interval_s: float = 5.0) -> None:
@@ -100,10 +114,12 @@ class OnlineDetector:
         self._dirty = False
         self.posted = 0
         self.failures = 0
+        self.bad_summaries = 0  # store values that were not a summary vector (skipped)
+        self._once = LogOnce()
         self.analyses = 0
         self.analysis_s = 0.0  # rank 0: seconds spent building tables and analyzing, in all
         self.analysis_max_s = 0.0
-        self.results: queue.Queue = queue.Queue()  # (findings, scores) for the pipeline to hand on
+        self._results: queue.Queue = queue.Queue()  # OnlineResult, for the pipeline to hand on
         self._inbox: queue.Queue = queue.Queue()
         self._seen: set[tuple] = set()
         self._rows: collections.OrderedDict = collections.OrderedDict()  # block -> {rank: vector}
@@ -113,13 +129,21 @@ class OnlineDetector:
             # Import the analyzer (pandas, the detectors: about 0.5 s here) now, inside init, rather
             # than in the online thread mid-run, where it would hold the GIL against rank 0's
             # training thread and make rank 0 a straggler of its own telemetry's making.
-            from . import detectors  # noqa: F401
+            from .analysis import detectors  # noqa: F401
 
             self._thread = threading.Thread(target=self._run, name="telemetry-online", daemon=True)
             self._thread.start()
 
     # ---- every rank, pipeline thread --------------------------------------------------
-    def __call__(self, records: list) -> None:
+    def poll(self) -> list[OnlineResult]:
+        out = []
+        while True:
+            try:
+                out.append(self._results.get_nowait())
+            except queue.Empty:
+                return out
+
+    def on_records(self, records: Sequence[StepRecord]) -> None:
         for vec in self.summarizer.add(records):
             try:
                 if not self._phases_posted:
@@ -131,8 +155,7 @@ class OnlineDetector:
                     self._inbox.put(int(vec[0]))
             except Exception as exc:  # noqa: BLE001 - a dead store costs only online detection
                 self.failures += 1
-                if self.failures == 1:
-                    log.warning("telemetry: online summary not posted (%s); further failures counted", exc)
+                self._once("post", "telemetry: online summary not posted (%s); further failures counted", exc)
 
     # ---- rank 0, online thread ----------------------------------------------------------
     def _run(self) -> None:
@@ -167,10 +190,19 @@ class OnlineDetector:
             key = f"s/{block}/{r}"
             try:
                 if self.store.check([key]):
-                    rows[r] = np.frombuffer(self.store.get(key), dtype=np.float64)
+                    raw = self.store.get(key)
                     self.store.delete_key(key)
+                else:
+                    continue
             except Exception:  # noqa: BLE001
                 continue
+            vec = _summary_vector(raw, block)
+            if vec is None:
+                self.bad_summaries += 1
+                self._once("bad-summary", "telemetry: [online] rank %d's summary of block %d is not a "
+                           "summary vector (%d bytes); skipped, further cases counted", r, block, len(raw))
+                continue
+            rows[r] = vec
         self._rows[block] = rows
         while len(self._rows) > self.window:
             self._rows.popitem(last=False)
@@ -201,7 +233,7 @@ class OnlineDetector:
 
     def _analyze(self) -> bool:
         """One analysis of the window; False when there were too few blocks to analyze."""
-        from .detectors import analyze
+        from .analysis.detectors import analyze
 
         t0 = time.perf_counter()
         try:
@@ -232,11 +264,11 @@ class OnlineDetector:
             if missing.get(latest):
                 log.warning("telemetry: [online] ranks %s did not report steps %d-%d", missing[latest],
                             latest * self.every, (latest + 1) * self.every - 1)
-            self.results.put((new, result.summary.get("straggler_score", {}),
-                              {k: v for k, v in result.summary.get("by_kind", {}).items()}))
+            self._results.put(OnlineResult(new, result.summary.get("straggler_score", {}),
+                                            dict(result.summary.get("by_kind", {}))))
         except Exception:  # noqa: BLE001
             self.failures += 1
-            log.exception("telemetry: online analysis failed")
+            self._once("analysis", "telemetry: online analysis failed (further failures counted)", exc_info=True)
         return True  # a failed analysis waits its interval too: no retry storm
 
     def stop(self) -> None:
@@ -246,4 +278,59 @@ class OnlineDetector:
 
     def stats(self) -> dict[str, Any]:
         return {"summaries_posted": self.posted, "analyses": self.analyses, "online_failures": self.failures,
+                "online_bad_summaries": self.bad_summaries,
                 "analysis_s": round(self.analysis_s, 4), "analysis_max_s": round(self.analysis_max_s, 4)}
+
+
+def _summary_vector(raw: Any, block: int) -> np.ndarray | None:
+    """The float64 vector a rank posted for ``block``, or None when ``raw`` is not one: a length
+    that is not whole float64s, fewer than the fixed fields, or another block's number."""
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) % 8 or len(raw) < 8 * len(FIXED):
+        return None
+    vec = np.frombuffer(raw, dtype=np.float64)
+    return vec if vec[0] == block else None
+
+
+class OnlineStarter:
+    """A pipeline listener that starts online detection once the default process group exists.
+
+    ``telemetry.init`` usually runs after ``init_process_group``, and detection starts at once; when
+    it ran first, each pipeline tick checks (one cheap call) until the group appears. Starting on
+    rank 0 imports the analyzer there (about 0.5 s, once). If the job ends with no group, that is
+    said once at shutdown.
+    """
+
+    def __init__(self, make: Callable[[Any], OnlineDetector], find_store: Callable[[], Any | None] | None = None) -> None:
+        self._make = make
+        self._find_store = find_store or default_store
+        self.detector: OnlineDetector | None = None
+        self._failed = False
+        self.try_start()
+
+    def try_start(self) -> bool:
+        if self.detector is None and not self._failed:
+            store = self._find_store()
+            if store is not None:
+                try:
+                    self.detector = self._make(store)
+                except Exception as exc:  # noqa: BLE001 - online detection is optional; training is not
+                    self._failed = True
+                    log.warning("telemetry: online detection off (%s)", exc)
+        return self.detector is not None
+
+    def on_records(self, records: Sequence[StepRecord]) -> None:
+        if self.try_start():
+            self.detector.on_records(records)
+
+    def poll(self) -> list[OnlineResult]:
+        return self.detector.poll() if self.detector is not None else []
+
+    def stats(self) -> dict[str, Any]:
+        return self.detector.stats() if self.detector is not None else {"online_started": False}
+
+    def stop(self) -> None:
+        if self.detector is not None:
+            self.detector.stop()
+        elif not self._failed:
+            log.info("telemetry: online detection never started: no torch.distributed process group "
+                     "appeared (init_process_group) while telemetry ran")

@@ -8,10 +8,7 @@ no-op, and the count shows in ``telemetry.stats()``. ``init(strict=True)`` (or
 
 from __future__ import annotations
 
-import logging
-import threading
-
-log = logging.getLogger("telemetry")
+from .logonce import LogOnce
 
 
 class TelemetryUsageError(ValueError):
@@ -21,15 +18,11 @@ class TelemetryUsageError(ValueError):
 class UsageErrors:
     def __init__(self, strict: bool) -> None:
         self.strict = strict
-        self.counts: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._once = LogOnce()
+        self.counts = self._once.counts  # misuses by kind
 
     def report(self, kind: str, message: str) -> None:
-        with self._lock:
-            first = kind not in self.counts
-            self.counts[kind] = self.counts.get(kind, 0) + 1
         if self.strict:
+            self._once.count(kind)
             raise TelemetryUsageError(message)
-        if first:
-            log.warning("telemetry: %s (ignored; further cases of this kind are counted, not logged)",
-                        message)
+        self._once(kind, "telemetry: %s (ignored; further cases of this kind are counted, not logged)", message)

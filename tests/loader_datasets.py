@@ -21,7 +21,7 @@ class SleepyMap(torch.utils.data.Dataset):
             import telemetry
             from telemetry import recorder
 
-            state = "on" if recorder.active() is not recorder.NULL or telemetry.session() else "off"
+            state = "on" if recorder.current.active() is not recorder.NULL or telemetry.session() else "off"
             with open(os.path.join(self.marker_dir, f"{os.getpid()}.txt"), "w") as f:
                 f.write(state)
         return torch.full((16,), float(i)), torch.zeros(16, dtype=torch.long)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 import telemetry
-from telemetry.store import read_run
+from telemetry.analysis.load import open_input
 
 
 def test_init_twice_with_same_settings_returns_the_running_session(run_dir):
@@ -55,7 +55,7 @@ def test_step_decorator_bare_and_with_arguments_records_each_call(run_dir):
     with telemetry.step():
         opt_step()
     telemetry.shutdown()
-    t = read_run(run_dir).table()
+    t = open_input(run_dir).table
     assert list(t["step"]) == [0, 1, 2, 3]
     assert t["samples"].tolist()[1] == 16
     assert t["forward_s"].tolist()[0] > 0 and t["optimizer_s"].tolist()[3] > 0
@@ -73,7 +73,7 @@ def test_forked_child_records_nothing_and_parent_carries_on(run_dir):
     pid = os.fork()
     if pid == 0:  # child
         from telemetry import recorder
-        ok = recorder.active() is recorder.NULL and telemetry.session() is None
+        ok = recorder.current.active() is recorder.NULL and telemetry.session() is None
         with telemetry.step():
             pass
         os.write(w, b"1" if ok else b"0")
@@ -84,7 +84,7 @@ def test_forked_child_records_nothing_and_parent_carries_on(run_dir):
     with telemetry.step():
         pass
     telemetry.shutdown()
-    assert list(read_run(run_dir).table()["step"]) == [0]
+    assert list(open_input(run_dir).table["step"]) == [0]
 
 
 def test_dataloader_with_forked_workers_times_the_wait(run_dir):
@@ -106,7 +106,7 @@ def test_dataloader_with_forked_workers_times_the_wait(run_dir):
         with telemetry.step():
             pass
     telemetry.shutdown()
-    t = read_run(run_dir).table()
+    t = open_input(run_dir).table
     assert len(t) == 4 and t["samples"].tolist() == [2, 2, 2, 2]
     assert (t["data_s"] > 0).all()
     assert len(os.listdir(os.path.join(run_dir, "ranks"))) == 3  # no files from the workers

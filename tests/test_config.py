@@ -15,14 +15,6 @@ def test_defaults_and_precedence():
     assert Config.resolve({}, environ={}).sinks == ("store", "prometheus")
 
 
-def test_config_is_immutable():
-    cfg = Config.resolve({}, environ={})
-    import dataclasses
-
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        cfg.job = "x"
-
-
 def test_sinks_from_env_list():
     cfg = Config.resolve({}, environ={"TELEMETRY_SINKS": "store, otlp"})
     assert cfg.sinks == ("store", "otlp")
@@ -31,7 +23,7 @@ def test_sinks_from_env_list():
 @pytest.mark.parametrize("kwargs, message", [
     ({"flush_interval_s": 0}, r"flush_interval_s=0 is out of range; accepted: a number from 0.01"),
     ({"buffer_events": 10}, r"buffer_events=10 .* accepted: an integer from 1024"),
-    ({"sinks": ["store", "kafka"]}, r"sinks contains 'kafka'; accepted: store, prometheus, otlp"),
+    ({"sinks": ["store", "kafka"]}, r"sinks contains 'kafka'; accepted: otlp, prometheus, store"),
     ({"job": "my job!"}, r"job='my job!' is invalid; accepted"),
     ({"strict": "yes"}, r"strict='yes' must be True or False"),
     ({"flush_intervl_s": 1}, r"unknown setting\(s\) flush_intervl_s; accepted: .*flush_interval_s"),

@@ -7,8 +7,8 @@ The real thing is checked by bench/gpu_check.py on a CUDA machine.
 
 import pytest
 
-from telemetry.assembler import Assembler
-from telemetry.hooks.cuda_timing import CudaRecorder, EventPool
+from telemetry.pipeline.assembler import Assembler
+from telemetry.recorder.cuda import CudaRecorder, EventPool
 
 
 class FakeGpu:
@@ -83,7 +83,7 @@ def test_phase_times_are_gpu_times_not_launch_times():
 
 def test_collective_time_and_per_phase_wait_come_from_the_gpu_timeline():
     gpu, pool, rec, asm, _ = setup()
-    from telemetry import events as ev
+    from telemetry.recorder import events as ev
 
     with rec.step():
         with rec.phase("backward"):
@@ -91,7 +91,7 @@ def test_collective_time_and_per_phase_wait_come_from_the_gpu_timeline():
             e0, t0 = rec.mark(), rec.now()
             gpu.launch(15.0)  # the all-reduce holds the compute stream for 15 ms
             e1, t1 = rec.mark(), rec.now()
-            rec.emit((ev.COLLECTIVE, t1, "all_reduce", t0, 4000, 4, "default", t1 - t0, 1.5, e0, e1))
+            rec.emit((ev.COLLECTIVE_DEV, t1, "all_reduce", t0, 4000, 4, "default", t1 - t0, 1.5, e0, e1))
     gpu.completed_ms = 1e9
     asm.feed(rec.drain())
     [r] = asm.feed([])

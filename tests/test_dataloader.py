@@ -8,7 +8,7 @@ import torch
 from loader_datasets import SleepyMap, SleepyStream
 
 import telemetry
-from telemetry.store import read_run
+from telemetry.analysis.load import open_input
 
 
 def run(run_dir, loader, epochs=1, **watch_kw):
@@ -18,7 +18,7 @@ def run(run_dir, loader, epochs=1, **watch_kw):
             with telemetry.step():
                 pass
     telemetry.shutdown()
-    return read_run(run_dir).table()
+    return open_input(run_dir).table
 
 
 def test_measured_wait_matches_a_known_delay_within_10_percent(run_dir):
@@ -29,7 +29,7 @@ def test_measured_wait_matches_a_known_delay_within_10_percent(run_dir):
     assert (t["duration_s"] < 0.01).all()  # the wait is outside the step's own time
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_worker_processes_record_nothing_and_start_nothing(run_dir, tmp_path, context):
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -64,4 +64,4 @@ def test_step_counts_override_the_batch(run_dir):
         with telemetry.step(samples=99):
             pass
     telemetry.shutdown()
-    assert read_run(run_dir).table()["samples"].tolist() == [99, 99]
+    assert open_input(run_dir).table["samples"].tolist() == [99, 99]

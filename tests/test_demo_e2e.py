@@ -5,8 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 
-from telemetry.store import read_run
+from telemetry.analysis.load import open_input
+
+pytestmark = pytest.mark.slow  # every test runs `telemetry demo`: 4 spawned gloo ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,8 +29,8 @@ def test_injected_straggler_is_named_by_rank_and_phase(tmp_path):
     [f] = stragglers
     assert f["severity"] in ("warning", "critical") and 0.01 <= f["slowdown"] < 0.2
     assert "step  200/200" in progress and "median step" in progress  # progress shown while it ran
-    run = read_run(run_dir)
-    t = run.table()
+    run = open_input(run_dir)
+    t = run.table
     assert sorted(t["rank"].unique()) == [0, 1, 2, 3] and len(t) == 800
     assert (t["comm_s"] > 0).all() and (t["comm_bytes"] > 0).all()
     assert run.meta["world_size"] == 4 and len(run.meta["hosts"]) == 4

@@ -1,9 +1,9 @@
-"""The detector suite on simulated synchronous steps (telemetry.simulate), with ground truth."""
+"""The detector suite on simulated synchronous steps (telemetry.demo.simulate), with ground truth."""
 
 import pytest
 
-from telemetry.detectors import analyze
-from telemetry.simulate import Fault, Scenario, simulate, true_slowdown
+from telemetry.analysis.detectors import analyze
+from telemetry.demo.simulate import Fault, Scenario, simulate, true_slowdown
 
 
 def found(sc, severity=("warning", "critical")):

@@ -7,8 +7,8 @@ import pytest
 
 import telemetry
 from telemetry.flops import peak_flops_for, transformer_flops_per_token
-from telemetry.hooks import nvml as nvml_hook
-from telemetry.store import read_run
+from telemetry.devices import nvml as nvml_hook
+from telemetry.analysis.load import open_input
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def test_without_nvml_sampling_says_so_once_and_host_readings_go_on(run_dir, cap
             time.sleep(0.06)
     telemetry.shutdown()
     assert caplog.text.count("GPU sampling off") == 1
-    t = read_run(run_dir).table()
+    t = open_input(run_dir).table
     assert (t["dev.process_resident_memory_bytes"] > 10e6).all()
     assert "dev.gpu_utilization_ratio" not in t.columns
 
@@ -90,8 +90,8 @@ def test_gpu_metrics_and_mfu_reach_prometheus_and_the_store(run_dir, fake_nvml):
                    'train_gpu_ecc_errors_total{gpu="0"', 'direction="tx"', "train_gpu_sm_activity_ratio{",
                    "train_process_resident_memory_bytes{", "train_mfu_ratio{"):
         assert needle in text, needle
-    run = read_run(run_dir)
-    t = run.table()
+    run = open_input(run_dir)
+    t = run.table
     expected = 1000 * 1e9 / (t["duration_s"] * 989.4e12)
     assert t["mfu"].to_numpy() == pytest.approx(expected.to_numpy(), rel=1e-6)
     assert run.ranks[0]["device"]["gpu_name"] == "NVIDIA H100 80GB HBM3"

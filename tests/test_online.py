@@ -4,11 +4,12 @@ import json
 import os
 
 import dist_cases
+import pytest
 import torch.multiprocessing as mp
 from servers import free_port, free_port_range
 
 from telemetry.online import BlockSummarizer
-from telemetry.records import StepRecord
+from telemetry.pipeline.records import StepRecord
 
 
 def rec(step, duration, forward, comm):
@@ -30,6 +31,7 @@ def test_a_block_summary_is_a_fixed_vector_of_medians():
     assert abs(backward - 0.05) < 1e-9  # backward compute: the comm inside it removed
 
 
+@pytest.mark.slow
 def test_rank_zero_names_the_straggler_during_the_run(tmp_path):
     run_dir = str(tmp_path / "run")
     base = free_port_range(4)

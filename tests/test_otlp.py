@@ -11,7 +11,7 @@ from servers import free_port
 
 import telemetry
 from telemetry.store import read_run
-from telemetry.tracing import step_root_span_id, trace_id
+from exporters.tracing import step_root_span_id, trace_id
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -141,6 +141,7 @@ def test_dead_collector_never_slows_training_and_is_counted(run_dir, kind, caplo
     assert caplog.text.count("telemetry: otlp:") <= 2
 
 
+@pytest.mark.slow
 def test_four_ranks_share_one_trace_per_step(tmp_path):
     with Receiver() as rcv:
         env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": rcv.url, "TELEMETRY_SINKS": "store,otlp"}

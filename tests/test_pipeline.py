@@ -1,12 +1,42 @@
-"""The pipeline thread: records reach every sink; a failing or hanging sink costs only itself."""
+"""The pipeline: records reach every sink; a failing or hanging sink costs only itself.
+
+Most tests drive the pipeline by hand (``Pipeline.tick()``, the thread never started) on injected
+clocks, so that they neither sleep nor depend on how fast this machine is. Where the subject is
+the thread itself, the tests wait on events the sinks set, never on a fixed sleep.
+"""
 
 import threading
 import time
 
-
-from telemetry.pipeline import Pipeline
+from telemetry.pipeline.assembler import Assembler
+from telemetry.pipeline.sinks import GuardedSink, Sink
+from telemetry.pipeline.thread import Pipeline
 from telemetry.recorder import Recorder
-from telemetry.sinks import GuardedSink, Sink
+from telemetry.recorder import events as ev
+from telemetry.recorder.values import PendingValue
+
+NEVER = 60.0  # a flush interval the thread never reaches within a test: ticks are by hand
+
+
+class FakeClock:
+    """A ``perf_counter_ns`` stand-in that moves only when told to."""
+
+    def __init__(self, t_ns=1_000_000_000):
+        self.t = t_ns
+
+    def __call__(self):
+        return self.t
+
+    def advance(self, seconds):
+        self.t += round(seconds * 1e9)
+
+
+class FakeMonotonic:
+    def __init__(self, t=100.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
 
 
 class ListSink(Sink):
@@ -15,12 +45,19 @@ class ListSink(Sink):
     def __init__(self):
         self.records = []
         self.closed = False
+        self._cond = threading.Condition()
 
     def write(self, records):
-        self.records.extend(records)
+        with self._cond:
+            self.records.extend(records)
+            self._cond.notify_all()
 
     def close(self, timeout_s):
         self.closed = True
+
+    def wait_for(self, n, timeout_s):
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.records) >= n, timeout_s)
 
 
 class BrokenSink(Sink):
@@ -34,41 +71,85 @@ class HangingSink(Sink):
     name = "hanging"
 
     def __init__(self):
+        self.entered = threading.Event()
         self.release = threading.Event()
 
     def write(self, records):
+        self.entered.set()
         self.release.wait(60)
 
     def close(self, timeout_s):
         self.release.wait(60)
 
 
-def run_steps(rec, n):
+class Flag:
+    """A device event stand-in: ``query()`` says whether the copy to the host has completed."""
+
+    def __init__(self, done=False):
+        self.done = done
+
+    def query(self):
+        return self.done
+
+
+class HostScalar:
+    def __init__(self, v):
+        self.v = v
+
+    def item(self):
+        return self.v
+
+
+def run_steps(rec, n, clock=None, forward_s=0.010, between_s=0.002):
     for _ in range(n):
         with rec.step():
             with rec.phase("forward"):
-                pass
+                if clock is not None:
+                    clock.advance(forward_s)
+        if clock is not None:
+            clock.advance(between_s)
 
 
-def make_pipeline(rec, *sinks, interval=0.02):
-    p = Pipeline(rec, [GuardedSink(s) for s in sinks], 0, lambda ns: ns * 1e-9, interval)
-    p.start()
+def to_epoch(ns):
+    return ns * 1e-9
+
+
+def make_pipeline(rec, *sinks, interval=NEVER, start=False):
+    p = Pipeline(rec, [GuardedSink(s) for s in sinks], 0, to_epoch, interval)
+    if start:
+        p.start()
     return p
 
 
-def test_records_reach_sinks_while_running_and_at_stop():
-    rec = Recorder(4096)
+def test_records_reach_sinks_on_ticks_and_at_stop():
+    clock = FakeClock()
+    rec = Recorder(4096, clock=clock)
     good = ListSink()
     p = make_pipeline(rec, good)
-    run_steps(rec, 5)
-    deadline = time.monotonic() + 5
-    while len(good.records) < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(good.records) == 5  # delivered by the thread, before any stop
-    run_steps(rec, 3)
+    run_steps(rec, 5, clock)
+    p.tick()
+    p.tick()  # a finished step is held for one tick (late events), then delivered
+    assert [r.step for r in good.records] == list(range(5))  # delivered while running, before any stop
+    for r in good.records:  # the times are the injected clock's, exactly
+        assert abs(r.duration_s - 0.010) < 1e-12 and abs(r.phases["forward"] - 0.010) < 1e-12
+    assert abs(good.records[1].start_s - good.records[0].start_s - 0.012) < 1e-9
+    run_steps(rec, 3, clock)
     assert p.stop(5.0)
-    assert [r.step for r in good.records] == list(range(8))
+    assert [r.step for r in good.records] == list(range(8))  # the rest at the final drain
     assert good.closed
+
+
+def test_the_thread_delivers_every_interval_without_being_asked():
+    rec = Recorder(4096)
+    good = ListSink()
+    p = make_pipeline(rec, good, interval=0.01, start=True)
+    try:
+        run_steps(rec, 5)
+        assert good.wait_for(5, timeout_s=10.0)  # by the thread, before any stop
+        assert [r.step for r in good.records] == list(range(5))
+    finally:
+        assert p.stop(5.0)
+    assert p.stats()["ticks"] >= 2
 
 
 def test_a_failing_sink_is_isolated_counted_and_logged_once(caplog):
@@ -77,20 +158,54 @@ def test_a_failing_sink_is_isolated_counted_and_logged_once(caplog):
     p = make_pipeline(rec, BrokenSink(), good)
     for _ in range(3):
         run_steps(rec, 2)
-        time.sleep(0.06)
+        p.tick()
     p.stop(5.0)
     assert len(good.records) == 6
     broken = p.stats()["sinks"]["broken"]
-    assert broken["dropped"] == 6 and broken["failures"] >= 2
+    assert broken["dropped"] == 6 and broken["failures"] == 3  # three non-empty batches, each refused
+    assert p.stats()["sinks"]["list"]["written"] == 6 and p.stats()["pipeline_errors"] == 0
     assert caplog.text.count("sink 'broken' failed in write") == 1
+
+
+def test_a_step_waits_for_its_device_value_at_most_the_pending_timeout():
+    clock = FakeClock()
+    rec = Recorder(4096, clock=clock)
+    good = ListSink()
+    p = make_pipeline(rec, good)
+    mono = FakeMonotonic()
+    p.assembler = Assembler(0, to_epoch, pending_timeout_s=10.0, monotonic=mono)
+    late, never = Flag(), Flag()
+    for flag, v in ((late, 0.5), (never, 0.25)):
+        with rec.step():
+            clock.advance(0.001)
+            rec.emit((ev.LOG, rec.now(), {"loss": PendingValue(HostScalar(v), flag)}))
+            clock.advance(0.001)
+    with rec.step():
+        clock.advance(0.001)
+        rec.log({"loss": 0.125})
+        clock.advance(0.001)
+    p.tick()
+    p.tick()
+    assert good.records == []  # step 0's value is still on the device; the others wait behind it
+    late.done = True
+    p.tick()
+    assert [(r.step, r.scalars) for r in good.records] == [(0, {"loss": 0.5})]
+    mono.t += 9.9
+    p.tick()
+    assert len(good.records) == 1  # step 1 still within its 10 s
+    mono.t += 0.2
+    p.tick()
+    assert [(r.step, r.scalars) for r in good.records[1:]] == [(1, {}), (2, {"loss": 0.125})]
+    assert p.stats()["unread_values"] == 1  # given up on, and counted
+    assert p.stop(5.0)
 
 
 def test_shutdown_is_bounded_when_a_sink_hangs():
     rec = Recorder(4096)
     hanging = HangingSink()
-    p = make_pipeline(rec, hanging)
+    p = make_pipeline(rec, hanging, interval=0.01, start=True)
     run_steps(rec, 3)
-    time.sleep(0.1)  # the pipeline thread is now stuck in write()
+    assert hanging.entered.wait(10)  # the pipeline thread is now stuck in write()
     t0 = time.monotonic()
     finished = p.stop(1.0)
     elapsed = time.monotonic() - t0
@@ -102,9 +217,9 @@ def test_shutdown_is_bounded_when_a_sink_hangs():
 def test_training_thread_never_waits_for_a_stuck_pipeline():
     rec = Recorder(2048)
     hanging = HangingSink()
-    p = make_pipeline(rec, hanging)
+    p = make_pipeline(rec, hanging, interval=0.01, start=True)
     run_steps(rec, 1)
-    time.sleep(0.1)
+    assert hanging.entered.wait(10)  # the pipeline thread is stuck in write() from now on
     t0 = time.monotonic()
     run_steps(rec, 5000)  # the buffer fills; the loop carries on, dropping and counting
     assert time.monotonic() - t0 < 5.0

@@ -33,12 +33,22 @@ def series(text):
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 
+NEVER = 60.0  # a flush interval the pipeline thread never reaches within a test: ticks are by hand
+
+
+def deliver(session):
+    """Hand everything recorded so far to the sinks, as the pipeline thread would: two ticks, since
+    a finished step is held for one tick before it is built."""
+    session.pipeline.tick()
+    session.pipeline.tick()
+
+
 def test_metrics_names_labels_and_exemplars(run_dir):
     port = free_port()
-    telemetry.init(run_dir=run_dir, job="prom1", sinks=["prometheus"], prometheus_port=port,
-                   flush_interval_s=0.05)
+    session = telemetry.init(run_dir=run_dir, job="prom1", sinks=["prometheus"], prometheus_port=port,
+                             flush_interval_s=NEVER)
     steps(5)
-    time.sleep(0.3)
+    deliver(session)
     text = scrape(port)
     for name in ("train_step_duration_seconds_bucket", "train_phase_duration_seconds_sum",
                  "train_steps_total", "train_tokens_total", "train_samples_total",
@@ -52,7 +62,7 @@ def test_metrics_names_labels_and_exemplars(run_dir):
     om = scrape(port, openmetrics=True)
     exemplars = [line for line in om.splitlines() if line.startswith("train_step_duration_seconds_bucket") and "# {" in line]
     assert exemplars and 'trace_id="' in exemplars[0]
-    from telemetry.tracing import trace_id_hex
+    from exporters.tracing import trace_id_hex
     assert any(trace_id_hex("prom1", s) in om for s in range(5))
     telemetry.shutdown()
     with pytest.raises(OSError):
@@ -61,10 +71,10 @@ def test_metrics_names_labels_and_exemplars(run_dir):
 
 def test_series_per_rank_are_bounded_and_the_cap_is_counted(run_dir, caplog):
     port = free_port()
-    telemetry.init(run_dir=run_dir, job="card", sinks=["prometheus"], prometheus_port=port,
-                   max_label_values=4, flush_interval_s=0.05)
+    session = telemetry.init(run_dir=run_dir, job="card", sinks=["prometheus"], prometheus_port=port,
+                             max_label_values=4, flush_interval_s=NEVER)
     steps(3, phases=[f"p{i}" for i in range(10)])
-    time.sleep(0.3)
+    deliver(session)
     text = scrape(port)
     phases = {line.split('phase="')[1].split('"')[0] for line in series(text) if 'phase="' in line}
     assert len(phases) == 4  # the first four names seen win
@@ -111,21 +121,23 @@ def test_tls_with_client_certificates(run_dir, tmp_path):
     server = cert("server", ca)
     client = cert("client", ca)
     port = free_port()
-    telemetry.init(run_dir=run_dir, job="tls", sinks=["prometheus"], prometheus_port=port,
-                   prometheus_certfile=server[1], prometheus_keyfile=server[0], prometheus_client_cafile=ca[1])
+    session = telemetry.init(run_dir=run_dir, job="tls", sinks=["prometheus"], prometheus_port=port,
+                             prometheus_certfile=server[1], prometheus_keyfile=server[0],
+                             prometheus_client_cafile=ca[1], flush_interval_s=NEVER)
     steps(2)
-    time.sleep(0.7)
+    deliver(session)
     ctx = ssl.create_default_context(cafile=ca[1])
     ctx.load_cert_chain(client[1], client[0])
     import urllib.error
     import urllib.request
     body = urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=5).read().decode()
-    assert "train_steps_total" in body
+    assert [line.split()[-1] for line in series(body) if line.startswith("train_steps_total{")] == ["2.0"]
     no_client_cert = ssl.create_default_context(cafile=ca[1])
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
         urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=no_client_cert, timeout=5).read()
 
 
+@pytest.mark.slow
 def test_real_prometheus_scrapes_every_rank_of_a_gloo_run(tmp_path):
     run_dir = tmp_path / "run"
     job = "run"  # the demo names the job after its run directory
@@ -171,6 +183,7 @@ scrape_configs:
         assert demo.returncode == 0, err[-2000:]
 
 
+@pytest.mark.slow
 def test_real_pushgateway_receives_each_rank(run_dir, tmp_path):
     with pushgateway(tmp_path) as gw:
         telemetry.init(run_dir=run_dir, job="pushed", sinks=["prometheus"], prometheus_port=free_port(),
@@ -189,8 +202,10 @@ def test_dead_pushgateway_is_counted_and_harmless(run_dir, caplog):
                    pushgateway_url=dead, push_interval_s=0.5)
     t0 = time.monotonic()
     steps(3)
-    time.sleep(1.2)
-    stats = telemetry.shutdown()
+    deadline = time.monotonic() + 5.0  # the push worker's own thread tries every 0.5 s
+    while telemetry.stats()["sinks"]["prometheus"].get("push_failures", 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stats = telemetry.shutdown()  # and once more at shutdown
     assert time.monotonic() - t0 < 6.0
     assert stats["sinks"]["prometheus"]["push_failures"] >= 2
     assert caplog.text.count(f"push to {dead} failed") == 1

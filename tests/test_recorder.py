@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from telemetry import events as ev
-from telemetry.assembler import Assembler
+from telemetry.recorder import events as ev
+from telemetry.pipeline.assembler import Assembler
 from telemetry.recorder import Recorder
 from telemetry.usage import TelemetryUsageError
 

@@ -12,7 +12,7 @@ import pytest
 import telemetry
 from telemetry.cli import main as cli
 from telemetry.store import read_run
-from telemetry.table import load_table
+from telemetry.analysis.load import open_input
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,13 +36,13 @@ def test_round_trip_through_the_store(run_dir):
     stats = telemetry.shutdown()
     assert stats["records"] == 6 and stats["events_dropped"] == 0
 
-    run = read_run(run_dir)
+    run = open_input(run_dir)
     assert run.warnings == []
     assert run.meta["job"] == "rt" and run.meta["world_size"] == 1
     assert run.meta["hosts"] == {"0": os.uname().nodename}
     assert run.meta["config"]["sinks"] == ["store"] and "python" in run.meta["versions"]
     assert run.meta["start_time_s"] <= run.meta["end_time_s"]
-    t = run.table()
+    t = run.table
     assert list(t["step"]) == list(range(6))
     assert list(t["ok"]) == [True, True, True, False, True, True]
     assert (t["forward_s"] >= 0.002).all() and (t["duration_s"] >= t["forward_s"]).all()
@@ -53,10 +53,12 @@ def test_round_trip_through_the_store(run_dir):
 
 
 def test_readable_while_the_job_runs(run_dir):
-    telemetry.init(run_dir=run_dir, job="live", sinks=["store"], flush_interval_s=0.1)
+    # A flush interval the pipeline thread never reaches here: the test ticks it by hand.
+    session = telemetry.init(run_dir=run_dir, job="live", sinks=["store"], flush_interval_s=60.0)
     train(4)
-    time.sleep(0.5)  # several flush intervals, no shutdown
-    t = read_run(run_dir).table()
+    session.pipeline.tick()
+    session.pipeline.tick()  # a finished step is held for one tick; no shutdown
+    t = open_input(run_dir).table
     assert len(t) == 4
     progress = read_run(run_dir).progress[0]
     assert progress["finished"] is False and progress["last_step"] == 3
@@ -69,8 +71,8 @@ def test_torn_last_record_is_skipped_with_a_warning(run_dir, caplog):
     path = os.path.join(run_dir, "ranks", "rank-00000.steps.jsonl")
     with open(path, "a") as f:
         f.write('{"rank": 0, "step": 5, "start_s": 1.0, "dur')  # the process died mid-write
-    run = read_run(run_dir)
-    assert len(run.table()) == 5
+    run = open_input(run_dir)
+    assert len(run.table) == 5
     assert any("torn last record" in w for w in run.warnings)
     assert "torn last record" in caplog.text
 
@@ -83,8 +85,8 @@ def test_corrupt_line_in_the_middle_is_skipped_and_reported(run_dir):
     lines = open(path).read().splitlines(keepends=True)
     lines.insert(2, "not json at all\n")
     open(path, "w").writelines(lines)
-    run = read_run(run_dir)
-    assert sorted(run.table()["step"]) == [0, 1, 2]
+    run = open_input(run_dir)
+    assert sorted(run.table["step"]) == [0, 1, 2]
     assert any("line 3 is not a valid step record" in w for w in run.warnings)
 
 
@@ -96,7 +98,7 @@ def test_export_writes_a_steps_table_that_analyze_reads(run_dir, tmp_path, suffi
     out = str(tmp_path / f"steps.{suffix}")
     assert cli(["export", run_dir, "--to", out]) == 0
     assert "wrote 4 rows (1 ranks)" in capsys.readouterr().out
-    t = load_table(out)
+    t = open_input(out).table
     assert {"rank", "step", "start_s", "duration_s", "forward_s", "comm_s", "tokens"} <= set(t.columns)
     assert len(t) == 4
 
@@ -124,11 +126,13 @@ def _script(run_dir, tail):
         """) + textwrap.dedent(tail)
 
 
+@pytest.mark.slow
 def test_records_are_flushed_at_interpreter_exit_without_shutdown(run_dir):
     subprocess.run([sys.executable, "-c", _script(run_dir, "print('bye')")], check=True, timeout=60)
-    assert len(read_run(run_dir).table()) == 7
+    assert len(open_input(run_dir).table) == 7
 
 
+@pytest.mark.slow
 def test_records_survive_a_killed_process(run_dir):
     proc = subprocess.Popen([sys.executable, "-c", _script(run_dir, "print('ready', flush=True); time.sleep(60)")],
                             stdout=subprocess.PIPE, text=True)
@@ -136,14 +140,15 @@ def test_records_survive_a_killed_process(run_dir):
     time.sleep(1.2)  # the store flushes at least every second
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    assert len(read_run(run_dir).table()) == 7
+    assert len(open_input(run_dir).table) == 7
 
 
+@pytest.mark.slow
 def test_sigterm_flushes_before_dying(run_dir):
     proc = subprocess.Popen([sys.executable, "-c", _script(run_dir, "print('ready', flush=True); time.sleep(60)")],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == -signal.SIGTERM  # it still dies of the signal
-    run = read_run(run_dir)
-    assert len(run.table()) == 7 and run.progress[0]["finished"] is True
+    run = open_input(run_dir)
+    assert len(run.table) == 7 and run.progress[0]["finished"] is True

@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from telemetry.simulate import Fault, Scenario, simulate
+from telemetry.demo.simulate import Fault, Scenario, simulate
 
 from telemetry.cli import main as cli
 from telemetry.demo.faults import InjectError, check_against_job, parse_inject
-from telemetry.table import TableError, phase_columns, validate
+from telemetry.analysis.table import TableError, phase_columns, validate
 
 
 def test_phase_columns_follow_the_contract():
@@ -57,7 +57,7 @@ def test_analyze_readable_report_on_parquet(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("missing.csv", "does not exist; accepted: a run directory, a .csv or a .parquet"),
+    ("missing.csv", "does not exist; accepted: a run directory, a steps table or per-operation trace (.csv, .parquet)"),
     ("notes.txt", "unknown file type"),
 ])
 def test_analyze_bad_path(tmp_path, capsys, arg, message):

@@ -1,6 +1,6 @@
 """Scoring the detectors on labelled data (run by `make bench`; writes its section of RESULTS.md).
 
-1. Simulated jobs (telemetry.simulate): every fault kind and every noise trap, small and large
+1. Simulated jobs (telemetry.demo.simulate): every fault kind and every noise trap, small and large
    worlds. Per scenario: what was expected, what was found (severity warning or above), recall,
    false positives, detection delay (the detectors run on the steps so far every 10 steps, as
    online detection would), and the what-if error against the simulation's true cost (the same
@@ -29,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from telemetry.detectors import analyze  # noqa: E402
-from telemetry.simulate import Fault, Scenario, simulate, true_slowdown  # noqa: E402
+from telemetry.analysis.detectors import analyze  # noqa: E402
+from telemetry.demo.simulate import Fault, Scenario, simulate, true_slowdown  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpora", "straggler-analysis")
 

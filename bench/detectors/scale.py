@@ -1,6 +1,6 @@
 """`telemetry analyze` on a steps table of 1,024 ranks x 10,000 steps: time and peak memory.
 
-The table is generated vectorized (the synchronous-step model of telemetry.simulate: data wait,
+The table is generated vectorized (the synchronous-step model of telemetry.demo.simulate: data wait,
 forward, backward with the all-reduce, optimizer; lognormal jitter; one straggler) and written as
 Parquet; then `python -m telemetry analyze FILE --json` runs as a child process, timed, with its
 peak resident memory from getrusage. Target: at most 10 s and 4 GB here.

@@ -1,7 +1,11 @@
-"""``--inject`` specs for ``telemetry demo``: parsing, validation, and what each does in the job.
+"""Injected faults: the one :class:`Fault` record, ``--inject`` specs for ``telemetry demo``
+(parsing, validation), and what each does in the demo job.
 
-Every fault is real work or real delay inside the training job, on the named rank and phase, so
-the detectors see what a real job would show:
+A :class:`Fault` is the ground truth a detector should find, for the demo job here and for the
+simulator (:mod:`.simulate`, which knows more kinds: ``imbalance``, ``stage_imbalance``,
+``memory_growth``, intermittent and bounded faults). In the demo every fault is real work or real
+delay inside the training job, on the named rank and phase, so the detectors see what a real job
+would show:
 
 - ``straggler:rank=R,phase=P,factor=F[,start=S]``: rank R's phase P takes F times as long (after the
   phase's own work, the rank stays busy in that phase for (F-1) x its measured time: a slower device).
@@ -15,7 +19,7 @@ the detectors see what a real job would show:
 - ``hang:rank=R,step=S``: rank R stops inside the forward phase of step S and never returns.
 
 >>> parse_inject("straggler:rank=2,phase=forward,factor=1.5")
-Fault(kind='straggler', rank=2, phase='forward', factor=1.5, start=0, delay_ms=0.0, step=None)
+Fault(kind='straggler', ranks=(2,), phase='forward', factor=1.5, start=0, end=None, probability=1.0, delay_s=0.0, stage=None)
 """
 
 from __future__ import annotations
@@ -42,13 +46,23 @@ class InjectError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str
-    rank: int | None = None
-    phase: str | None = None
-    factor: float = 1.0
-    start: int = 0
-    delay_ms: float = 0.0
-    step: int | None = None
+    kind: str  # straggler, data_stall, slow_comm, regression, hang; simulated also: imbalance, stage_imbalance, memory_growth
+    ranks: tuple[int, ...] = ()  # the culprit ranks; empty: every rank (job-wide kinds)
+    phase: str | None = None  # None: the kind's default phases
+    factor: float = 1.5  # how many times slower (straggler, regression, slow_comm, stage_imbalance)
+    start: int = 0  # first step affected (hang: the step the rank hangs in)
+    end: int | None = None  # last step (inclusive); None: to the end
+    probability: float = 1.0  # < 1: intermittent, slow on that fraction of steps
+    delay_s: float = 0.0  # data_stall: extra wait per step
+    stage: int | None = None  # stage_imbalance: the slow stage
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranks", tuple(self.ranks))  # from JSON: a list
+
+    @property
+    def rank(self) -> int | None:
+        """The one culprit rank of a single-rank fault."""
+        return self.ranks[0] if self.ranks else None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,21 +95,29 @@ def parse_inject(spec: str) -> Fault:
         raise InjectError(f"--inject {spec!r}: {kind} needs {', '.join(missing)}; "
                           f"form: {kind}:{','.join(k + '=...' for k in required)}"
                           + "".join(f"[,{k}=...]" for k in optional))
-    fault = Fault(kind=kind, **values)
-    _check_values(spec, fault)
-    return fault
+    _check_values(spec, kind, values)
+    if "rank" in values:
+        values["ranks"] = (values.pop("rank"),)
+    if "delay_ms" in values:
+        values["delay_s"] = values.pop("delay_ms") / 1000.0
+    if "step" in values:  # hang: the step it happens in
+        values["start"] = values.pop("step")
+    return Fault(kind=kind, **values)
 
 
-def _check_values(spec: str, f: Fault) -> None:
-    if f.phase is not None and f.phase not in DEMO_PHASES:
-        raise InjectError(f"--inject {spec!r}: phase={f.phase!r}; accepted: {', '.join(DEMO_PHASES)}")
-    if f.kind in ("straggler", "regression", "slow_comm") and not 1.0 < f.factor <= 100.0:
-        raise InjectError(f"--inject {spec!r}: factor={f.factor}; accepted: a number above 1 and "
+def _check_values(spec: str, kind: str, values: dict[str, Any]) -> None:
+    phase = values.get("phase")
+    if phase is not None and phase not in DEMO_PHASES:
+        raise InjectError(f"--inject {spec!r}: phase={phase!r}; accepted: {', '.join(DEMO_PHASES)}")
+    factor = values.get("factor")
+    if factor is not None and not 1.0 < factor <= 100.0:
+        raise InjectError(f"--inject {spec!r}: factor={factor}; accepted: a number above 1 and "
                           "at most 100 (1.5 means 50% slower)")
-    if f.kind == "data_stall" and not 0.0 < f.delay_ms <= 60000.0:
-        raise InjectError(f"--inject {spec!r}: delay_ms={f.delay_ms}; accepted: above 0, at most 60000")
+    delay = values.get("delay_ms")
+    if delay is not None and not 0.0 < delay <= 60000.0:
+        raise InjectError(f"--inject {spec!r}: delay_ms={delay}; accepted: above 0, at most 60000")
     for name in ("rank", "start", "step"):
-        v = getattr(f, name)
+        v = values.get(name)
         if v is not None and v < 0:
             raise InjectError(f"--inject {spec!r}: {name}={v}; accepted: an integer >= 0")
 
@@ -106,8 +128,8 @@ def check_against_job(faults: Iterable[Fault], ranks: int, steps: int) -> None:
         if f.rank is not None and f.rank >= ranks:
             raise InjectError(f"--inject {f.kind}: rank={f.rank} but the job has --ranks {ranks} "
                               f"(accepted: 0..{ranks - 1})")
-        last = f.step if f.kind == "hang" else f.start
-        if last is not None and last >= steps:
+        last = f.start
+        if last >= steps:
             raise InjectError(f"--inject {f.kind}: {'step' if f.kind == 'hang' else 'start'}={last} "
                               f"but the job runs --steps {steps} (accepted: 0..{steps - 1})")
 
@@ -123,7 +145,7 @@ class FaultPlan:
         """How many times its own wall time this rank's phase should take at this step (stragglers)."""
         factor = 1.0
         for f in self.faults:
-            if step >= f.start and f.kind == "straggler" and f.rank == self.rank and f.phase == phase:
+            if step >= f.start and f.kind == "straggler" and self.rank in f.ranks and f.phase == phase:
                 factor *= f.factor
         return factor
 
@@ -136,8 +158,8 @@ class FaultPlan:
         return factor
 
     def data_delay_s(self, step: int) -> float:
-        return sum(f.delay_ms for f in self.faults
-                   if f.kind == "data_stall" and f.rank == self.rank and step >= f.start) / 1000.0
+        return sum(f.delay_s for f in self.faults
+                   if f.kind == "data_stall" and self.rank in f.ranks and step >= f.start)
 
     def comm_factor(self, step: int) -> float:
         factor = 1.0
@@ -147,7 +169,7 @@ class FaultPlan:
         return factor
 
     def hangs_at(self, step: int) -> bool:
-        return any(f.kind == "hang" and f.rank == self.rank and f.step == step for f in self.faults)
+        return any(f.kind == "hang" and self.rank in f.ranks and f.start == step for f in self.faults)
 
     @property
     def has_slow_comm(self) -> bool:

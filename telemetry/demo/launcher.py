@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence, TextIO
 
-from ..detectors.hang import detect_hang
+from ..analysis.detectors.hang import detect_hang, hang_bound
 from ..store import layout
 from ..store.reader import StepsTail
 from .faults import Fault
@@ -111,66 +111,95 @@ def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
             f.close()
 
 
+class _Watch:
+    """What the ranks' step files say so far: steps done per rank, recent step times, the loss."""
+
+    def __init__(self, run_dir: str, ranks: int) -> None:
+        self.tails = {r: StepsTail(layout.steps_path(run_dir, r)) for r in range(ranks)}
+        self.done = {r: 0 for r in range(ranks)}
+        self.durations: list[float] = []
+        self.last_progress = time.monotonic()
+        self.last_loss = None
+
+    def read(self, now: float) -> None:
+        for r, tail in self.tails.items():
+            new = tail.read_new()
+            if new:
+                self.done[r] += len(new)
+                self.last_progress = now
+                self.durations.extend(x["duration_s"] for x in new[-20:])
+                if r == 0:
+                    self.last_loss = new[-1].get("scalars", {}).get("loss", self.last_loss)
+        self.durations = self.durations[-200:]
+
+    @property
+    def started(self) -> bool:
+        return any(self.done.values())
+
+    def median_step_s(self) -> float | None:
+        return statistics.median(self.durations) if self.durations else None
+
+    def status(self, steps: int, elapsed_s: float) -> str:
+        lo, hi = min(self.done.values()), max(self.done.values())
+        if not self.started:
+            return f"  waiting for the first step of {len(self.done)} ranks  {elapsed_s:5.1f} s"
+        loss = f"  loss {self.last_loss:.3f}" if isinstance(self.last_loss, (int, float)) else ""
+        return (f"  step {lo:4d}/{steps}  (ranks at {lo}-{hi})  median step {self.median_step_s() * 1e3:6.1f} ms"
+                f"{loss}  {elapsed_s:5.1f} s")
+
+
 def _follow(procs: list[subprocess.Popen], ranks: int, steps: int, run_dir: str, out: TextIO,
             t_start: float, hang_after_s: float | None, startup_timeout_s: float) -> DemoResult:
-    tails = {r: StepsTail(layout.steps_path(run_dir, r)) for r in range(ranks)}
-    done = {r: 0 for r in range(ranks)}
-    durations: list[float] = []
-    last_progress = time.monotonic()
+    watch = _Watch(run_dir, ranks)
     last_print = 0.0
-    last_loss = None
     tty = out.isatty()
     result = DemoResult(run_dir, "completed")
     while True:
         time.sleep(0.25)
         now = time.monotonic()
-        for r, tail in tails.items():
-            new = tail.read_new()
-            if new:
-                done[r] += len(new)
-                last_progress = now
-                durations.extend(x["duration_s"] for x in new[-20:])
-                if r == 0:
-                    last_loss = new[-1].get("scalars", {}).get("loss", last_loss)
-        durations = durations[-200:]
+        watch.read(now)
         codes = {r: p.poll() for r, p in enumerate(procs)}
         if now - last_print >= 1.0 or all(c is not None for c in codes.values()):
             last_print = now
-            med = statistics.median(durations) * 1e3 if durations else float("nan")
-            loss = f"  loss {last_loss:.3f}" if isinstance(last_loss, (int, float)) else ""
-            line = (f"  step {min(done.values()):4d}/{steps}  (ranks at {min(done.values())}-"
-                    f"{max(done.values())})  median step {med:6.1f} ms{loss}  {now - t_start:5.1f} s")
+            line = watch.status(steps, now - t_start)
             print(("\r" + line) if tty else line, end="" if tty else "\n", file=out, flush=True)
-        failed = {r: c for r, c in codes.items() if c not in (None, 0)}
-        if failed:
-            time.sleep(1.0)  # let the others notice and flush
-            result.outcome = "failed"
-            result.message = "rank(s) " + ", ".join(f"{r} (exit {c})" for r, c in sorted(failed.items())) + " failed"
-            break
-        if all(c == 0 for c in codes.values()):
-            break
-        started = any(done.values())
-        bound = hang_after_s if hang_after_s is not None else max(10.0, 30 * (statistics.median(durations) if durations else 0))
-        result.hang_bound_s = bound
-        if started and now - last_progress > bound:
-            # The same test the analysis applies, on the heartbeats the ranks keep writing.
-            hangs = detect_hang(_read_progress(run_dir, ranks), None, ranks, bound)
-            if hangs:
-                result.outcome = "hang"
-                result.message = f"{hangs[0].evidence}; ranks killed"
-                break
-        if not started and now - t_start > startup_timeout_s:
-            result.outcome = "failed"
-            result.message = f"no step completed within {startup_timeout_s:.0f} s of start"
+        result.hang_bound_s = hang_bound(watch.median_step_s(), hang_after_s)
+        if _ended(result, codes, watch, now, t_start, run_dir, ranks, startup_timeout_s):
             break
     if tty:
         print(file=out)
-    for r, tail in tails.items():
-        done[r] += len(tail.read_new())
+    for r, tail in watch.tails.items():
+        watch.done[r] += len(tail.read_new())
     result.exit_codes = {r: p.poll() for r, p in enumerate(procs)}
-    result.steps_done = done
+    result.steps_done = watch.done
     result.wall_s = time.monotonic() - t_start
     return result
+
+
+def _ended(result: DemoResult, codes: dict[int, int | None], watch: _Watch, now: float, t_start: float,
+           run_dir: str, ranks: int, startup_timeout_s: float) -> bool:
+    """Whether the job is over: every rank exited, one failed, it hung, or it never started.
+    Sets ``result``'s outcome and message accordingly."""
+    failed = {r: c for r, c in codes.items() if c not in (None, 0)}
+    if failed:
+        time.sleep(1.0)  # let the others notice and flush
+        result.outcome = "failed"
+        result.message = "rank(s) " + ", ".join(f"{r} (exit {c})" for r, c in sorted(failed.items())) + " failed"
+        return True
+    if all(c == 0 for c in codes.values()):
+        return True
+    if watch.started and now - watch.last_progress > result.hang_bound_s:
+        # The same test the analysis applies, on the heartbeats the ranks keep writing.
+        hangs = detect_hang(_read_progress(run_dir, ranks), None, ranks, result.hang_bound_s)
+        if hangs:
+            result.outcome = "hang"
+            result.message = f"{hangs[0].evidence}; ranks killed"
+            return True
+    if not watch.started and now - t_start > startup_timeout_s:
+        result.outcome = "failed"
+        result.message = f"no step completed within {startup_timeout_s:.0f} s of start"
+        return True
+    return False
 
 
 def _read_progress(run_dir: str, ranks: int) -> dict[int, dict]:

@@ -1,1 +1,1 @@
-"""Hooks that feed the recorder: collectives, data loaders (and, later, devices)."""
+"""Hooks into user code that feed the recorder: torch.distributed collectives, DDP's comm hook, data loaders."""

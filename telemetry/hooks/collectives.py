@@ -24,10 +24,12 @@ import logging
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
-from .. import events as ev
-from .. import recorder as _recorder
+from ..recorder import events as ev
+from ..recorder import current as _current
+from ..recorder.null import NULL
 
 log = logging.getLogger("telemetry")
 
@@ -104,21 +106,42 @@ _OP_NAME = {"all_gather_single": "all_gather_into_tensor", "_all_gather_base": "
             "reduce_scatter_single": "reduce_scatter_tensor", "_reduce_scatter_base": "reduce_scatter_tensor"}
 
 _originals: dict[tuple[str, str], Callable] = {}
-_group_cache: dict[Any, tuple[int, str]] = {}
+# id(group), or None for the default group -> (a weak reference to the group, (size, name)). An
+# entry holds only while its group lives: a group created at a destroyed group's address, or a
+# default group made by a new init_process_group, is read afresh instead of being taken for the
+# old one. (A dict lookup and a weakref call: the wrapper runs on every collective.)
+_group_cache: dict[int | None, tuple[weakref.ref, tuple[int, str]]] = {}
 
 
 def _group_info(dist: Any, group: Any) -> tuple[int, str]:
-    key = id(group) if group is not None else None
-    info = _group_cache.get(key)
-    if info is None:
+    key = None if group is None else id(group)
+    entry = _group_cache.get(key)
+    if entry is not None:
+        live = entry[0]()
+        if live is not None and (group is None or live is group):
+            return entry[1]
+    info = _read_group_info(dist, group)
+    target = dist.group.WORLD if group is None else group
+    if target is not None:  # None: not initialized, nothing to remember
         try:
-            size = dist.get_world_size(group)
-        except Exception:  # noqa: BLE001 - not initialized, or not a member
-            size = 0
-        name = "default" if group is None else (getattr(group, "group_name", None) or f"pg{key}")
-        info = (size, str(name))
-        _group_cache[key] = info
+            _group_cache[key] = (weakref.ref(target), info)
+        except TypeError:  # not weak-referenceable: read each time rather than risk a stale entry
+            pass
     return info
+
+
+def _read_group_info(dist: Any, group: Any) -> tuple[int, str]:
+    try:
+        size = dist.get_world_size(group)
+    except Exception:  # noqa: BLE001 - not initialized, or not a member
+        size = 0
+    name = "default" if group is None else (getattr(group, "group_name", None) or f"pg{id(group)}")
+    return size, str(name)
+
+
+def forget_groups() -> None:
+    """Drop what is known of process groups."""
+    _group_cache.clear()
 
 
 class _Pending:
@@ -145,9 +168,11 @@ class _Pending:
             self.done = True
         # A wait returns a little after the completion callback: blocked never exceeds the op.
         blocked = min(self.blocked_ns, t_end - self.t0)
-        event = (ev.COLLECTIVE, t_end, self.op, self.t0, self.nbytes, self.gsize, self.gname, blocked,
-                 self.factor)
-        _recorder._active.emit(event + self.events if self.events else event)
+        fields = (t_end, self.op, self.t0, self.nbytes, self.gsize, self.gname, blocked, self.factor)
+        if self.events:
+            _current._active.emit((ev.COLLECTIVE_DEV, *fields, *self.events))
+        else:
+            _current._active.emit((ev.COLLECTIVE, *fields))
 
 
 class _TimedWork:
@@ -184,7 +209,7 @@ class _TimedWork:
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         with self._pending.lock:
             self._waiting = True
-        mark = _recorder._active.mark
+        mark = _current._active.mark
         e0 = mark() if mark is not None else None
         t_w = time.perf_counter_ns()
         try:
@@ -216,8 +241,8 @@ def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        rec = _recorder._active
-        if rec.current_collective is not None or rec is _recorder.NULL:
+        rec = _current._active
+        if rec.current_collective is not None or rec is NULL:
             return fn(*args, **kwargs)  # nested inside another collective, or telemetry is off
         try:
             nbytes = nbytes_of(args, kwargs)
@@ -247,7 +272,7 @@ def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
         if e0 is None:
             rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor))
         else:
-            rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor, e0, mark()))
+            rec.emit((ev.COLLECTIVE_DEV, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor, e0, mark()))
         return out
 
     wrapper.__telemetry_original__ = fn  # type: ignore[attr-defined]
@@ -286,7 +311,7 @@ def uninstrument_collectives() -> None:
         if module is not None:
             setattr(module, op, fn)
     _originals.clear()
-    _group_cache.clear()
+    forget_groups()
 
 
 def is_instrumented() -> bool:

@@ -1,7 +1,7 @@
 """``telemetry.watch(loader)``: time the training loop spends blocked waiting for the next batch.
 
 The wait of each ``next()`` is appended as one event and lands in the ``data_s`` column of the step
-that follows (see :mod:`telemetry.assembler`). The batch size is read from the batch when it is a
+that follows (see :mod:`telemetry.pipeline.assembler`). The batch size is read from the batch when it is a
 tensor, or a tuple, list or dict whose first tensor has a leading batch dimension; ``tokens`` may
 be an int per batch or a function of the batch.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
-from .. import events as ev
-from .. import recorder as _recorder
+from ..recorder import events as ev
+from ..recorder import current as _current
 
 
 def _batch_size(batch: Any) -> int | None:
@@ -48,7 +48,7 @@ class Watched:
 
     def __iter__(self) -> Iterator:
         tokens, samples = self.tokens, self.samples
-        rec = _recorder._active
+        rec = _current._active
         t0 = rec.now()
         it = iter(self.iterable)  # starting workers is part of the first wait
         while True:
@@ -56,7 +56,7 @@ class Watched:
                 batch = next(it)
             except StopIteration:
                 return
-            rec = _recorder._active
+            rec = _current._active
             t1 = rec.now()
             n_samples = samples(batch) if callable(samples) else (samples if samples is not None
                                                                   else _batch_size(batch))

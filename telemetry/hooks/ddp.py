@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import events as ev
-from .. import recorder as _recorder
+from ..recorder import events as ev
+from ..recorder import current as _current
+from ..recorder.null import NULL
 from .collectives import _allreduce_factor, _group_info
 
 
@@ -28,8 +29,8 @@ def ddp_comm_hook(state, bucket):  # noqa: ANN001, ANN201 - DDP rejects hooks wh
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    rec = _recorder._active
-    if rec is _recorder.NULL:
+    rec = _current._active
+    if rec is NULL:
         return allreduce_hook(state, bucket)
     buf = bucket.buffer()
     nbytes = buf.numel() * buf.element_size()

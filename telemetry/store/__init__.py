@@ -10,6 +10,7 @@ Layout (see :mod:`telemetry.store.layout`)::
 """
 
 from .reader import RunData, read_run
-from .writer import RunStoreSink
 
-__all__ = ["RunData", "RunStoreSink", "read_run"]
+# The writer (the sink, telemetry.store.writer:RunStoreSink) is not imported here: reading a run
+# needs nothing of the pipeline.
+__all__ = ["RunData", "read_run"]

@@ -4,7 +4,9 @@ A torn last line (the process died mid-write) is skipped with a warning; a corru
 is skipped and counted; neither is fatal, and nothing is invented in their place.
 
 >>> run = read_run("runs/exp1")        # doctest: +SKIP
->>> table = run.table()                # the steps table, a pandas DataFrame
+>>> run.steps[0]["duration_s"]         # doctest: +SKIP
+
+The steps table of a run is opened by the one loader, :func:`telemetry.analysis.load.open_input`.
 """
 
 from __future__ import annotations
@@ -28,12 +30,6 @@ class RunData:
     steps: list[dict[str, Any]]
     progress: dict[int, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
-
-    def table(self):
-        """The steps table (one row per rank and step; see DESIGN.md) as a DataFrame."""
-        from ..table import records_to_table
-
-        return records_to_table(self.steps)
 
 
 class StepsTail:

@@ -14,8 +14,8 @@ import os
 import time
 from typing import Any, Sequence
 
-from ..records import Progress, StepRecord
-from ..sinks import Sink
+from ..pipeline.records import OnlineResult, Progress, StepRecord
+from ..pipeline.sinks import Sink
 from . import layout
 
 
@@ -65,11 +65,11 @@ class RunStoreSink(Sink):
     def progress(self, progress: Progress) -> None:
         layout.write_json_atomic(layout.progress_path(self.run_dir, self.rank), progress._asdict())
 
-    def findings(self, findings: list[dict], scores: dict[int, float], counts: dict[str, int]) -> None:
-        if self.rank != 0 or not findings:
+    def findings(self, result: OnlineResult) -> None:
+        if self.rank != 0 or not result.findings:
             return
         with open(os.path.join(self.run_dir, layout.FINDINGS), "a", encoding="utf-8") as f:
-            f.write("".join(json.dumps(x, default=str) + "\n" for x in findings))
+            f.write("".join(json.dumps(x, default=str) + "\n" for x in result.findings))
 
     def close(self, timeout_s: float) -> None:
         self._file.flush()

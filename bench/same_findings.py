@@ -1,0 +1,78 @@
+"""Are the findings the same before and after a change? A/B of two source trees on the same inputs.
+
+For a refactor that must not change what the detectors say: every input is analyzed by
+``python -m telemetry analyze PATH --json`` (and the text report) with the base tree on PYTHONPATH and
+again with this tree, and the outputs are compared byte for byte; ``telemetry diff`` runs on
+neighbouring pairs of run directories. Inputs: the simulated scenarios of bench/detectors/evaluate.py
+(tables made once, by this tree's simulator, and the base tree's simulator checked to make the same
+ones), the corpus traces in ../shared/corpora, and any run directories given (keep some with
+``bench/detectors/evaluate.py --keep DIR``).
+
+    git worktree add /tmp/base <commit>
+    python bench/same_findings.py --base /tmp/base --runs runs/kept/*   # exit 1 when anything differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpora", "straggler-analysis")
+
+_SIM = """
+import hashlib, sys
+sys.path.insert(0, {bench!r})
+from detectors.evaluate import SCENARIOS
+try:
+    from telemetry.demo.simulate import simulate
+except ImportError:
+    from telemetry.simulate import simulate
+for i, (sc, _) in enumerate(SCENARIOS):
+    t = simulate(sc)
+    if {out!r}:
+        t.to_parquet(f"{out}/sim-{{i:02d}}.parquet", index=False)
+    print(i, hashlib.sha256(t.to_csv(index=False).encode()).hexdigest())
+"""
+
+
+def run(tree: str, args: list[str]) -> str:
+    p = subprocess.run([sys.executable, *args], cwd=tree, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": tree, "PYTHONHASHSEED": "0"})
+    return f"exit {p.returncode}\n{p.stdout}\n--- stderr ---\n{p.stderr}"
+
+
+def simulated(tree: str, out: str) -> str:
+    """Hashes of the simulated tables ``tree`` makes (and the tables, into ``out`` when given)."""
+    return run(tree, ["-c", _SIM.format(bench=os.path.join(tree, "bench"), out=out)])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True, help="the source tree to compare against (a git worktree)")
+    ap.add_argument("--runs", nargs="*", default=[], help="run directories to analyze too")
+    args = ap.parse_args()
+    different: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if simulated(ROOT, tmp) != simulated(args.base, ""):
+            different.append("the simulator's tables")
+        inputs = sorted(glob.glob(os.path.join(tmp, "*.parquet")))
+        inputs += sorted(glob.glob(os.path.join(CORPUS, "trace-*.parquet"))) + list(args.runs)
+        jobs = [["-m", "telemetry", "analyze", p, "--json"] for p in inputs]
+        jobs += [["-m", "telemetry", "analyze", p] for p in inputs]
+        jobs += [["-m", "telemetry", "diff", a, b, "--json"] for a, b in zip(args.runs, args.runs[1:])]
+        for job in jobs:
+            if run(ROOT, job) != run(args.base, job):
+                different.append(" ".join(job[2:]))
+        print(json.dumps({"inputs": len(inputs), "commands": len(jobs), "different": different}, indent=1))
+    return 1 if different else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Detectors: pure functions from the steps table (and, for hangs, progress heartbeats) to findings.
+
+Order matters, because each stage explains part of the time and passes on what is left: stragglers
+first, then ranks stalled on data, then stage imbalance and moving imbalance, then lasting
+changes (regression, slow communication, data stalls that begin), memory growth, hangs. Every
+finding's ``slowdown`` is a what-if over the steps it covers; the summary's is for all findings
+together, with a goodput split of the run's time.
+
+>>> from telemetry.analysis.detectors import analyze
+>>> result = analyze(table)                   # doctest: +SKIP
+>>> result.to_json()["findings"][0]["kind"]   # doctest: +SKIP
+'straggler'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..findings import SEVERITIES, Finding, severity_for
+from .hang import detect_hang
+from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
+from .matrix import StepMatrix, from_table, nan_to_zero, nanmedian, rank_median
+from .memory import detect_memory_growth
+from .regression import RegressionParams, detect_regressions
+from .stall import detect_data_stalls
+from .straggler import StragglerParams, detect_stragglers, straggler_scores
+from .whatif import slowdown, step_savings
+
+
+@dataclass
+class Analysis:
+    findings: list[Finding]
+    summary: dict[str, Any]
+    matrix: StepMatrix | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"findings": [f.to_dict() for f in self.findings], "summary": self.summary}
+
+
+def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | None = None,
+            world_size: int | None = None, hang_bound_s: float | None = None,
+            straggler: StragglerParams | None = None, imbalance: ImbalanceParams | None = None,
+            regression: RegressionParams | None = None, step_resolution: bool = True) -> Analysis:
+    """``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
+    moving imbalance is then not looked for, since a block's median averages away the work that
+    moves from step to step and what is left between blocks is noise, not imbalance."""
+    m = from_table(table) if len(table) else None
+    findings: list[Finding] = []
+    shift = None
+    if m is not None and m.n_steps:
+        sp = straggler or StragglerParams()
+        live = np.zeros(m.n_steps, dtype=bool)
+        live[sp.warmup(m.n_steps):] = True
+        found, shift = detect_stragglers(m, sp)
+        findings += found
+        found, more = detect_data_stalls(m, live, shift, sp)
+        findings += found
+        shift = shift + more
+        found, more = detect_stage_imbalance(m, live, shift, imbalance)
+        findings += found
+        shift = shift + more
+        found, more = detect_moving_imbalance(m, live, shift, imbalance) if step_resolution else ([], None)
+        if found:
+            findings += found
+            shift = shift + more
+        findings += detect_regressions(m, live, shift, regression)
+        findings += detect_memory_growth(m, live)
+    if progress:
+        findings.extend(detect_hang(progress, m, world_size, hang_bound_s))
+    findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))
+    return Analysis(findings, _summary(m, findings, shift), m)
+
+
+def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | None) -> dict[str, Any]:
+    if m is None or m.n_steps == 0:
+        return {"ranks": 0, "steps": 0, "findings": 0, "slowdown": 0.0, "severity": None}
+    t = m.step_time()
+    total = slowdown(m, shift) if shift is not None else 0.0
+    regressed = sum(f.slowdown * _covered(m, f) for f in findings
+                    if f.kind in ("regression", "slow_comm") or (f.kind == "data_stall" and not f.ranks
+                                                                  and f.details.get("before_s") is not None))
+    total = min(1.0, total + regressed / max(float(np.nansum(t)), 1e-12))
+    out: dict[str, Any] = {
+        "ranks": m.n_ranks, "steps": m.n_steps,
+        "first_step": int(m.steps[0]), "last_step": int(m.steps[-1]),
+        "step_time_s": float(nanmedian(t)),
+        "slowdown": round(total, 6),
+        "findings": len(findings),
+        "by_kind": {k: sum(f.kind == k for f in findings) for k in sorted({f.kind for f in findings})},
+        "severity": max((f.severity for f in findings), key=SEVERITIES.index, default=None),
+        "goodput": _goodput(m, shift),
+        "straggler_score": straggler_scores(m),
+    }
+    if m.has_layout:
+        out["stages"] = int(len(np.unique(m.groups)))
+    if m.tokens is not None:
+        secs = np.nansum(t)
+        if secs > 0 and m.tokens.sum() > 0:
+            out["tokens_per_s"] = float(m.tokens.sum() / secs)
+    if "mfu" in m.columns:
+        out["mfu"] = float(nanmedian(m.columns["mfu"]))
+    if any(f.kind == "hang" for f in findings):
+        out["slowdown"] = 1.0
+    return out
+
+
+def _covered(m: StepMatrix, f: Finding) -> float:
+    """Seconds of job time in the steps a finding covers."""
+    t = m.step_time()
+    mask = (m.steps >= (f.first_step if f.first_step is not None else m.steps[0])) & \
+           (m.steps <= (f.last_step if f.last_step is not None else m.steps[-1]))
+    return float(np.nansum(t[mask]))
+
+
+def _goodput(m: StepMatrix, shift: np.ndarray | None) -> dict[str, float]:
+    """Where the run's time went, as fractions of the job's total step time.
+
+    compute: the typical rank's own work; data_wait: the typical rank's wait for input;
+    straggler_wait: time the job waited for the culprits of the findings (the what-if);
+    checkpoint: the excess of steps that hit every rank at once (over 3x the median step);
+    communication: the collectives' own time (the last rank to arrive does not wait); other: the rest.
+    """
+    t = nan_to_zero(m.step_time())
+    total = float(t.sum())
+    if total <= 0:
+        return {}
+    med = float(np.median(t))
+    spikes = t > 3 * med
+    checkpoint = float((t[spikes] - med).sum())
+    culprit = float(step_savings(m, shift).sum()) if shift is not None else 0.0
+    compute = float(np.nansum(rank_median(m.compute)[~spikes]))
+    data = float(np.nansum(rank_median(m.data)[~spikes]))
+    comm = 0.0
+    if m.comm is not None:
+        comm = float(np.nansum(m.comm_own()[~spikes]))
+        comm = comm if np.isfinite(comm) else 0.0
+    parts = {"compute": compute, "data_wait": data, "straggler_wait": culprit, "checkpoint": checkpoint,
+             "communication": comm}
+    scale = min(1.0, total / max(sum(parts.values()), 1e-12))  # overlapping estimates never exceed 100%
+    out = {k: round(v * scale / total, 4) for k, v in parts.items()}
+    out["other"] = round(max(0.0, 1.0 - sum(out.values())), 4)
+    return out
+
+
+__all__ = ["Analysis", "Finding", "ImbalanceParams", "RegressionParams", "StepMatrix", "StragglerParams",
+           "analyze", "detect_hang", "detect_stragglers", "from_table", "severity_for", "straggler_scores"]

@@ -1,0 +1,197 @@
+"""Lasting changes during a run: regressions, slower communication, data stalls that begin.
+
+The job-level step time (median over ranks, with the stragglers already found healed) is cut into
+segments by binary segmentation with a rank statistic (a Mann-Whitney U for every split, from
+prefix sums, so one-off spikes and periodic checkpoint steps do not move it); segments raised above
+the first segment's level form the regression, which may end before the run does. A change counts when it is certain (``z_min``), large (``min_effect`` of the level
+before) and lasting (at least ``min_persist_steps`` steps, with ``persist_fraction`` of them above
+the midpoint). The cause is the component whose own level moved most at that step, when it holds
+half the change, or a third of it and half again as much as any other component (contention can
+slow compute a little when communication slows):
+
+- a phase's compute (median over ranks)  -> ``regression`` naming the phase;
+- the collectives' own time (the minimum over ranks of time blocked, i.e. the last rank to arrive,
+  who does not wait)                      -> ``slow_comm``;
+- the data wait (median over ranks)       -> ``data_stall`` (job-wide).
+
+A change too small to clear ``z_min`` in the noisy step time (or hidden behind a larger-z one
+elsewhere) can still be certain in the one component that moved: each component's own series
+(quieter, since the other components' noise is not in it) is searched the same way, and a change
+found there is a regression when the step time confirms it over the same steps: at least ``min_effect`` higher, ``persist_fraction`` of those steps
+above the midpoint, and a rank test of before against after of at least ``z_confirm`` (one test at a
+split chosen elsewhere, so no search inflates it).
+
+What-if: the step time those steps would have had at the old level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..findings import Finding, severity_for
+from .matrix import COMM, DATA, StepMatrix, job_components, nanmedian
+from .ranktest import split_z
+from .whatif import step_savings
+
+
+@dataclass(frozen=True)
+class RegressionParams:
+    z_min: float = 6.0
+    min_effect: float = 0.05
+    min_persist_steps: int = 10
+    persist_fraction: float = 0.6
+    min_segment: int = 8
+    z_confirm: float = 3.0
+
+
+@dataclass
+class Change:
+    start: int  # index into the series: first step of the new level
+    end: int  # last step of the new level (inclusive)
+    before: float
+    after: float
+    z: float
+
+
+def _rank_split(x: np.ndarray, lo: int, hi: int, direction: int, min_seg: int) -> tuple[int, float]:
+    """Best split k in x[lo:hi] (x[lo:k] vs x[k:hi]) for a shift in ``direction`` (+1 up, -1 down)."""
+    seg = x[lo:hi]
+    n = len(seg)
+    if n < 2 * min_seg:
+        return -1, 0.0
+    k = np.arange(min_seg, n - min_seg + 1)
+    z = direction * split_z(seg, k)  # > 0 when later values are larger (up)
+    best = int(np.argmax(z))
+    return lo + int(k[best]), float(z[best])
+
+
+def change_points(v: np.ndarray, p: RegressionParams, lo: int = 0, hi: int | None = None,
+                  depth: int = 0) -> list[int]:
+    """Binary segmentation with the rank statistic: split points where the level shifts."""
+    hi = len(v) if hi is None else hi
+    if depth > 4 or hi - lo < 2 * p.min_segment:
+        return []
+    up_k, up_z = _rank_split(v, lo, hi, +1, p.min_segment)
+    dn_k, dn_z = _rank_split(v, lo, hi, -1, p.min_segment)
+    k, z = (up_k, up_z) if up_z >= dn_z else (dn_k, dn_z)
+    if k < 0 or z < p.z_min:
+        return []
+    return change_points(v, p, lo, k, depth + 1) + [k] + change_points(v, p, k, hi, depth + 1)
+
+
+def find_change(x: np.ndarray, p: RegressionParams) -> Change | None:
+    """The largest lasting rise of x above its first level (NaNs dropped), or None.
+
+    Segments between change points whose level is at least ``min_effect`` above the first
+    segment's, and that hold it (``persist_fraction`` above the midpoint), are the regression;
+    adjacent raised segments merge; the one costing most time wins.
+    """
+    ok = np.isfinite(x)
+    if ok.sum() < 2 * p.min_segment:
+        return None
+    idx = np.flatnonzero(ok)
+    v = x[ok]
+    cuts = [0] + change_points(v, p) + [len(v)]
+    base = float(np.median(v[cuts[0]:cuts[1]]))
+    if base <= 0:
+        return None
+    raised = [(a, b) for a, b in zip(cuts, cuts[1:]) if np.median(v[a:b]) >= base * (1 + p.min_effect)]
+    merged: list[list[int]] = []
+    for a, b in raised:
+        if merged and merged[-1][1] == a:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    best = None
+    for a, b in merged:
+        post = v[a:b]
+        after = float(np.median(post))
+        mid = (base + after) / 2.0
+        if len(post) < p.min_persist_steps or np.mean(post > mid) < p.persist_fraction:
+            continue
+        cost = (after - base) * len(post)
+        if best is None or cost > best[0]:
+            z = _rank_split(v, 0, b, +1, min(p.min_segment, a))[1] if a >= p.min_segment else p.z_min
+            best = (cost, Change(int(idx[a]), int(idx[b - 1]), base, after, z))
+    return best[1] if best else None
+
+
+def _confirmed_by_step_time(t: np.ndarray, c: Change, p: RegressionParams) -> Change | None:
+    """The step time's view of a change found in one component: the same steps, tested once. The
+    component must also explain at least half of the step time's change (``c.after - c.before`` is
+    the component's own): a job that slows everywhere at once is the step-time search's business."""
+    before, after = t[: c.start], t[c.start: c.end + 1]
+    before, after = before[np.isfinite(before)], after[np.isfinite(after)]
+    if len(before) < p.min_segment or len(after) < p.min_persist_steps:
+        return None
+    b, a = float(np.median(before)), float(np.median(after))
+    if b <= 0 or a < b * (1 + p.min_effect) or np.mean(after > (a + b) / 2.0) < p.persist_fraction:
+        return None
+    if c.after - c.before < 0.5 * (a - b):
+        return None
+    z = float(split_z(np.concatenate([before, after]), np.array([len(before)]))[0])
+    return Change(c.start, c.end, b, a, z) if z >= p.z_confirm else None
+
+
+def _level_change(x: np.ndarray, ch: Change) -> float:
+    before = nanmedian(x[: ch.start])
+    after = nanmedian(x[ch.start: ch.end + 1])
+    return float(after - before) if np.isfinite(before) and np.isfinite(after) else 0.0
+
+
+def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
+                       p: RegressionParams | None = None) -> list[Finding]:
+    p = p or RegressionParams()
+    live_idx = np.flatnonzero(live)
+    if len(live_idx) < 2 * p.min_segment:
+        return []
+    t = (m.step_time() - step_savings(m, shift))[live_idx]  # stragglers' cost healed
+    components = {name: v[live_idx] for name, v in job_components(m).items()}
+    if COMM in components:  # no rank blocked at all: unknown, not infinitely long
+        components[COMM] = np.where(np.isfinite(components[COMM]), components[COMM], np.nan)
+    # candidates: the step time's own largest change, and each component's change as the step time
+    # confirms it; the one costing most time wins (a drift late in a noisy run must not hide the
+    # change one component shows clearly from its start)
+    candidates = [find_change(t, p)]
+    for v in components.values():
+        c = find_change(v, p)
+        candidates.append(_confirmed_by_step_time(t, c, p) if c is not None else None)
+    ch = max((c for c in candidates if c is not None), key=lambda c: (c.after - c.before) * (c.end - c.start + 1),
+             default=None)
+    if ch is None:
+        return []
+    deltas = {k: _level_change(v, ch) for k, v in components.items()}
+    dt = ch.after - ch.before
+    ranked = sorted(deltas, key=deltas.get, reverse=True)
+    cause = ranked[0] if ranked else None
+    if cause is not None:
+        second = deltas[ranked[1]] if len(ranked) > 1 else 0.0
+        if not (deltas[cause] >= 0.5 * dt or (deltas[cause] >= 0.3 * dt and deltas[cause] >= 1.5 * max(second, 0.0))):
+            cause = None  # nothing measured explains most of it, or clearly more than the rest
+    steps = m.steps[live_idx]
+    first, last = int(steps[ch.start]), int(steps[ch.end])
+    cost = dt / ch.after
+    common = dict(first_step=first, last_step=last, severity=severity_for(cost), slowdown=cost)
+    details = {"before_s": ch.before, "after_s": ch.after, "z": round(ch.z, 2),
+               "component_change_s": {("comm" if k == COMM else "data" if k == DATA else k): v
+                                      for k, v in deltas.items()}}
+    tail = "" if ch.end == len(t) - 1 else f" until step {last}"
+    if cause == COMM:
+        return [Finding(kind="slow_comm", ranks=[], phase=None, **common, details=details,
+                        evidence=(f"from step {first}{tail} the collectives themselves take {deltas[cause] * 1e3:.1f} ms "
+                                  f"longer per step (time blocked by the last rank to arrive, which does not wait), "
+                                  f"job-wide; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; at the old "
+                                  f"speed those steps would be {cost:.1%} faster"))]
+    if cause == DATA:
+        return [Finding(kind="data_stall", ranks=[], phase="data", **common, details=details,
+                        evidence=(f"from step {first}{tail} every rank waits {deltas[cause] * 1e3:.1f} ms longer for "
+                                  f"data; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; with input "
+                                  f"ready as before those steps would be {cost:.1%} faster"))]
+    where = f" in phase {cause}" if cause else ""
+    more = f" ({deltas[cause] * 1e3:.1f} ms of it{where})" if cause else ""
+    return [Finding(kind="regression", ranks=[], phase=cause, **common, details=details,
+                    evidence=(f"from step {first}{tail} the step takes {dt * 1e3:.1f} ms longer{more}, on every rank: "
+                              f"{ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms (rank test z = {ch.z:.1f}); at the "
+                              f"old level those steps would be {cost:.1%} faster"))]

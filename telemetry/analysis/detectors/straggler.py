@@ -1,0 +1,306 @@
+"""Stragglers: ranks whose compute is above their peers', persistently or in bursts, found from
+compute and arrival order, never from step time (in a synchronous job every rank's step time is
+the same).
+
+Peers are the other ranks of the same pipeline stage (one group when the layout is unknown). For
+each series (total compute, and each phase's compute) and each rank, the per-step excess over the
+peers' median is taken. Two passes:
+
+- persistent: window means of the (clipped) excess locate the steps where the rank runs hot; over
+  those steps the median excess must be at least ``min_rel_excess`` of the peers' time and
+  ``z_min`` robust standard errors above zero (half the steps counted as independent);
+- intermittent: otherwise, the steps where the excess passes ``spike_sigma`` noise units; the
+  rank is a straggler when those steps are at least ``min_hot_fraction`` of its steps, several
+  times more frequent than among its peers, and their median excess is large as above.
+
+In both cases the rank must wait less in collectives than its peers (it arrives last) when
+collective times are known; a rank whose long phase is waiting we cannot see is a victim. Noise
+units come from the median over ranks of each rank's robust spread, so one bad rank does not widen
+everyone's bounds; z thresholds grow with the number of ranks tested (multiple comparisons).
+
+The named phase holds most of the excess; the what-if removes the rank's total excess on the
+covered steps and replays them (:mod:`.whatif`). With several stragglers, the largest is costed
+first and each next one with those before it healed, so that their costs add up to the total.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..findings import Finding, severity_for
+from .matrix import StepMatrix, even_sample, every_kth_step, nanmedian
+from .whatif import slowdown
+
+TOTAL = "__compute__"
+
+
+@dataclass(frozen=True)
+class StragglerParams:
+    warmup_steps: int | None = None  # None: 5% of the steps, at least 2, at most 20
+    min_rel_excess: float = 0.05
+    z_min: float = 4.0
+    window: int = 31
+    min_run: int = 5
+    min_slowdown: float = 0.01  # below this a straggler is not reported at all
+    spike_sigma: float = 4.0
+    min_hot_fraction: float = 0.05
+
+    def warmup(self, n_steps: int) -> int:
+        if self.warmup_steps is not None:
+            return min(self.warmup_steps, max(n_steps - 1, 0))
+        return int(min(20, max(2, round(0.05 * n_steps)))) if n_steps > 4 else 0
+
+    def z_for(self, n_tests: int) -> float:
+        """z threshold for n_tests rank-series tests: one false alarm in ~100 healthy jobs."""
+        return max(self.z_min, math.sqrt(2.0 * math.log(max(n_tests, 1) / 0.01)))
+
+
+def peer_median(arr: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(R, S) median of each rank's peers (same group) at each step; leave-one-out in small groups.
+
+    In a group of more than 64 ranks the per-step median is taken over 64 evenly spaced ranks:
+    ranks are exchangeable for the group's centre, and its error (about 0.16 noise units) is far
+    below the excess that counts, at a sixteenth of the cost for 1,024 ranks."""
+    unique = np.unique(groups)
+    if len(unique) == 1 and len(groups) > 16:  # one large group: one centre for all, no copy
+        sample = arr[even_sample(np.arange(len(groups)))]
+        return np.broadcast_to(nanmedian(sample, axis=0)[None, :], arr.shape)
+    out = np.full_like(arr, np.nan)
+    for g in unique:
+        idx = np.flatnonzero(groups == g)
+        if len(idx) == 1:
+            continue  # no peers
+        if len(idx) > 16:
+            sample = arr[even_sample(idx)]
+            out[idx] = nanmedian(sample, axis=0)[None, :]
+            continue
+        sub = arr[idx]
+        for j, i in enumerate(idx):
+            out[i] = nanmedian(np.delete(sub, j, axis=0), axis=0)
+    return out
+
+
+def block_level(e: np.ndarray, w: int, clip: float) -> tuple[np.ndarray, int]:
+    """Per rank, the mean excess (clipped to +-clip, so that spikes cannot move it) over windows of
+    about w steps, at half-window resolution: returns (R, n // h) levels and h. Each half-block
+    takes the later window that holds it. One vectorized pass over the data, whatever its size."""
+    R, n = e.shape
+    h = max(1, w // 2)
+    c = np.clip(e, -clip, clip)
+    if np.isnan(c).any():
+        c = np.where(np.isnan(c), 0.0, c)
+    nh = n // h
+    if nh < 2:
+        return np.broadcast_to(c.mean(axis=1)[:, None], (R, max(nh, 1))).copy(), max(1, n if nh < 1 else h)
+    half = c[:, : nh * h].reshape(R, nh, h).mean(axis=2)  # (R, nh)
+    level = np.empty_like(half)
+    level[:, :-1] = (half[:, :-1] + half[:, 1:]) / 2.0  # the window made of half-blocks k and k+1
+    level[:, -1] = level[:, -2]
+    return level, h
+
+
+def expand(flags: np.ndarray, h: int, n: int) -> np.ndarray:
+    """Half-block flags (nh,) -> step flags (n,); steps past the last half-block take its flag."""
+    out = np.repeat(flags, h)[:n]
+    if len(out) < n:
+        out = np.concatenate([out, np.full(n - len(out), flags[-1])])
+    return out
+
+
+def robust_sigma(e: np.ndarray) -> float:
+    """Typical per-step noise of one rank's excess: the median over ranks of each rank's MAD scale
+    (from at most ~2,000 evenly spaced steps: the noise level needs no more)."""
+    e = every_kth_step(e)
+    med = nanmedian(e, axis=1)[:, None]
+    per_rank = 1.4826 * nanmedian(np.abs(e - med), axis=1)
+    s = float(nanmedian(per_rank))
+    return s if np.isfinite(s) else 0.0
+
+
+def hot_mask(hot: np.ndarray, min_run: int) -> np.ndarray:
+    """Keep only runs of True at least ``min_run`` long."""
+    out = np.zeros_like(hot)
+    idx = np.flatnonzero(np.diff(np.concatenate(([0], hot.astype(np.int8), [0]))))
+    for a, b in zip(idx[::2], idx[1::2]):
+        if b - a >= min_run:
+            out[a:b] = True
+    return out
+
+
+@dataclass
+class Hit:
+    series: str
+    mask: np.ndarray  # (S_live,) steps the rank is hot
+    excess_s: float  # median excess over those steps
+    base_s: float  # peers' typical time in the series
+    z: float
+    mode: str  # persistent or intermittent
+
+
+def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_min: float) -> dict[int, Hit]:
+    """Ranks running hot in one series (already restricted to the live steps)."""
+    if a.shape[1] < p.min_run or a.shape[0] < 2:
+        return {}
+    peers = peer_median(a, groups)
+    e = a - peers
+    base = float(nanmedian(every_kth_step(peers)))
+    if not np.isfinite(base) or base <= 0:
+        return {}
+    sigma = max(robust_sigma(e), 1e-9)
+    n_live = a.shape[1]
+    w = min(p.window, max(3, n_live // 4))
+    level, h = block_level(e, w, clip=4.0 * sigma)
+    thr = max(p.min_rel_excess * base, 2.0 * 1.253 * sigma / np.sqrt(w))
+    spikes = e > max(p.spike_sigma * sigma, p.min_rel_excess * base)  # NaN compares False
+    spike_rate = spikes.mean(axis=1)
+    hot = level > thr  # (R, half-blocks)
+    # only ranks with some hot stretch or frequent spikes can be stragglers: skip the rest
+    candidates = np.flatnonzero(hot.any(axis=1) | (spike_rate >= p.min_hot_fraction))
+    hits = {}
+    for r in candidates:
+        hit = None
+        runs = hot_mask(expand(hot[r], h, n_live), p.min_run)
+        if runs.sum() >= p.min_run:
+            lo, hi = np.flatnonzero(runs)[[0, -1]]
+            if runs[lo:hi + 1].mean() >= 0.5:  # hot through most of its span: one persistent stretch
+                span = np.zeros_like(runs)
+                span[lo:hi + 1] = True
+                hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
+        if hit is None:
+            others = np.delete(spike_rate, r) if len(spike_rate) > 1 else np.zeros(1)
+            if spike_rate[r] >= p.min_hot_fraction and spike_rate[r] >= 4 * max(float(np.median(others)), 0.01):
+                hit = _judge(series, e[r], spikes[r], base, sigma, p, z_min, "intermittent")
+        if hit is not None:
+            hits[int(r)] = hit
+    return hits
+
+
+def _judge(series: str, e: np.ndarray, mask: np.ndarray, base: float, sigma: float, p: StragglerParams,
+           z_min: float, mode: str) -> Hit | None:
+    seg = e[mask]
+    seg = seg[np.isfinite(seg)]
+    if seg.size < p.min_run:
+        return None
+    excess = float(np.median(seg))
+    z = excess / (1.253 * sigma / np.sqrt(max(seg.size / 2.0, 1.0)))
+    if excess >= p.min_rel_excess * base and z >= z_min:
+        return Hit(series, mask, excess, base, z, mode)
+    return None
+
+
+@dataclass
+class _Candidate:
+    """A rank running hot that arrives late (not a victim): a straggler if it costs enough."""
+
+    rank: int  # row in the matrix
+    phase: str | None  # the phase to name; None: compute outside the instrumented phases
+    lead: Hit  # the hit accounting for the most excess time
+    phase_hits: dict[str, Hit]
+    waits: float | None  # its median wait in collectives minus its peers' (negative: it arrives last)
+    mask: np.ndarray  # (S,) the steps it is hot in
+
+
+def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
+                      exclude: frozenset[str] = frozenset({"data"})) -> tuple[list[Finding], np.ndarray]:
+    """Return the straggler findings and the (R x S) compute shift that would heal them all."""
+    p = params or StragglerParams()
+    shift = np.zeros((m.n_ranks, m.n_steps))
+    if m.n_ranks < 2 or m.n_steps == 0:
+        return [], shift
+    live_idx = np.arange(p.warmup(m.n_steps), m.n_steps)
+    candidates = _candidates(m, _hits_by_rank(m, p, live_idx, exclude), live_idx)
+    # Largest excess first, each costed with the ones before it healed: with two stragglers, the
+    # smaller one only costs time once the larger is fixed, and the costs add up to the total.
+    findings = []
+    for c in sorted(candidates, key=lambda c: -c.lead.excess_s):
+        one = np.zeros_like(shift)
+        one[c.rank, c.mask] = c.lead.excess_s
+        first, last = np.flatnonzero(c.mask)[[0, -1]]
+        covered = np.zeros(m.n_steps, dtype=bool)
+        covered[first:last + 1] = True  # the cost is over every step the finding covers
+        cost = slowdown(m, shift + one, covered) - slowdown(m, shift, covered)
+        if cost < p.min_slowdown:
+            continue
+        shift += one
+        findings.append(_finding(m, c, int(first), int(last), covered, cost, after_larger=bool(findings)))
+    return findings, shift
+
+
+def _hits_by_rank(m: StepMatrix, p: StragglerParams, live_idx: np.ndarray,
+                  exclude: frozenset[str]) -> dict[int, dict[str, Hit]]:
+    """Per rank (row), the series it runs hot in: total compute and each phase's."""
+    series = {TOTAL: m.compute}
+    series.update({k: v for k, v in m.phase_compute.items() if k not in exclude})
+    z_min = p.z_for(m.n_ranks * len(series))
+    by_rank: dict[int, dict[str, Hit]] = {}
+    for name, arr in series.items():
+        for r, hit in scan(name, arr[:, live_idx], m.groups, p, z_min).items():
+            by_rank.setdefault(r, {})[name] = hit
+    return by_rank
+
+
+def _candidates(m: StepMatrix, by_rank: dict[int, dict[str, Hit]], live_idx: np.ndarray) -> list[_Candidate]:
+    """The hot ranks that arrive late at the collectives; a hot rank that does not is a victim (its
+    long phase is waiting that we cannot see, not compute)."""
+    comm_excess = None
+    if m.comm is not None:
+        c = m.comm[:, live_idx]
+        comm_excess = c - peer_median(c, m.groups)  # (R, S_live): negative when a rank arrives last
+    out = []
+    for r, hits in sorted(by_rank.items()):
+        phase_hits = {k: h for k, h in hits.items() if k != TOTAL}
+        name = max(phase_hits, key=lambda k: phase_hits[k].excess_s) if phase_hits else None
+        # The hit that accounts for the most excess time leads (a burst in total compute must not
+        # hide a phase that is slow on a fifth of all steps).
+        lead = max(hits.values(), key=lambda h: h.excess_s * h.mask.sum())
+        if lead.series != TOTAL:
+            name = lead.series
+        waits = float(nanmedian(comm_excess[r, lead.mask])) if comm_excess is not None else None
+        if waits is not None and not waits < 0:
+            continue
+        mask = np.zeros(m.n_steps, dtype=bool)
+        mask[live_idx[lead.mask]] = True
+        out.append(_Candidate(r, name, lead, phase_hits, waits, mask))
+    return out
+
+
+def _finding(m: StepMatrix, c: _Candidate, first: int, last: int, covered: np.ndarray, cost: float,
+             after_larger: bool) -> Finding:
+    rank_id = int(m.ranks[c.rank])
+    lead = c.lead
+    ref = c.phase_hits[c.phase] if c.phase else lead
+    where = f"phase {c.phase}" if c.phase else "compute outside the instrumented phases"
+    step_t = float(nanmedian(m.step_time()[covered]))
+    steps = f"{int(m.steps[first])}-{int(m.steps[last])}"
+    how = "" if lead.mode == "persistent" else f" on {int(c.mask.sum())} of steps {steps} (intermittent)"
+    waits_text = ""
+    if c.waits is not None:
+        waits_text = (f"; it waits {abs(c.waits) * 1e3:.1f} ms less in collectives than its "
+                      "peers (it arrives last)")
+    peers = "its stage's peers" if m.has_layout else "its peers"
+    after = " (after the larger stragglers above are healed)" if after_larger else ""
+    evidence = (f"rank {rank_id}'s {where} takes {ref.excess_s * 1e3:.1f} ms more than {peers}' "
+                f"median {ref.base_s * 1e3:.1f} ms ({1 + ref.excess_s / ref.base_s:.2f}x) over steps "
+                f"{steps}{how}{waits_text}; healing it would make those "
+                f"steps {cost:.1%} faster{after} (step time {step_t * 1e3:.1f} ms)")
+    return Finding(
+        kind="straggler", ranks=[rank_id], phase=c.phase, first_step=int(m.steps[first]),
+        last_step=int(m.steps[last]), severity=severity_for(cost), slowdown=cost, evidence=evidence,
+        details={"excess_s": lead.excess_s, "peer_s": lead.base_s, "ratio": 1 + ref.excess_s / ref.base_s,
+                 "z": round(lead.z, 2), "mode": lead.mode, "stage": int(m.groups[c.rank]) if m.has_layout else None,
+                 "phase_excess_s": {k: h.excess_s for k, h in c.phase_hits.items()}})
+
+
+def straggler_scores(m: StepMatrix, params: StragglerParams | None = None) -> dict[int, float]:
+    """Per rank: median relative excess of total compute over its peers (0.5 = 50% slower)."""
+    p = params or StragglerParams()
+    live = slice(p.warmup(m.n_steps), None)
+    a = m.compute[:, live]
+    a = every_kth_step(a)
+    peers = peer_median(a, m.groups)
+    with np.errstate(all="ignore"):
+        rel = nanmedian((a - peers) / peers, axis=1)
+    return {int(r): float(v) for r, v in zip(m.ranks, rel) if np.isfinite(v)}

@@ -1,0 +1,168 @@
+"""The steps table: the interchange format between the store, analysis and everyone else.
+
+One row per (rank, step). Required: ``rank`` (int), ``step`` (int), ``start_s`` (epoch seconds),
+``duration_s`` (the step's wall time). Optional: ``tokens``, ``samples``. Every other column named
+``<identifier>_s`` is seconds spent in that phase during the step (``data_s``, ``forward_s``, ...);
+``comm_s`` is seconds blocked in collectives, whichever phase they ran in. Columns this library
+adds, all ignored by readers that do not know them: ``ok``, ``comm_bytes``, ``comm.<phase>_s``
+(seconds blocked in collectives inside a phase), ``log.<name>`` (values from ``telemetry.log``),
+``dev.<name>`` (the latest host/GPU reading) and ``mfu``.
+
+>>> import pandas as pd
+>>> t = validate(pd.DataFrame({"rank": [0], "step": [0], "start_s": [0.0], "duration_s": [0.1],
+...                            "forward_s": [0.05]}))
+>>> phase_columns(t)
+['forward_s']
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger("telemetry")
+
+REQUIRED = ("rank", "step", "start_s", "duration_s")
+NOT_PHASES = frozenset({"start_s", "duration_s", "comm_s"})
+TABLE_OUTPUTS = (".csv", ".parquet", ".pq")  # what write_table writes
+
+
+class TableError(ValueError):
+    """The input is not a steps table; the message names what is wrong and what is accepted."""
+
+
+def phase_columns(table: pd.DataFrame) -> list[str]:
+    return [c for c in table.columns
+            if isinstance(c, str) and c.endswith("_s") and c[:-2].isidentifier() and c not in NOT_PHASES]
+
+
+def phase_names(table: pd.DataFrame) -> list[str]:
+    return [c[:-2] for c in phase_columns(table)]
+
+
+def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """The run store's step lines (dicts, as :mod:`telemetry.store.writer` writes them) -> steps table."""
+    cols: dict[str, list] = {k: [] for k in ("rank", "step", "start_s", "duration_s", "ok",
+                                              "tokens", "samples", "comm_s", "comm_bytes")}
+    extra: dict[str, dict[int, Any]] = {}
+    n = 0
+    for r in rows:
+        cols["rank"].append(r["rank"])
+        cols["step"].append(r["step"])
+        cols["start_s"].append(r["start_s"])
+        cols["duration_s"].append(r["duration_s"])
+        cols["ok"].append(bool(r.get("ok", True)))
+        cols["tokens"].append(r.get("tokens"))
+        cols["samples"].append(r.get("samples"))
+        cols["comm_s"].append(r.get("comm_s", 0.0))
+        cols["comm_bytes"].append(sum(int(v[3]) for v in (r.get("ops") or {}).values()))
+        for name, sec in (r.get("phases") or {}).items():
+            extra.setdefault(f"{name}_s", {})[n] = sec
+        for name, sec in (r.get("phase_comm") or {}).items():
+            extra.setdefault(f"comm.{name}_s", {})[n] = sec
+        for name, val in (r.get("scalars") or {}).items():
+            extra.setdefault(f"log.{name}", {})[n] = val
+        for name, val in (r.get("device") or {}).items():
+            extra.setdefault(f"dev.{name}", {})[n] = val
+        if r.get("mfu") is not None:
+            extra.setdefault("mfu", {})[n] = r["mfu"]
+        if r.get("host_duration_s") is not None:
+            extra.setdefault("host.duration_s", {})[n] = r["host_duration_s"]
+        n += 1
+    table = pd.DataFrame(cols)
+    # Phases in the order a step first ran them, then per-phase comm, then logged values.
+    ordered = sorted(extra, key=lambda k: (k.startswith(("log.", "dev.", "mfu", "host.")), k.startswith("comm.")))
+    for name in ordered:
+        values = extra[name]
+        if name.endswith("_s") and ("." not in name or name.startswith("comm.")):
+            # A phase that did not run in a step took no time in it (unlike a missing value).
+            arr = np.zeros(n)
+        else:
+            arr = np.full(n, np.nan)
+        for i, v in values.items():
+            arr[i] = np.nan if v is None else v
+        table[name] = arr
+    for c in ("tokens", "samples"):
+        table[c] = pd.array(table[c], dtype="Int64")
+    if n == 0:
+        return _empty()
+    return validate(table, source="run store", owned=True)
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({"rank": pd.Series([], dtype="int64"), "step": pd.Series([], dtype="int64"),
+                         "start_s": pd.Series([], dtype="float64"),
+                         "duration_s": pd.Series([], dtype="float64")})
+
+
+def validate(table: pd.DataFrame, source: str = "table", owned: bool = False) -> pd.DataFrame:
+    """Check and normalize a steps table: types, missing or bad rows (reported and dropped), and
+    duplicate (rank, step) rows (the last kept). ``owned``: the frame may be changed in place.
+    Row order is kept; rows are sorted by (rank, step) only when they had to be de-duplicated."""
+    missing = [c for c in REQUIRED if c not in table.columns]
+    if missing:
+        raise TableError(f"{source}: missing column(s) {', '.join(missing)}; a steps table needs "
+                         f"{', '.join(REQUIRED)} (found: {', '.join(map(str, table.columns[:20]))})")
+    t = table if owned else table.copy(deep=False)
+    for c in REQUIRED + tuple(phase_columns(t)) + (("comm_s",) if "comm_s" in t.columns else ()):
+        if not pd.api.types.is_numeric_dtype(t[c]) or pd.api.types.is_bool_dtype(t[c]):
+            try:
+                t[c] = pd.to_numeric(t[c], errors="coerce")
+            except (TypeError, ValueError):
+                raise TableError(f"{source}: column {c} is not numeric") from None
+    bad = np.zeros(len(t), dtype=bool)
+    for c in REQUIRED:
+        v = t[c].to_numpy(dtype=float, na_value=np.nan)
+        bad |= ~np.isfinite(v)
+        if c in ("rank", "duration_s"):
+            bad |= v < 0
+    if bad.any():
+        log.warning("telemetry: %s: %d row(s) with missing, non-finite or negative rank/step/"
+                    "start_s/duration_s skipped", source, int(bad.sum()))
+        t = t[~bad]
+    for c in phase_columns(t) + ["comm_s"]:
+        if c in t.columns:
+            neg = (t[c] < 0).to_numpy()
+            if neg.any():
+                log.warning("telemetry: %s: %d negative value(s) in %s treated as missing",
+                            source, int(neg.sum()), c)
+                t[c] = t[c].mask(neg)
+    if t["rank"].dtype != np.int64:
+        t["rank"] = t["rank"].astype("int64")
+    if t["step"].dtype != np.int64:
+        t["step"] = t["step"].astype("int64")
+    n_dup = _duplicates(t["rank"].to_numpy(), t["step"].to_numpy())
+    if n_dup:
+        log.warning("telemetry: %s: %d duplicate (rank, step) row(s); the last of each kept "
+                    "(a restarted job re-ran those steps)", source, n_dup)
+        t = t[~t.duplicated(["rank", "step"], keep="last")].sort_values(["rank", "step"], kind="stable")
+    return t.reset_index(drop=True)
+
+
+def _duplicates(rank: np.ndarray, step: np.ndarray) -> int:
+    """How many rows repeat an earlier (rank, step), counted without sorting when it can be."""
+    if len(rank) == 0:
+        return 0
+    r0, s0 = int(rank.min()), int(step.min())
+    nr, ns = int(rank.max()) - r0 + 1, int(step.max()) - s0 + 1
+    if nr * ns <= 4 * max(len(rank), 1 << 20):
+        counts = np.bincount((rank - r0) * ns + (step - s0), minlength=nr * ns)
+        return int((counts[counts > 1] - 1).sum())
+    return int(pd.Series(rank).to_frame("r").assign(s=step).duplicated().sum())
+
+
+def write_table(table: pd.DataFrame, path: str) -> None:
+    """Write a steps table as CSV or Parquet, by the suffix of ``path``."""
+    low = path.lower()
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    if low.endswith(".csv"):
+        table.to_csv(path, index=False)
+    elif low.endswith(TABLE_OUTPUTS):
+        table.to_parquet(path, index=False)
+    else:
+        raise TableError(f"{path!r}: unknown output type; accepted: .csv or .parquet")

@@ -1,0 +1,141 @@
+"""A documented simulation of synchronous data-parallel steps, for scoring detectors.
+
+Model of step s on rank r: the rank starts when its previous optimizer step ends,
+start_r = end(s-1) + o_r(s-1); it waits for data d_r, computes forward f_r and backward b_r, then
+meets all ranks in the gradient all-reduce (inside backward), which ends when the last rank
+arrives plus the collective's own time c; then its optimizer o_r. So
+
+    arrival_r = start_r + d_r + f_r + b_r,   end(s) = max_r arrival_r + c,
+    comm_s(r) = end(s) - arrival_r  (waiting for the last rank, plus c),
+    duration_s(r) = f_r + b_r + comm_s(r) + o_r,   data_s(r) = d_r.
+
+A slow optimizer on one rank therefore delays its next arrival, as it does in a real job.
+
+Each phase time is base x static rank factor x per-step lognormal jitter, independent per phase.
+Noise traps: warm-up (first steps slower), one-off spikes on one rank (GC, page faults),
+checkpoint steps that hit every rank, static rank differences, heavy jitter, large worlds.
+Faults (each a :class:`Fault`, the ground truth): straggler (persistent, from/to a step, or
+intermittent with a probability per step), data_stall, slow_comm, regression, moving imbalance
+(per-step work factors shared by a rank's phases), stage imbalance (pipeline groups), memory growth.
+The true cost of a fault is measured by simulating the same random draws without it.
+
+>>> table = simulate(Scenario(ranks=8, steps=100, faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.5),)))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from .faults import Fault
+
+PHASES = {"forward": 0.010, "backward": 0.020, "optimizer": 0.004}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str = "scenario"
+    ranks: int = 8
+    steps: int = 300
+    seed: int = 0
+    jitter: float = 0.05
+    static: float = 0.01
+    comm_s: float = 0.005
+    data_s: float = 0.0005
+    warmup_steps: int = 2
+    warmup_factor: float = 3.0
+    spikes: tuple[tuple[int, int, float], ...] = ()  # (rank, step, seconds)
+    checkpoint_every: int = 0
+    checkpoint_s: float = 0.2
+    stages: int = 1
+    faults: tuple[Fault, ...] = field(default_factory=tuple)
+
+    def healthy(self) -> "Scenario":
+        return replace(self, faults=())
+
+
+def _active(f: Fault, s: int, coin: float) -> bool:
+    return s >= f.start and (f.end is None or s <= f.end) and coin < f.probability
+
+
+def simulate(sc: Scenario) -> pd.DataFrame:
+    """The steps table this job would write (one row per rank and step)."""
+    rng = np.random.default_rng(sc.seed)
+    R, S = sc.ranks, sc.steps
+    stage_of = np.arange(R) * sc.stages // R
+    static = 1 + rng.normal(0, sc.static, size=R)
+    jit = {p: rng.lognormal(0, sc.jitter, size=(S, R)) for p in PHASES}
+    data_jit = rng.lognormal(0, sc.jitter, size=(S, R))
+    comm_jit = rng.lognormal(0, sc.jitter / 2, size=S)
+    coins = rng.random(size=(len(sc.faults), S))
+    work = rng.lognormal(0, 0.25, size=(S, R))  # per-step work factors, used by imbalance faults
+    rows = []
+    t = 1.7e9
+    prev_opt = np.zeros(R)
+    mem = np.full(R, 8.0 * 2**30)
+    for s in range(S):
+        comp = {p: base * static * jit[p][s] for p, base in PHASES.items()}
+        if s < sc.warmup_steps:
+            comp = {p: v * sc.warmup_factor for p, v in comp.items()}
+        data = sc.data_s * data_jit[s]
+        own_comm = sc.comm_s * comm_jit[s]
+        for fi, f in enumerate(sc.faults):
+            if not _active(f, s, coins[fi, s]):
+                continue
+            idx = list(f.ranks) if f.ranks else list(range(R))
+            if f.kind == "straggler":
+                for p in ([f.phase] if f.phase else ["forward", "backward"]):
+                    comp[p][idx] *= f.factor
+            elif f.kind == "regression":
+                for p in ([f.phase] if f.phase else list(PHASES)):
+                    comp[p] *= f.factor
+            elif f.kind == "data_stall":
+                data[idx] += f.delay_s
+            elif f.kind == "slow_comm":
+                own_comm *= f.factor
+            elif f.kind == "imbalance":
+                for p in ("forward", "backward"):
+                    comp[p] *= work[s]
+            elif f.kind == "stage_imbalance":
+                for p in ("forward", "backward"):
+                    comp[p][stage_of == f.stage] *= f.factor
+        for r, step, sec in sc.spikes:
+            if step == s:
+                comp["forward"][r] += sec
+        if sc.checkpoint_every and s > 0 and s % sc.checkpoint_every == 0:
+            comp["optimizer"] = comp["optimizer"] + sc.checkpoint_s
+        start = t + prev_opt
+        arrival = start + data + comp["forward"] + comp["backward"]
+        end = arrival.max() + own_comm
+        comm = end - arrival
+        grow = [f for fi, f in enumerate(sc.faults) if f.kind == "memory_growth" and _active(f, s, coins[fi, s])]
+        for f in grow:
+            mem[list(f.ranks) if f.ranks else slice(None)] += 4 * 2**20
+        for r in range(R):
+            duration = comp["forward"][r] + comp["backward"][r] + comm[r] + comp["optimizer"][r]
+            row = {"rank": r, "step": s, "start_s": start[r] + data[r], "duration_s": duration, "data_s": data[r],
+                   "forward_s": comp["forward"][r], "backward_s": comp["backward"][r] + comm[r],
+                   "optimizer_s": comp["optimizer"][r], "comm_s": comm[r], "comm.backward_s": comm[r],
+                   "tokens": 4096, "samples": 8, "dev.cuda_memory_allocated_bytes": mem[r],
+                   "dev.gpu_memory_total_bytes": 80.0 * 2**30}
+            if sc.stages > 1:
+                row["stage"] = int(stage_of[r])
+            rows.append(row)
+        t = end
+        prev_opt = comp["optimizer"]
+    return pd.DataFrame(rows)
+
+
+def true_slowdown(sc: Scenario, first: int | None = None, last: int | None = None) -> float:
+    """1 - healthy / faulty job time over steps first..last, from the same random draws."""
+    a, b = simulate(sc), simulate(sc.healthy())
+
+    def job_time(t: pd.DataFrame) -> pd.Series:
+        return (t["duration_s"] + t["data_s"]).groupby(t["step"]).median()
+
+    ta, tb = job_time(a), job_time(b)
+    sel = slice(first, last)
+    actual, ideal = float(ta.loc[sel].sum()), float(tb.loc[sel].sum())
+    return 1.0 - ideal / actual if actual > 0 else 0.0

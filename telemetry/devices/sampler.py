@@ -1,0 +1,128 @@
+"""The device sampler: a thread that reads the host, the GPU (NVML) and CUDA memory at an interval.
+
+Each reading is one event in the recorder's buffer; the pipeline attaches the latest reading to
+every step record (columns ``dev.<name>``) and to the progress heartbeat (so Prometheus shows the
+GPU of a hung rank too). CUDA memory is read only once the training code has initialized CUDA
+(the sampler never does), and the peak is reset after each reading, so ``cuda_memory_peak_bytes``
+is the peak of the last interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from typing import Any
+
+from ..logonce import LogOnce
+from ..recorder import events as ev
+
+log = logging.getLogger("telemetry")
+
+
+class HostSource:
+    """This process's CPU use (cores busy over the interval) and resident memory."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.proc = psutil.Process()
+        t = self.proc.cpu_times()
+        self._last = (time.monotonic(), t.user + t.system)
+
+    def read(self) -> dict[str, float]:
+        t = self.proc.cpu_times()
+        now, cpu = time.monotonic(), t.user + t.system
+        then, cpu0 = self._last
+        self._last = (now, cpu)
+        out = {"process_cpu_seconds": cpu, "process_resident_memory_bytes": float(self.proc.memory_info().rss)}
+        if now > then:
+            out["process_cpu_ratio"] = (cpu - cpu0) / (now - then)
+        return out
+
+
+class CudaMemorySource:
+    def __init__(self, device: int) -> None:
+        self.device = device
+
+    def read(self) -> dict[str, float]:
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_initialized():
+            return {}
+        s = torch.cuda.memory_stats(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return {"cuda_memory_allocated_bytes": float(s.get("allocated_bytes.all.current", 0)),
+                "cuda_memory_reserved_bytes": float(s.get("reserved_bytes.all.current", 0)),
+                "cuda_memory_peak_bytes": float(s.get("allocated_bytes.all.peak", 0)),
+                "cuda_alloc_retries": float(s.get("num_alloc_retries", 0)),
+                "cuda_ooms": float(s.get("num_ooms", 0))}
+
+
+class Sampler:
+    def __init__(self, recorder: Any, sources: list[Any], interval_s: float) -> None:
+        self.recorder = recorder
+        self.sources = sources
+        self.interval_s = interval_s
+        self.failures = 0
+        self._once = LogOnce()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="telemetry-sampler", daemon=True)
+
+    def start(self) -> "Sampler":
+        self.sample()
+        self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        values: dict[str, float] = {}
+        for src in self.sources:
+            try:
+                values.update(src.read())
+            except Exception as exc:  # noqa: BLE001 - a failing reader must not stop the others
+                self.failures += 1
+                self._once(type(src).__name__, "telemetry: device sampler: %s failed: %s (further failures "
+                           "counted)", type(src).__name__, exc)
+        if values:
+            self.recorder.emit((ev.DEVICE, self.recorder.now(), values))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2.0)
+        for src in self.sources:
+            close = getattr(src, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+def build_sampler(recorder: Any, config: Any, local_rank: int) -> tuple[Sampler | None, dict[str, Any]]:
+    """The sampler for this rank and what it found (GPU name and label, for MFU and labels)."""
+    if config.device_interval_s <= 0:
+        return None, {}
+    sources: list[Any] = []
+    info: dict[str, Any] = {}
+    try:
+        sources.append(HostSource())
+    except Exception as exc:  # noqa: BLE001 - psutil missing or restricted
+        log.info("telemetry: host sampling off (%s)", exc)
+    if config.gpu:
+        from .nvml import cuda_index, open_nvml
+
+        gpu = open_nvml(local_rank)
+        if gpu is not None:
+            sources.append(gpu)
+            info.update(gpu_name=gpu.name, gpu=gpu.label)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            sources.append(CudaMemorySource(cuda_index(local_rank)))
+    if not sources:
+        return None, info
+    return Sampler(recorder, sources, config.device_interval_s).start(), info

@@ -1,0 +1,80 @@
+"""The immutable records the pipeline hands to every sink.
+
+A :class:`StepRecord` is one (rank, step): what the steps table holds, plus the exact intervals
+(spans) that the trace exporters need. A :class:`Progress` is a heartbeat: what a rank is doing now,
+for hang detection while the job runs. An :class:`OnlineResult` is one analysis by online detection
+(rank 0): its new findings and the scores behind them. Field names carry units (``_s`` seconds, ``_bytes``).
+Dict fields are not to be mutated by sinks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+# Span kinds in StepRecord.spans
+SPAN_PHASE = "phase"
+SPAN_COLLECTIVE = "collective"
+SPAN_DATA = "data"
+
+
+class OpStats(NamedTuple):
+    """Per collective op within one step."""
+
+    count: int
+    duration_s: float  # op time, issue to completion
+    blocked_s: float  # time the caller was blocked in it
+    bytes: int
+    bus_bytes: float  # bytes x busbw factor, for busbw = bus_bytes / duration_s
+
+
+class Span(NamedTuple):
+    kind: str  # SPAN_PHASE, SPAN_COLLECTIVE, SPAN_DATA
+    name: str
+    start_s: float
+    end_s: float
+    ok: bool = True
+    nbytes: int = 0
+
+
+class StepRecord(NamedTuple):
+    rank: int
+    step: int
+    start_s: float  # epoch seconds
+    duration_s: float  # the step's wall time (on device timing: GPU time, start to end event)
+    ok: bool  # False when user code raised inside the step
+    phases: dict[str, float]  # seconds per phase name (data wait included as "data")
+    phase_comm: dict[str, float]  # seconds blocked in collectives inside each phase
+    comm_s: float  # seconds blocked in collectives during the step
+    ops: dict[str, OpStats]
+    tokens: int | None
+    samples: int | None
+    scalars: dict[str, Any]  # last value logged per name in the step
+    spans: tuple[Span, ...]
+    spans_dropped: int = 0
+    device: dict[str, float] | None = None  # latest host/GPU reading at the step's end
+    mfu: float | None = None  # model FLOPs utilization of the step, when FLOPs and peak are known
+    host_duration_s: float | None = None  # on device timing: the host's wall time of the step
+
+
+class Progress(NamedTuple):
+    """What one rank is doing now; written by the pipeline every tick."""
+
+    rank: int
+    time_s: float  # when this was observed (epoch seconds)
+    last_step: int | None  # last completed step
+    last_step_end_s: float | None
+    open_step: int | None  # step in progress, if any
+    open_step_since_s: float | None
+    phase: str | None  # innermost open phase
+    collective: str | None  # collective the training thread is blocked in, if any
+    collective_since_s: float | None
+    finished: bool = False  # shutdown() ran
+    device: dict[str, float] | None = None  # latest host/GPU reading
+
+
+class OnlineResult(NamedTuple):
+    """One online analysis of the job's recent blocks of steps (rank 0 only)."""
+
+    findings: list[dict[str, Any]]  # new findings, as findings-JSON dicts (with "online": true)
+    straggler_scores: dict[int, float]  # per scored rank
+    counts: dict[str, int]  # findings in the analyzed window, by kind

@@ -1,0 +1,145 @@
+"""The one small interface every sink implements, and the guard that isolates a failing one.
+
+A sink receives batches of :class:`~telemetry.pipeline.records.StepRecord` on the pipeline thread.
+It must not block for long: a network sink keeps its own bounded queue and worker. Sinks are named
+in the config and found as entry points of the group ``training_telemetry.sinks`` (see
+:mod:`telemetry.plugins`; the built-in ones are declared in pyproject.toml like any other), so the
+recorder imports no exporter and a new backend is one new module plus one entry point.
+
+>>> class Printer(Sink):
+...     name = "printer"
+...     def write(self, records):
+...         for r in records: print(r.rank, r.step)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from .. import plugins
+from ..logonce import LogOnce
+from .records import OnlineResult, Progress, StepRecord
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..rank import RankContext
+
+log = logging.getLogger("telemetry")
+
+class Sink:
+    """Receives step records; every method is called from the pipeline thread only."""
+
+    name = "sink"
+
+    def write(self, records: Sequence[StepRecord]) -> None:
+        raise NotImplementedError
+
+    def progress(self, progress: Progress) -> None:
+        """A heartbeat of what the rank is doing now (about once per flush interval)."""
+
+    def findings(self, result: OnlineResult) -> None:
+        """An online analysis: new findings, per-rank straggler scores, counts by kind (rank 0 only)."""
+
+    def flush(self, timeout_s: float) -> None:
+        """Deliver what was written so far, giving up after ``timeout_s``."""
+
+    def close(self, timeout_s: float) -> None:
+        """Flush and release resources; the sink receives nothing afterwards."""
+
+    def stats(self) -> dict[str, Any]:
+        """Sink-specific health numbers (delivered, dropped, ...)."""
+        return {}
+
+
+class GuardedSink:
+    """Wraps a sink so that its failures are counted, logged once per kind, and never propagate."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.name = sink.name
+        self.failures = 0
+        self.dropped_records = 0
+        self.written_records = 0
+        self.closed = False
+        self._once = LogOnce()
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        self.failures += 1
+        self._once(f"{what}:{type(exc).__name__}",
+                   "telemetry: sink %r failed in %s: %s: %s (isolated; further failures of this kind are "
+                   "counted, not logged)", self.name, what, type(exc).__name__, exc)
+
+    def write(self, records: Sequence[StepRecord]) -> None:
+        if self.closed or not records:
+            if self.closed:
+                self.dropped_records += len(records)
+            return
+        try:
+            self.sink.write(records)
+            self.written_records += len(records)
+        except Exception as exc:  # noqa: BLE001 - a sink must never break the pipeline
+            self.dropped_records += len(records)
+            self._fail("write", exc)
+
+    def progress(self, progress: Progress) -> None:
+        if self.closed:
+            return
+        try:
+            self.sink.progress(progress)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("progress", exc)
+
+    def findings(self, result: OnlineResult) -> None:
+        if self.closed:
+            return
+        try:
+            self.sink.findings(result)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("findings", exc)
+
+    def flush(self, timeout_s: float) -> None:
+        if self.closed:
+            return
+        try:
+            self.sink.flush(timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("flush", exc)
+
+    def close(self, timeout_s: float) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sink.close(timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("close", exc)
+
+    def stats(self) -> dict[str, Any]:
+        try:
+            extra = dict(self.sink.stats())
+        except Exception:  # noqa: BLE001
+            extra = {}
+        dropped = self.dropped_records + int(extra.pop("dropped", 0))
+        return {"written": self.written_records, "dropped": dropped, "failures": self.failures,
+                **extra}
+
+
+def build_sinks(config: "Config", ctx: "RankContext", run_info: dict[str, Any]) -> list[GuardedSink]:
+    """Instantiate the configured sinks; one that cannot start is skipped with one warning."""
+    out = []
+    for name in config.sinks:
+        try:
+            factory: Callable[..., Sink | None] = plugins.load(plugins.SINKS, name)
+        except (KeyError, ImportError) as exc:
+            log.warning("telemetry: sink %r is unavailable (%s); continuing without it", name, exc)
+            continue
+        try:
+            sink = factory(config, ctx, run_info)
+        except Exception as exc:  # noqa: BLE001 - e.g. an unwritable run dir, a port in use
+            log.warning("telemetry: sink %r disabled: %s: %s; training continues without it",
+                        name, type(exc).__name__, exc)
+            continue
+        if sink is not None:
+            out.append(GuardedSink(sink))
+    return out

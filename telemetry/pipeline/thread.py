@@ -1,0 +1,158 @@
+"""The pipeline thread: drain the recorder, assemble step records, hand them to the sinks.
+
+Every ``flush_interval_s`` it drains the buffer, builds records, writes them to each sink (each
+guarded, so one failing sink costs only itself), gives them to each listener (online detection)
+and hands the listeners' results to the sinks, sends a progress heartbeat, and flushes. It never
+runs user code and is the only thread that touches the sinks. ``stop()`` does a last drain and
+closes the sinks within a deadline; whatever could not be delivered by then is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+from ..logonce import LogOnce
+from ..recorder import Recorder
+from .assembler import Assembler
+from .records import OnlineResult, Progress, StepRecord
+from .sinks import GuardedSink
+
+log = logging.getLogger("telemetry")
+
+
+class Listener(Protocol):
+    """Sees every batch of new records on the pipeline thread (online detection is one); may have
+    results for the sinks. Must not block: slow work belongs on a thread of its own."""
+
+    def on_records(self, records: Sequence[StepRecord]) -> None: ...
+
+    def poll(self) -> list[OnlineResult]:
+        """Results ready since the last call (handed to every sink's ``findings``)."""
+        ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def stop(self) -> None: ...
+
+
+class Pipeline:
+    def __init__(self, recorder: Recorder, sinks: list[GuardedSink], rank: int,
+                 to_epoch_s: Callable[[int], float], interval_s: float,
+                 flops_per_token: float = 0.0, peak_flops: float = 0.0,
+                 release_events: Callable[[list], None] | None = None) -> None:
+        self.recorder = recorder
+        self.sinks = sinks
+        self.rank = rank
+        self.interval_s = interval_s
+        self._to_epoch = to_epoch_s
+        self.assembler = Assembler(rank, to_epoch_s, flops_per_token=flops_per_token, peak_flops=peak_flops,
+                                   release_events=release_events)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.records = 0
+        self.ticks = 0
+        self.errors = 0
+        self.finished = False
+        self._tick_lock = threading.Lock()
+        self.listeners: list[Listener] = []
+        self._once = LogOnce()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="telemetry-pipeline", daemon=True)
+        self._thread.start()
+
+    def add_listener(self, listener: Listener) -> None:
+        self.listeners.append(listener)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.tick()
+
+    def tick(self, final: bool = False) -> None:
+        with self._tick_lock:
+            try:
+                events = self.recorder.drain()
+                records = self.assembler.feed(events)
+                if final:
+                    records.extend(self.assembler.flush_waiting())
+                self.records += len(records)
+                self.ticks += 1
+                for sink in self.sinks:
+                    sink.write(records)
+                for listener in self.listeners:
+                    self._listen(listener, records)
+                progress = self.progress(finished=final)
+                for sink in self.sinks:
+                    sink.progress(progress)
+                    if not final:
+                        sink.flush(self.interval_s)
+            except Exception:  # noqa: BLE001 - the pipeline must outlive its own bugs
+                self.errors += 1
+                self._once("tick", "telemetry: pipeline tick failed (further failures counted)", exc_info=True)
+
+    def _listen(self, listener: Listener, records: list[StepRecord]) -> None:
+        try:
+            listener.on_records(records)
+            results = listener.poll()
+        except Exception:  # noqa: BLE001 - a listener costs only itself
+            self._once(f"listener:{type(listener).__name__}", "telemetry: %s failed (further failures "
+                       "counted)", type(listener).__name__, exc_info=True)
+            return
+        for result in results:
+            for sink in self.sinks:
+                sink.findings(result)
+
+    def progress(self, finished: bool = False) -> Progress:
+        rec = self.recorder
+        open_step = rec.open_step
+        coll = rec.current_collective
+        return Progress(
+            rank=self.rank, time_s=time.time(),
+            last_step=self.assembler.last_step, last_step_end_s=self.assembler.last_step_end_s,
+            open_step=open_step[0] if open_step else None,
+            open_step_since_s=self._to_epoch(open_step[1]) if open_step else None,
+            phase=rec.current_phase,
+            collective=coll[0] if coll else None,
+            collective_since_s=self._to_epoch(coll[1]) if coll else None,
+            finished=finished, device=self.assembler.last_device)
+
+    def stop(self, timeout_s: float) -> bool:
+        """Final drain and close within ``timeout_s``; returns False if the deadline passed."""
+        deadline = time.monotonic() + timeout_s
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+        done = threading.Event()
+
+        def final() -> None:
+            self.tick(final=True)
+            for sink in self.sinks:
+                # 90% of what is left, so that a sink that gives up can still count its losses
+                # before the deadline.
+                sink.close(max(0.05, 0.9 * (deadline - time.monotonic())))
+            done.set()
+
+        closer = threading.Thread(target=final, name="telemetry-shutdown", daemon=True)
+        closer.start()
+        closer.join(max(0.0, deadline - time.monotonic()))
+        self.finished = done.is_set()
+        if not self.finished:
+            log.warning("telemetry: shutdown passed its %.1f s deadline; %d buffered events and "
+                        "undelivered sink data are abandoned", timeout_s, self.recorder.buffered)
+        return self.finished
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "ticks": self.ticks,
+            "pipeline_errors": self.errors,
+            "events_dropped": self.recorder.dropped,
+            "events_buffered": self.recorder.buffered,
+            "unread_values": self.assembler.unread_values,
+            "usage_errors": dict(self.recorder.usage.counts),
+            "sinks": {s.name: s.stats() for s in self.sinks},
+            **{k: v for listener in self.listeners for k, v in listener.stats().items()},
+        }

@@ -1,0 +1,78 @@
+"""The tuples the hot path appends to the recorder's buffer: their kinds and named field positions.
+
+Timestamps are ``time.perf_counter_ns()`` integers; the pipeline turns them into epoch seconds.
+Every event's field ``T`` is the time it was appended, so the buffer is in time order for one
+thread. An event is one plain tuple (the cheapest thing to build on the hot path); readers index
+it through the names below, never by counting fields. Layouts (index: meaning):
+
+STEP_BEGIN      (0, t_begin, index)
+STEP_END        (1, t_end, index, t_begin, ok, tokens, samples)
+PHASE           (2, t_end, name, t_begin, ok)
+COLLECTIVE      (3, t_end, op, t_begin, nbytes, group_size, group_name, blocked_ns, busbw_factor)
+DATA            (4, t_end, t_begin, samples, tokens)          time blocked in a data loader's next()
+LOG             (5, t, {name: value})                        value: float, int or a PendingValue
+DEVICE          (6, t, {name: value})                        a device/host reading (sampler thread)
+
+Device-timed variants (the CUDA recorder): the same fields, then the interval's start and end
+device events (CUDA events recorded on the current stream, read later by the pipeline):
+
+STEP_END_DEV    (7, ...STEP_END fields..., e_begin, e_end)
+PHASE_DEV       (8, ...PHASE fields..., e_begin, e_end)
+COLLECTIVE_DEV  (9, ...COLLECTIVE fields..., e_begin, e_end)
+"""
+
+STEP_BEGIN = 0
+STEP_END = 1
+PHASE = 2
+COLLECTIVE = 3
+DATA = 4
+LOG = 5
+DEVICE = 6
+STEP_END_DEV = 7
+PHASE_DEV = 8
+COLLECTIVE_DEV = 9
+
+# Each device-timed kind and the host kind it extends.
+HOST_KIND = {STEP_END_DEV: STEP_END, PHASE_DEV: PHASE, COLLECTIVE_DEV: COLLECTIVE}
+
+# Fields every event has
+KIND = 0
+T = 1  # when the event was appended (for an interval: its end)
+
+# STEP_BEGIN, STEP_END(_DEV)
+STEP_INDEX = 2
+STEP_T0 = 3
+STEP_OK = 4
+STEP_TOKENS = 5
+STEP_SAMPLES = 6
+STEP_E0 = 7
+STEP_E1 = 8
+
+# PHASE(_DEV)
+PHASE_NAME = 2
+PHASE_T0 = 3
+PHASE_OK = 4
+PHASE_E0 = 5
+PHASE_E1 = 6
+
+# COLLECTIVE(_DEV)
+COLL_OP = 2
+COLL_T0 = 3
+COLL_BYTES = 4
+COLL_GROUP_SIZE = 5
+COLL_GROUP_NAME = 6
+COLL_BLOCKED_NS = 7
+COLL_FACTOR = 8
+COLL_E0 = 9
+COLL_E1 = 10
+
+# DATA
+DATA_T0 = 2
+DATA_SAMPLES = 3
+DATA_TOKENS = 4
+
+# LOG, DEVICE
+VALUES = 2
+
+# Names a phase may not take: they are columns of the steps table with another meaning.
+RESERVED_PHASES = frozenset({"start", "duration", "comm", "step", "rank"})

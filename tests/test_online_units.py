@@ -1,0 +1,76 @@
+"""Online detection's pieces that need no process group: summary vectors read back from the store,
+starting when the group appears, and failures logged once."""
+
+import logging
+
+import numpy as np
+
+from telemetry.online import FIXED, OnlineStarter, _summary_vector
+
+
+def test_a_summary_is_read_back_only_when_it_is_one():
+    good = np.arange(len(FIXED) + 2, dtype=np.float64)
+    good[0] = 7
+    assert _summary_vector(good.tobytes(), 7).tolist() == good.tolist()
+    assert _summary_vector(good.tobytes()[:-3], 7) is None  # not whole float64s
+    assert _summary_vector(good[:3].tobytes(), 7) is None  # fewer than the fixed fields
+    assert _summary_vector(good.tobytes(), 8) is None  # another block's vector
+    assert _summary_vector(b"", 7) is None and _summary_vector("text", 7) is None
+
+
+class FakeDetector:
+    def __init__(self, store):
+        self.store = store
+        self.batches = []
+        self.stopped = False
+
+    def on_records(self, records):
+        self.batches.append(list(records))
+
+    def poll(self):
+        return ["result"]
+
+    def stats(self):
+        return {"analyses": 1}
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_detection_starts_on_the_first_tick_after_the_group_appears():
+    store = {"value": None}
+    starter = OnlineStarter(FakeDetector, find_store=lambda: store["value"])
+    starter.on_records([1])  # init ran before init_process_group: nothing yet, nothing lost
+    assert starter.detector is None and starter.poll() == [] and starter.stats() == {"online_started": False}
+    store["value"] = "the rendezvous store"
+    starter.on_records([2, 3])
+    assert starter.detector.store == "the rendezvous store"
+    assert starter.detector.batches == [[2, 3]] and starter.poll() == ["result"]
+    starter.stop()
+    assert starter.detector.stopped
+
+
+def test_detection_that_cannot_start_is_off_with_one_warning(caplog):
+    def broken(store):
+        raise RuntimeError("no analyzer")
+
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
+        starter = OnlineStarter(broken, find_store=lambda: "store")
+        for _ in range(5):
+            starter.on_records([])
+    assert starter.detector is None
+    assert [r.getMessage() for r in caplog.records] == ["telemetry: online detection off (no analyzer)"]
+
+
+def test_a_failing_analysis_is_logged_once_and_counted(caplog, monkeypatch):
+    from telemetry import online
+
+    det = online.OnlineDetector.__new__(online.OnlineDetector)  # rank != 0 construction needs no thread
+    online.OnlineDetector.__init__(det, store=None, rank=1, world=2, every=10, window=8, wait_blocks=3)
+    det._rows[0] = {0: np.zeros(len(FIXED)), 1: np.zeros(len(FIXED))}
+    monkeypatch.setattr(det, "_table", lambda: (_ for _ in ()).throw(ValueError("bad table")))
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
+        for _ in range(4):
+            det._analyze()
+    assert det.failures == 4
+    assert sum("online analysis failed" in r.getMessage() for r in caplog.records) == 1
