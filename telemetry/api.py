@@ -24,6 +24,7 @@ from .config import Config, ConfigError
 from .flops import peak_flops_for
 from .devices.sampler import build_sampler
 from .hooks import collectives as _collectives
+from .hooks.ddp import auto_instrument_ddp, undo_auto_instrument_ddp
 from .pipeline.sinks import build_sinks
 from .pipeline.thread import Pipeline
 from .rank import RankContext
@@ -65,6 +66,7 @@ class Session:
                                  config.flush_interval_s, config.flops_per_token, peak,
                                  release_events=pool.release if pool is not None else None)
         self._instrumented = False
+        self._ddp_auto = False
         self._prev_sigterm: Any = None
 
     def to_epoch_s(self, t_ns: int) -> float:
@@ -83,8 +85,23 @@ class Session:
         current.set_active(self.recorder)
         if self.config.collectives:
             self._instrumented = _collectives.instrument_collectives()
+            self._ddp_auto = auto_instrument_ddp()
         if self.config.handle_sigterm:
             self._install_sigterm()
+        if self.config.announce:
+            self._announce()
+
+    def _announce(self) -> None:
+        """One line per process: where its data goes. Through the ``telemetry`` logger when the
+        application configured logging, else on stderr (a library's INFO would otherwise vanish)."""
+        where = [d for d in (s.describe() for s in self.sinks) if d]
+        ctx = self.ctx
+        line = (f"telemetry: rank {ctx.rank} of {ctx.world_size} ({ctx.node}): "
+                + ("; ".join(where) if where else "no sink is running (see the warnings above)"))
+        if log.hasHandlers():
+            log.info(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -105,6 +122,8 @@ class Session:
         current.set_active(NULL)
         if self._instrumented:
             _collectives.uninstrument_collectives()
+        if self._ddp_auto:
+            undo_auto_instrument_ddp()
         if self._prev_sigterm is not None and threading.current_thread() is threading.main_thread():
             try:
                 if signal.getsignal(signal.SIGTERM) is _on_sigterm:
@@ -115,6 +134,10 @@ class Session:
         for listener in self.pipeline.listeners:
             listener.stop()
         stats = self.stats()
+        if stats["unattributed_events"]:
+            log.warning("telemetry: rank %d: %d phase/log/data event(s) came after the last step, or with no "
+                        "step at all, and belong to no step: they were not recorded (wrap the work in "
+                        "telemetry.step())", self.ctx.rank, stats["unattributed_events"])
         lost = stats["events_dropped"] + sum(s.get("dropped", 0) for s in stats["sinks"].values())
         if lost:
             log.warning("telemetry: rank %d: %d event(s)/record(s) could not be delivered "

@@ -1,4 +1,9 @@
-"""The ``telemetry`` command: demo, analyze, diff, export."""
+"""The ``telemetry`` command: demo, analyze, diff, export.
+
+Exit codes (every command): 0 done; 1 the demo's job failed (a rank exited with an error, or none
+started); 2 bad arguments or input; 3 ``--fail-on`` met (a finding at or above that severity);
+4 the demo's job hung and was stopped by its watchdog; 130 interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,21 @@ import json
 import logging
 import os
 import sys
+import textwrap
 import time
 from typing import Iterable, Sequence
 
 from .analysis.findings import SEVERITIES
+from .version import __version__
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_FAIL_ON, EXIT_JOB_HUNG, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_CODES = """exit codes:
+  0    done
+  1    demo: the job failed (a rank exited with an error, or no step completed)
+  2    bad arguments or input
+  3    --fail-on: a finding reached that severity
+  4    demo: the job hung and its watchdog stopped it
+  130  interrupted (Ctrl-C)"""
 
 
 def _positive_int(lo: int, hi: int):
@@ -35,8 +51,16 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=90)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="telemetry", description="Telemetry for distributed PyTorch training.")
+    p = argparse.ArgumentParser(prog="telemetry", description=_wrap(
+        "Telemetry for distributed PyTorch training: run the instrumented demo job, analyze a run for "
+        "stragglers, data stalls, slow communication, regressions, memory growth and hangs, compare two "
+        "runs, export a run."), epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"telemetry {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser("demo", help="run a real multi-rank training job, instrumented, then analyze it")
@@ -51,8 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: 30x the median step, at least 10)")
     d.add_argument("--json", action="store_true", help="print the findings JSON instead of the report")
 
-    a = sub.add_parser("analyze", help="find stragglers and hangs in a run directory or steps table")
-    a.add_argument("path", help="run directory, or a steps table (.csv / .parquet)")
+    a = sub.add_parser(
+        "analyze", help="find what slows a run: stragglers, stalls, slow communication, regressions, hangs",
+        description=_wrap("Analyze a run directory, a steps table or a per-operation trace: a per-rank, "
+                          "per-phase table, then the findings (stragglers named by rank and phase, data "
+                          "stalls, stage and moving imbalance, regressions, slow communication, memory "
+                          "growth, hangs), each with its evidence and what-if cost."), epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("path", help="run directory, or a steps table or per-operation trace (.csv / .parquet)")
     a.add_argument("--json", action="store_true", help="print the findings JSON")
     a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
     a.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a finding reaches this severity")
@@ -77,18 +107,23 @@ def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: d
     from .analysis.report import render
     from .analysis.detectors import StragglerParams, analyze
 
+    from .analysis.findings import compare_online
+
     run = open_input(path)
     result = analyze(run.table, run.progress, run.world_size, hang_after)
+    online = compare_online(result.findings, run.online_findings) if run.online_findings else None
     if as_json:
         doc = result.to_json()
         if extra:
             doc["summary"].update(extra)
         if run.warnings:
             doc["summary"]["warnings"] = run.warnings
+        if online is not None:
+            doc["summary"]["online_findings"] = online
         print(json.dumps(doc, indent=2))
     else:
         n = result.summary.get("steps", 0)
-        print(render(result, path, StragglerParams().warmup(n), run.warnings))
+        print(render(result, path, StragglerParams().warmup(n), run.warnings, online))
     return result
 
 
@@ -101,7 +136,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         check_against_job(faults, args.ranks, args.steps)
     except InjectError as exc:
         print(f"telemetry demo: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     run_dir = args.run_dir or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
     out = sys.stderr if args.json else sys.stdout
     what = ", ".join(args.inject) if args.inject else "no fault injected"
@@ -112,7 +147,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                           hang_after_s=args.hang_after)
     except DemoError as exc:
         print(f"telemetry demo: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"\ntelemetry demo: interrupted; the ranks were stopped. {_kept(run_dir)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"  job {result.outcome} in {result.wall_s:.1f} s"
           + (f": {result.message}" if result.message else ""), file=out, flush=True)
     if result.outcome == "failed":
@@ -122,7 +160,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(file=out)
     _print_analysis(run_dir, args.json, result.hang_bound_s or args.hang_after,
                     extra={"demo": {"outcome": result.outcome, "injected": args.inject, "run_dir": run_dir}})
-    return 1 if result.outcome == "failed" else 0
+    code = {"failed": EXIT_JOB_FAILED, "hang": EXIT_JOB_HUNG}.get(result.outcome, EXIT_OK)
+    if code:
+        print(f"telemetry demo: exit {code}: the job {'failed' if code == EXIT_JOB_FAILED else 'hung'}",
+              file=sys.stderr)
+    return code
+
+
+def _kept(run_dir: str) -> str:
+    """What an interrupted demo leaves: the steps recorded so far, and how to look at them."""
+    from .analysis.load import open_input
+    from .analysis.table import TableError
+
+    try:
+        t = open_input(run_dir).table
+    except (TableError, OSError):
+        return f"Nothing was recorded in {run_dir}."
+    ranks = t["rank"].nunique() if len(t) else 0
+    return (f"Kept: {run_dir} with {len(t)} step record{'s' if len(t) != 1 else ''} from {ranks} "
+            f"rank{'s' if ranks != 1 else ''}; see them with: telemetry analyze {run_dir}")
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -132,7 +188,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         result = _print_analysis(args.path, args.json, args.hang_after)
     except TableError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return _exit_code((f.severity for f in result.findings), args.fail_on)
 
 
@@ -144,15 +200,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if not 0 < args.min_effect < 1:
         print(f"telemetry diff: --min-effect {args.min_effect}; accepted: a fraction above 0 and below 1, "
               "e.g. 0.05 for 5%", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         base, new = open_input(args.base).table, open_input(args.new).table
     except TableError as exc:
         print(f"telemetry diff: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if not len(base) or not len(new):
         print("telemetry diff: a run with no steps cannot be compared", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     doc = diff(base, new, DiffParams(min_effect=args.min_effect))
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -163,8 +219,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print("  series        base ms     new ms    change        p")
         for name, c in sorted(s["series"].items()):
             print(f"  {name:<12} {c['base_s'] * 1e3:8.2f}   {c['new_s'] * 1e3:8.2f}   {c['change']:+7.1%}   {c['p']:.1e}")
+        for name, why in s["undecided"].items():
+            print(f"  undecided: {name}: {why}")
         if not doc["findings"]:
-            print(f"No significant change of {s['min_effect']:.0%} or more.")
+            print(f"No significant change of {s['min_effect']:.0%} or more"
+                  + (" among the series decided." if s["undecided"] else "."))
         for f in doc["findings"]:
             print(f"  [{f['severity']}] {f['kind']}: {f['evidence']}")
     return _exit_code((f["severity"] for f in doc["findings"] if f["kind"] == "regression"), args.fail_on)
@@ -173,7 +232,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def _exit_code(severities: Iterable[str], fail_on: str | None) -> int:
     """3 when ``--fail-on`` was given and one of ``severities`` reaches it, else 0."""
     if fail_on and any(SEVERITIES.index(s) >= SEVERITIES.index(fail_on) for s in severities):
-        return 3
+        return EXIT_FAIL_ON
     return 0
 
 
@@ -186,13 +245,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         first, last = _step_range(args.steps)
     except ValueError as exc:
         print(f"telemetry export: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         run = open_input(args.run_dir)
         if run.kind != RUN_DIR:
             raise TableError(f"{args.run_dir!r} is not a run directory; accepted: a run directory")
         export = None if args.to.lower().endswith(TABLE_OUTPUTS) else export_for(args.to)
         if export is not None:
+            _check_steps_in_run(run.table, args.steps, first, last)
             print(export.write(run, args.to, first, last))
             return 0
         if not args.to.lower().endswith(TABLE_OUTPUTS):
@@ -200,14 +260,31 @@ def cmd_export(args: argparse.Namespace) -> int:
                              + ", ".join(export_suffixes()) + " (trace)")
         if args.steps:
             print("telemetry export: --steps applies to a trace only", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         write_table(run.table, args.to)
     except (TableError, OSError) as exc:
         print(f"telemetry export: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     table = run.table
-    print(f"wrote {len(table)} rows ({table['rank'].nunique() if len(table) else 0} ranks) to {args.to}")
+    ranks = table["rank"].nunique() if len(table) else 0
+    print(f"wrote {len(table)} row{'s' if len(table) != 1 else ''} ({ranks} rank{'s' if ranks != 1 else ''}) "
+          f"to {args.to}")
     return 0
+
+
+def _check_steps_in_run(table, text: str | None, first: int | None, last: int | None) -> None:
+    """--steps that select no step of the run is an error, not an empty trace."""
+    from .analysis.table import TableError
+
+    if text is None:
+        return
+    steps = table["step"]
+    if not len(steps):
+        raise TableError("the run has no steps to export")
+    chosen = ((steps >= first) if first is not None else True) & ((steps <= last) if last is not None else True)
+    if not chosen.any():
+        raise TableError(f"--steps {text}: the run has steps {int(steps.min())}-{int(steps.max())}; "
+                         "nothing to export in that range")
 
 
 def _step_range(text: str | None) -> tuple[int | None, int | None]:
@@ -233,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except KeyboardInterrupt:
-        return 130
+        print("telemetry: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ class Config:
     collectives: bool = True
     start_step: int = 0
     handle_sigterm: bool = True
+    announce: bool = True  # each process says at start where its data can be seen (one line, stderr)
     # Devices and throughput
     device_timing: str = "auto"  # cuda: CUDA events time phases and collectives; wall; auto: cuda if available
     device_interval_s: float = 1.0  # host / GPU / CUDA-memory sampling period; 0 turns it off
@@ -162,7 +163,7 @@ class Config:
         _check_int("online_window", self.online_window, 8, 100000)
         _check_int("online_wait_blocks", self.online_wait_blocks, 1, 1000)
         _check_number("online_interval_s", self.online_interval_s, 0.05, 3600.0)
-        for name in ("strict", "collectives", "handle_sigterm", "online"):
+        for name in ("strict", "collectives", "handle_sigterm", "online", "announce"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prometheus_host, str) or not self.prometheus_host:
@@ -214,13 +215,16 @@ def _check_buckets(cfg: Config, name: str) -> None:
 
 
 def _check_number(name: str, value: Any, lo: float, hi: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not lo <= value <= hi:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}={value!r} is not a number; accepted: a number from {lo} to {hi}")
+    if not math.isfinite(value) or not lo <= value <= hi:
         raise ConfigError(f"{name}={value!r} is out of range; accepted: a number from {lo} to {hi}")
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name}={value!r} is not an integer; accepted: an integer from {lo} to {hi}")
+    if not lo <= value <= hi:
         raise ConfigError(f"{name}={value!r} is out of range; accepted: an integer from {lo} to {hi}")
 
 

@@ -254,9 +254,10 @@ class OnlineDetector:
                     continue
                 self._seen.add(key)
                 d = f.to_dict()
-                # each summary row is a block of K steps, numbered by its first step
-                if f.last_step is not None:
-                    d["last_step"] = f.last_step + self.every - 1
+                # Each summary row is a block of K steps, numbered by its first step: first_step,
+                # last_step and the evidence all use those numbers (one source), and block_steps
+                # says that a step number stands for the K steps from it.
+                d["block_steps"] = self.every
                 d["online"] = True
                 d["time_s"] = time.time()
                 new.append(d)

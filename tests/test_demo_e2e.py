@@ -14,11 +14,11 @@ pytestmark = pytest.mark.slow  # every test runs `telemetry demo`: 4 spawned glo
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def demo(tmp_path, *args, timeout=240):
+def demo(tmp_path, *args, timeout=240, exit_code=0):
     run_dir = str(tmp_path / "run")
     proc = subprocess.run([sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--json", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == exit_code, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr, run_dir
 
 
@@ -49,7 +49,9 @@ def test_healthy_run_reports_no_straggler(tmp_path):
 
 
 def test_hung_rank_is_named_and_the_job_is_stopped(tmp_path):
-    doc, _, _ = demo(tmp_path, "--steps", "100", "--inject", "hang:rank=1,step=40", "--hang-after", "5")
+    doc, err, _ = demo(tmp_path, "--steps", "100", "--inject", "hang:rank=1,step=40", "--hang-after", "5",
+                       exit_code=4)  # a hung job is not a success, even an injected hang
+    assert "exit 4: the job hung" in err
     assert doc["summary"]["demo"]["outcome"] == "hang"
     [f] = [f for f in doc["findings"] if f["kind"] == "hang"]
     assert f["ranks"] == [1] and f["phase"] == "forward" and f["first_step"] == 40

@@ -77,3 +77,34 @@ def test_min_effect_outside_its_stated_range_is_refused(tmp_path, capsys, effect
     simulate(Scenario(ranks=2, steps=50)).to_csv(b, index=False)
     assert cli(["diff", str(b), str(b), "--min-effect", effect]) == 2
     assert "accepted: a fraction above 0 and below 1" in capsys.readouterr().err
+
+
+def test_a_large_consistent_change_on_few_blocks_is_a_regression():
+    # 70 steps: 6 blocks a run, where p can never reach 1e-3; a 65% slower step must still show.
+    base = simulate(Scenario(ranks=4, steps=70, seed=1, jitter=0.1))
+    new = simulate(Scenario(ranks=4, steps=70, seed=2, jitter=0.1, faults=(Fault("regression", factor=1.65),)))
+    doc = diff(base, new)
+    step = doc["summary"]["series"]["step"]
+    assert 1e-3 < step["p"] < step["p_bound"] and step["change"] > 0.5
+    assert ("regression", None) in [(f["kind"], f["phase"]) for f in doc["findings"]]
+
+
+def test_too_few_blocks_to_decide_is_said_not_passed_in_silence(tmp_path, capsys):
+    base = simulate(Scenario(ranks=4, steps=24, seed=1))
+    new = simulate(Scenario(ranks=4, steps=24, seed=2, faults=(Fault("regression", factor=1.3),)))
+    doc = diff(base, new)
+    assert doc["findings"] == [] and "step" in doc["summary"]["undecided"]
+    assert "cannot reach" in doc["summary"]["undecided"]["step"]
+    b, n = tmp_path / "b.csv", tmp_path / "n.csv"
+    base.to_csv(b, index=False)
+    new.to_csv(n, index=False)
+    assert cli(["diff", str(b), str(n)]) == 0
+    out = capsys.readouterr().out
+    assert "undecided: step:" in out and "among the series decided" in out
+
+
+def test_a_small_change_still_needs_strong_evidence():
+    from telemetry.analysis.detectors.diff import DiffParams
+
+    p = DiffParams()
+    assert p.bound(0.05) == 1e-3 and p.bound(0.25) == pytest.approx(5e-3) and p.bound(3.0) == 0.01

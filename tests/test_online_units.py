@@ -74,3 +74,31 @@ def test_a_failing_analysis_is_logged_once_and_counted(caplog, monkeypatch):
             det._analyze()
     assert det.failures == 4
     assert sum("online analysis failed" in r.getMessage() for r in caplog.records) == 1
+
+
+class DictStore:
+    def __init__(self, data):
+        self.data = data
+
+    def get(self, key):
+        return self.data[key]
+
+
+def test_an_online_findings_numbers_and_its_text_come_from_one_source():
+    from telemetry import online
+
+    det = online.OnlineDetector(store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
+                                rank=1, world=4, every=10, window=50, wait_blocks=3, min_interval_s=0)
+    rng = np.random.default_rng(0)
+    for block in range(30):
+        rows = {}
+        for r in range(4):
+            fwd = 0.010 * (1.5 if r == 2 else 1.0) * (1 + 0.02 * rng.standard_normal())
+            comm = 0.020 - (0.005 if r == 2 else 0.0)
+            rows[r] = np.array([block, 10, 0.040, fwd + 0.01, comm, 0.0005, fwd])
+        det._rows[block] = rows
+    assert det._analyze()
+    [result] = det.poll()
+    [f] = [d for d in result.findings if d["kind"] == "straggler"]
+    assert f["ranks"] == [2] and f["online"] is True and f["block_steps"] == 10
+    assert f"over steps {f['first_step']}-{f['last_step']}" in f["evidence"]

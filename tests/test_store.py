@@ -97,7 +97,7 @@ def test_export_writes_a_steps_table_that_analyze_reads(run_dir, tmp_path, suffi
     telemetry.shutdown()
     out = str(tmp_path / f"steps.{suffix}")
     assert cli(["export", run_dir, "--to", out]) == 0
-    assert "wrote 4 rows (1 ranks)" in capsys.readouterr().out
+    assert "wrote 4 rows (1 rank) to" in capsys.readouterr().out
     t = open_input(out).table
     assert {"rank", "step", "start_s", "duration_s", "forward_s", "comm_s", "tokens"} <= set(t.columns)
     assert len(t) == 4

@@ -33,3 +33,22 @@ def severity_for(slowdown: float, critical_at: float = 0.05) -> str:
     if slowdown >= 0.01:
         return "warning"
     return "info"
+
+
+def compare_online(offline: list[Finding], online: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Online detection's findings, each with ``confirmed_offline`` (the analysis of every step found
+    the same kind on the same ranks and phase) and, when not, why the two can differ."""
+    seen = {(f.kind, tuple(f.ranks), f.phase) for f in offline}
+    out = []
+    for d in online:
+        key = (d.get("kind"), tuple(d.get("ranks") or ()), d.get("phase"))
+        row = {k: d.get(k) for k in ("kind", "ranks", "phase", "first_step", "last_step", "severity",
+                                     "slowdown", "evidence", "block_steps", "time_s")}
+        row["confirmed_offline"] = key in seen
+        if not row["confirmed_offline"]:
+            row["why_not_offline"] = (
+                "online detection saw medians of blocks of steps in a moving window while the job ran; "
+                "the offline analysis of every step of the whole run did not find it, so it did not "
+                "hold over the run (a passing episode, or block noise)")
+        out.append(row)
+    return out

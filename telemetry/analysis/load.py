@@ -44,6 +44,7 @@ class RunInput:
     progress: dict[int, dict[str, Any]] = field(default_factory=dict)  # heartbeats by rank (run dirs)
     records: list[dict[str, Any]] = field(default_factory=list)  # raw step records with spans (run dirs)
     warnings: list[str] = field(default_factory=list)  # what was skipped while reading
+    online_findings: list[dict[str, Any]] = field(default_factory=list)  # what online detection said (run dirs)
 
     @property
     def world_size(self) -> int | None:
@@ -62,8 +63,10 @@ def open_input(path: str) -> RunInput:
             raise TableError(f"{path!r} is a directory but not a run directory (no {layout.META} or "
                              f"{layout.RANKS_DIR}/)")
         run = read_run(path)
-        return RunInput(path, RUN_DIR, records_to_table(run.steps), meta=run.meta, ranks=run.ranks,
-                        progress=run.progress, records=run.steps, warnings=run.warnings)
+        table = records_to_table(run.steps)
+        return RunInput(path, RUN_DIR, table, meta=run.meta, ranks=run.ranks, progress=run.progress,
+                        records=run.steps, warnings=run.warnings + _coverage(table),
+                        online_findings=run.findings)
     if not os.path.exists(path):
         raise TableError(f"{path!r} does not exist; accepted: {ACCEPTED}")
     raw = _read_file(path)
@@ -72,7 +75,19 @@ def open_input(path: str) -> RunInput:
     if is_per_op_trace(raw):
         log.info("telemetry: %s: per-operation trace (%d operations) converted to a steps table", name, len(raw))
         raw, kind = per_op_to_steps(raw), PER_OP_TRACE
-    return RunInput(path, kind, validate(raw, source=name, owned=True))
+    table = validate(raw, source=name, owned=True)
+    return RunInput(path, kind, table, warnings=_coverage(table))
+
+
+def _coverage(table: pd.DataFrame) -> list[str]:
+    """What the input lacks that the analysis needs to be trusted."""
+    ranks = table["rank"].nunique() if len(table) else 0
+    if ranks > 1 and ("comm_s" not in table.columns or not (table["comm_s"].fillna(0) > 0).any()):
+        return [f"{ranks} ranks but no time in collectives was recorded: every rank's step counts as "
+                "compute, so a straggler cannot be told from the ranks waiting for it (DDP's all-reduce "
+                "is timed by telemetry's comm hook, set at the model's first forward unless the model "
+                "has a hook of its own; collectives bound before telemetry.init are not seen)"]
+    return []
 
 
 def _read_file(path: str) -> pd.DataFrame:

@@ -1,4 +1,10 @@
-"""Rendering an analysis for people: a per-rank, per-phase table and the findings."""
+"""Rendering an analysis for people: a per-rank, per-phase table and the findings.
+
+Names are kept apart: the header's *step time* is what the job pays per step (data wait
+included, median over ranks and steps); the table's *in step* is the step's own wall time; phase
+columns are phase *compute* (time blocked in collectives removed), and *blocked* is the time in
+collectives, whichever phase it fell in.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,13 @@ import numpy as np
 
 from .detectors import Analysis
 from .detectors.matrix import StepMatrix, nanmedian
+from .findings import Finding
 
 MAX_RANK_ROWS = 16
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _ms(x: float) -> str:
@@ -17,53 +28,103 @@ def _ms(x: float) -> str:
 
 
 def rank_table(m: StepMatrix, warmup: int) -> str:
-    """Median milliseconds per step for each rank and phase (after warm-up)."""
+    """Median milliseconds per step for each rank: data wait, in-step wall time, each phase's
+    compute, time blocked in collectives, total compute (after warm-up)."""
     live = slice(min(warmup, max(m.n_steps - 1, 0)), None)
-    cols: list[tuple[str, np.ndarray]] = [("step", m.duration)]
-    order = ["data"] + [p for p in m.phases if p != "data"]
-    cols += [(p, m.phases[p]) for p in order if p in m.phases]
+    cols: list[tuple[str, np.ndarray]] = []
+    if "data" in m.phases:
+        cols.append(("data", m.phases["data"]))
+    cols.append(("in step", m.duration))
+    cols += [(p, m.phase_compute[p]) for p in m.phases if p != "data"]
     if m.comm is not None:
-        cols += [("comm", m.comm), ("compute", m.compute)]
+        cols += [("blocked", m.comm), ("compute", m.compute)]
     meds = {name: nanmedian(arr[:, live], axis=1) for name, arr in cols}
     steps = np.isfinite(m.duration).sum(axis=1)
     rows = list(range(m.n_ranks))
     note = ""
     if len(rows) > MAX_RANK_ROWS:
-        key = meds["compute"] if "compute" in meds else meds["step"]
+        key = meds["compute"] if "compute" in meds else meds["in step"]
         top = np.argsort(-np.nan_to_num(key, nan=-np.inf))[:MAX_RANK_ROWS - 1]
         rows = sorted(int(i) for i in top)
         note = f"  ({m.n_ranks - len(rows)} more ranks not shown; the {len(rows)} with most compute are)\n"
     widths = [max(len(name), 7) for name, _ in cols]
     head = "  rank  steps " + " ".join(f"{name:>{w}}" for (name, _), w in zip(cols, widths))
-    lines = ["Per rank, median ms per step" + (f" (after {warmup} warm-up steps)" if warmup else "") + ":",
-             head]
+    lines = ["Per rank, median ms per step" + (f" (after {warmup} warm-up steps)" if warmup else "") + ":", head]
     for i in rows:
         cells = " ".join(f"{_ms(meds[name][i]):>{w}}" for (name, _), w in zip(cols, widths))
         lines.append(f"  {int(m.ranks[i]):>4}  {int(steps[i]):>5} {cells}")
+    legend = "  in step: the step's own wall time; phases: compute, time blocked in collectives removed"
+    if m.comm is not None:
+        legend += "; blocked: time in collectives; compute: busy time, not blocked (what a straggler has more of)"
+    if "data" in m.phases:
+        legend += "; data: wait for input before the step"
+    lines.append(textwrap.fill(legend, width=100, subsequent_indent="  "))
     return "\n".join(lines) + "\n" + note
 
 
-def render(analysis: Analysis, source: str, warmup: int = 0, warnings: list[str] | None = None) -> str:
+def _share_of_run(m: StepMatrix, f: Finding) -> float:
+    """A finding's what-if as a fraction of the whole run's step time (it is over its own steps)."""
+    t = m.step_time()
+    total = float(np.nansum(t))
+    if total <= 0 or f.first_step is None:
+        return f.slowdown if f.first_step is None else 0.0
+    covered = (m.steps >= f.first_step) & (m.steps <= (f.last_step if f.last_step is not None else m.steps[-1]))
+    return f.slowdown * float(np.nansum(t[covered])) / total
+
+
+def online_section(online: list[dict], offline: list[Finding]) -> str:
+    """What online detection said during the run, beside the offline findings, and where they differ."""
+    lines = [f"Online detection during the run ({_n(len(online), 'finding')}, marked [online]):"]
+    for d in online:
+        who = f"rank {', '.join(map(str, d['ranks']))}" if d.get("ranks") else "job-wide"
+        where = f"  phase {d['phase']}" if d.get("phase") else ""
+        block = f", blocks of {d['block_steps']} steps" if d.get("block_steps") else ""
+        verdict = "confirmed offline" if d["confirmed_offline"] else "NOT found offline"
+        lines.append(f"  [online] [{d.get('severity')}] {d.get('kind')}  {who}{where}  steps "
+                     f"{d.get('first_step')}-{d.get('last_step')}{block}: {verdict}")
+        if not d["confirmed_offline"]:
+            lines.append(textwrap.fill(d["why_not_offline"], width=100, initial_indent="      ",
+                                       subsequent_indent="      "))
+    keys = {(d.get("kind"), tuple(d.get("ranks") or ()), d.get("phase")) for d in online}
+    only = [f for f in offline if f.severity != "info" and (f.kind, tuple(f.ranks), f.phase) not in keys]
+    if only:
+        lines.append(textwrap.fill(
+            f"Found offline only: {', '.join(sorted({f.kind for f in only}))}. Online detection reports a "
+            "finding once, from warning up, after enough blocks of steps; it does not look for moving "
+            "imbalance, and a finding of the last blocks may come after the job ended.",
+            width=100, initial_indent="  ", subsequent_indent="  "))
+    return "\n".join(lines) + "\n"
+
+
+def render(analysis: Analysis, source: str, warmup: int = 0, warnings: list[str] | None = None,
+           online: list[dict] | None = None) -> str:
     s = analysis.summary
     out = []
     if not s.get("steps"):
         return f"{source}: no steps recorded\n"
     tps = f", {s['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in s else ""
-    out.append(f"{source}: {s['ranks']} ranks, {s['steps']} steps ({s['first_step']}-{s['last_step']}), "
-               f"median step {_ms(s['step_time_s'])} ms{tps}\n")
+    out.append(f"{source}: {_n(s['ranks'], 'rank')}, {_n(s['steps'], 'step')} ({s['first_step']}-{s['last_step']}), "
+               f"median step time {_ms(s['step_time_s'])} ms (data wait included){tps}\n")
     if analysis.matrix is not None:
         out.append(rank_table(analysis.matrix, warmup))
     for w in warnings or []:
         out.append(f"warning: {w}\n")
     if not analysis.findings:
         out.append("Findings: none (no straggler, no hang detected).\n")
+        if online:
+            out.append(online_section(online, analysis.findings))
         return "\n".join(out)
     out.append(f"Findings ({len(analysis.findings)}):")
     for f in analysis.findings:
         who = f"rank {', '.join(map(str, f.ranks))}" if f.ranks else "job-wide"
         where = f"  phase {f.phase}" if f.phase else ""
         steps = f"  steps {f.first_step}-{f.last_step}" if f.first_step is not None else ""
-        out.append(f"  [{f.severity}] {f.kind}  {who}{where}{steps}  slowdown {f.slowdown:.1%}")
+        share = f" ({_share_of_run(analysis.matrix, f):.1%} of the run)" if analysis.matrix is not None else ""
+        out.append(f"  [{f.severity}] {f.kind}  {who}{where}{steps}  slowdown {f.slowdown:.1%} of those steps{share}")
         out.append(textwrap.fill(f.evidence, width=100, initial_indent="      ", subsequent_indent="      "))
-    out.append(f"\nEstimated slowdown from all findings together: {s['slowdown']:.1%} of the run's step time.\n")
+    if online:
+        out.append("\n" + online_section(online, analysis.findings).rstrip())
+    out.append(f"\nEstimated slowdown from all findings together: {s['slowdown']:.1%} of the whole run's step time "
+               f"(steps {s['first_step']}-{s['last_step']}; each finding above is over its own steps, and its "
+               "share of the run in brackets).\n")
     return "\n".join(out)

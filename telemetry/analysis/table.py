@@ -29,6 +29,7 @@ log = logging.getLogger("telemetry")
 REQUIRED = ("rank", "step", "start_s", "duration_s")
 NOT_PHASES = frozenset({"start_s", "duration_s", "comm_s"})
 TABLE_OUTPUTS = (".csv", ".parquet", ".pq")  # what write_table writes
+_NONFINITE = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}
 
 
 class TableError(ValueError):
@@ -66,6 +67,8 @@ def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
             extra.setdefault(f"comm.{name}_s", {})[n] = sec
         for name, val in (r.get("scalars") or {}).items():
             extra.setdefault(f"log.{name}", {})[n] = val
+        for name, text in (r.get("nonfinite") or {}).items():  # NaN / inf, written as null
+            extra.setdefault(f"log.{name}", {})[n] = _NONFINITE.get(text, np.nan)
         for name, val in (r.get("device") or {}).items():
             extra.setdefault(f"dev.{name}", {})[n] = val
         if r.get("mfu") is not None:

@@ -1,7 +1,11 @@
 """Timing DDP's gradient all-reduce, which runs in C++ and bypasses the Python collectives.
 
-Register the hook once after wrapping the model; it runs DDP's default all-reduce (average over
-the group) and times each bucket from issue to completion::
+With ``collectives`` on (the default), ``init`` makes every DistributedDataParallel model time its
+gradient all-reduce by itself: at the model's first forward, if no comm hook is registered, ours
+is (DDP's default all-reduce, average over the group, timed per bucket from issue to completion).
+A hook the user registered stays theirs; its collectives are timed only where it calls the Python
+``torch.distributed`` API, and that is said once. (First forward, not construction: DDP takes one
+hook only, and users register theirs after wrapping the model.) By hand, as before::
 
     model = DistributedDataParallel(model)
     telemetry.instrument_ddp(model)       # = model.register_comm_hook(None, telemetry.ddp_comm_hook)
@@ -16,8 +20,11 @@ needs to see.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import logging
+from typing import Any, Callable
 
+from ..logonce import LogOnce
 from ..recorder import events as ev
 from ..recorder import current as _current
 from ..recorder.null import NULL
@@ -59,3 +66,58 @@ def instrument_ddp(model: Any, process_group: Any = None) -> Any:
     """Register :func:`ddp_comm_hook` on a DistributedDataParallel model; returns the model."""
     model.register_comm_hook(process_group, ddp_comm_hook)
     return model
+
+
+log = logging.getLogger("telemetry")
+_once = LogOnce()
+_original_forward: Callable | None = None
+
+
+def auto_instrument_ddp() -> bool:
+    """Make DDP models register :func:`ddp_comm_hook` at their first forward unless they have a hook.
+    Idempotent; False when torch's DDP is not importable."""
+    global _original_forward
+    try:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+    except ImportError:
+        return False
+    if _original_forward is not None:
+        return True
+    original = DDP.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "_telemetry_hook_checked" not in self.__dict__ and _current._active is not NULL:
+            self.__dict__["_telemetry_hook_checked"] = True
+            _hook_unless_hooked(self)
+        return original(self, *args, **kwargs)
+
+    DDP.forward = forward
+    _original_forward = original
+    return True
+
+
+def undo_auto_instrument_ddp() -> None:
+    global _original_forward
+    if _original_forward is None:
+        return
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    DDP.forward = _original_forward
+    _original_forward = None
+
+
+def _hook_unless_hooked(model: Any) -> None:
+    hooks = getattr(model, "_comm_hooks", None) or []
+    if any(hook is ddp_comm_hook for hook, _ in hooks):
+        return
+    if hooks:
+        name = getattr(hooks[0][0], "__qualname__", repr(hooks[0][0]))
+        _once("user-hook", "telemetry: this DDP model has its own comm hook (%s); it stays, and its "
+              "collectives are timed only where it calls the Python torch.distributed API", name)
+        return
+    try:
+        model.register_comm_hook(getattr(model, "process_group", None), ddp_comm_hook)
+    except Exception as exc:  # noqa: BLE001 - e.g. a built-in C++ hook is set: DDP takes one hook only
+        _once("register", "telemetry: could not time this DDP model's gradient all-reduce (%s: %s); its "
+              "collectives are timed only where Python code calls torch.distributed", type(exc).__name__, exc)

@@ -15,9 +15,11 @@ are on the host, for at most ``pending_timeout_s``, then the unread values are d
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
+from ..logonce import LogOnce
 from ..recorder import events as ev
 from ..recorder.events import (COLL_BLOCKED_NS, COLL_BYTES, COLL_E0, COLL_E1, COLL_FACTOR, COLL_OP, COLL_T0,
                                DATA_SAMPLES, DATA_T0, DATA_TOKENS, PHASE_E0, PHASE_E1, PHASE_NAME, PHASE_OK,
@@ -57,6 +59,8 @@ class Assembler:
         self._pending_timeout = pending_timeout_s
         self._monotonic = monotonic
         self.unread_values = 0
+        self.nonfinite_values = 0
+        self._once = LogOnce()
         self.last_step: int | None = None
         self.last_step_end_s: float | None = None
         self._held: list[list] = []  # [STEP_END event, _Open, round it ended in]
@@ -133,11 +137,22 @@ class Assembler:
             host_duration = (end[T] - end[STEP_T0]) * 1e-9
             end, acc = _on_gpu_timeline(end, acc, used)
         rec = self._resolve(self._build(end, acc))
+        self._check_finite(rec)
         if host_duration is not None:
             rec = rec._replace(host_duration_s=host_duration)
         if used and self._release_events is not None:
             self._release_events(used)
         return rec
+
+    def _check_finite(self, rec: StepRecord) -> None:
+        """Count NaN and infinite logged values, and say so once per name: a diverged loss is
+        worth knowing at once. They are kept (the store writes them as such), never dropped."""
+        for k, v in rec.scalars.items():
+            if type(v) is float and not math.isfinite(v):
+                self.nonfinite_values += 1
+                self._once(k, "telemetry: rank %d step %d: telemetry.log(%s=%s) is not a finite number "
+                           "(kept as %s; further non-finite values are counted in stats()['nonfinite_values'])",
+                           rec.rank, rec.step, k, v, v)
 
     def _resolve(self, rec: StepRecord) -> StepRecord:
         if not any(type(v) is PendingValue for v in rec.scalars.values()):
@@ -247,18 +262,23 @@ def _collectives(colls: list[tuple], phase_events: list[tuple], t0: int, t1: int
 
 
 def _logged(logs: list[tuple]) -> tuple[dict[str, Any], int | None, int | None]:
-    """The last value logged per name; ``tokens`` and ``samples`` logged in the step, summed."""
+    """The last value logged per name; ``tokens`` and ``samples`` logged in the step, summed (a
+    count that is not a finite number is kept as a scalar, where it is reported, not summed)."""
     scalars: dict[str, Any] = {}
     log_tokens = log_samples = None
     for e in logs:
         for k, v in e[VALUES].items():
-            if k == "tokens" and type(v) is not PendingValue:
+            if k == "tokens" and type(v) is not PendingValue and _finite(v):
                 log_tokens = (log_tokens or 0) + int(v)
-            elif k == "samples" and type(v) is not PendingValue:
+            elif k == "samples" and type(v) is not PendingValue and _finite(v):
                 log_samples = (log_samples or 0) + int(v)
             else:
                 scalars[k] = v
     return scalars, log_tokens, log_samples
+
+
+def _finite(v: Any) -> bool:
+    return type(v) is not float or math.isfinite(v)
 
 
 def _ready(end: tuple, acc: _Open) -> bool:

@@ -51,6 +51,11 @@ class Sink:
         """Sink-specific health numbers (delivered, dropped, ...)."""
         return {}
 
+    def describe(self) -> str | None:
+        """Where this sink's data can be seen, for the line each process prints at start (e.g.
+        ``metrics http://127.0.0.1:9464/metrics``); None to say nothing."""
+        return None
+
 
 class GuardedSink:
     """Wraps a sink so that its failures are counted, logged once per kind, and never propagate."""
@@ -114,6 +119,13 @@ class GuardedSink:
             self.sink.close(timeout_s)
         except Exception as exc:  # noqa: BLE001
             self._fail("close", exc)
+
+    def describe(self) -> str | None:
+        try:
+            return self.sink.describe()
+        except Exception as exc:  # noqa: BLE001
+            self._fail("describe", exc)
+            return None
 
     def stats(self) -> dict[str, Any]:
         try:

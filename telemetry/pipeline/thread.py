@@ -152,6 +152,7 @@ class Pipeline:
             "events_dropped": self.recorder.dropped,
             "events_buffered": self.recorder.buffered,
             "unread_values": self.assembler.unread_values,
+            "nonfinite_values": self.assembler.nonfinite_values,
             "usage_errors": dict(self.recorder.usage.counts),
             "sinks": {s.name: s.stats() for s in self.sinks},
             **{k: v for listener in self.listeners for k, v in listener.stats().items()},

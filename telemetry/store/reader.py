@@ -30,6 +30,7 @@ class RunData:
     steps: list[dict[str, Any]]
     progress: dict[int, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # written by online detection
 
 
 class StepsTail:
@@ -149,6 +150,28 @@ def read_run(run_dir: str) -> RunData:
             target = progress if name.endswith(".progress.json") else ranks
             if isinstance(obj, dict) and isinstance(obj.get("rank"), int):
                 target[obj["rank"]] = obj
+    findings = _read_findings(os.path.join(run_dir, layout.FINDINGS), warnings)
     for w in warnings:
         log.warning("telemetry: %s: %s", run_dir, w)
-    return RunData(run_dir, meta, ranks, steps, progress, warnings)
+    return RunData(run_dir, meta, ranks, steps, progress, warnings, findings)
+
+
+def _read_findings(path: str, warnings: list[str]) -> list[dict[str, Any]]:
+    """Online detection's findings (one JSON object a line); unreadable lines skipped and said."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return []
+    out, bad = [], 0
+    for raw in lines:
+        if not raw.strip():
+            continue
+        obj = _parse(raw)
+        if obj is None or "kind" not in obj:
+            bad += 1
+            continue
+        out.append(obj)
+    if bad:
+        warnings.append(f"{layout.FINDINGS}: {bad} unreadable line(s) skipped")
+    return out

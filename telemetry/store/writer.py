@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import time
 from typing import Any, Sequence
@@ -95,16 +96,22 @@ class RunStoreSink(Sink):
     def stats(self) -> dict[str, Any]:
         return {"lines": self.lines, "bytes": self.bytes}
 
+    def describe(self) -> str | None:
+        return f"run directory {self.run_dir}" if self.rank == 0 else None
+
 
 def _line(r: StepRecord) -> str:
+    scalars, nonfinite = _finite_scalars(r.scalars)
     obj = {
         "rank": r.rank, "step": r.step, "start_s": r.start_s, "duration_s": r.duration_s,
         "ok": r.ok, "phases": r.phases, "phase_comm": r.phase_comm, "comm_s": r.comm_s,
         "ops": {k: list(v) for k, v in r.ops.items()},
         "tokens": r.tokens, "samples": r.samples,
-        "scalars": r.scalars,  # NaN stays NaN (a diverged loss is data, not noise)
+        "scalars": scalars,
         "spans": [list(s) for s in r.spans],
     }
+    if nonfinite:
+        obj["nonfinite"] = nonfinite
     if r.spans_dropped:
         obj["spans_dropped"] = r.spans_dropped
     if r.device:
@@ -114,3 +121,12 @@ def _line(r: StepRecord) -> str:
     if r.host_duration_s is not None:
         obj["host_duration_s"] = r.host_duration_s
     return json.dumps(obj, separators=(",", ":")) + "\n"
+
+
+def _finite_scalars(scalars: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """JSON has no NaN or infinity: such a value is written as null in ``scalars`` and named in
+    ``nonfinite`` ({"loss": "nan"}), from which the reader restores it. A diverged loss is data."""
+    bad = {k: repr(v) for k, v in scalars.items() if type(v) is float and not math.isfinite(v)}
+    if not bad:
+        return scalars, {}
+    return {k: (None if k in bad else v) for k, v in scalars.items()}, bad

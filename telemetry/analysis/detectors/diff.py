@@ -4,8 +4,13 @@ For each job-level series (step time; each phase's compute, median over ranks; t
 own time, the minimum over ranks; the data wait), both runs' steps after warm-up are cut into
 blocks of ``block`` steps and the block medians compared with a Mann-Whitney U test (blocks,
 because consecutive steps are not independent: a per-step test would call noise significant). A
-change is reported when it is significant (two-sided p below ``alpha``) and at least ``min_effect``
-of the base run's level: ``regression`` when the new run is slower, ``improvement`` when faster.
+change is reported when it is at least ``min_effect`` of the base run's level and significant:
+two-sided p below ``alpha`` for a change of ``min_effect``, and below a bound that grows with the
+change, ``alpha x change / min_effect`` (at most ``max_alpha``), for larger ones: a large, consistent
+change needs less evidence than a small one, so a 65% slower step seen on a few blocks is reported
+and a 5% one still needs strong evidence. ``regression`` when the new run is slower,
+``improvement`` when faster. With so few blocks that no result could reach the bound (the test's
+smallest possible p is above it), the series is listed as undecided rather than silently passed.
 A phase's ``slowdown`` is its change as a fraction of the new step time.
 
 >>> result = diff(base_table, new_table)   # doctest: +SKIP
@@ -29,7 +34,12 @@ from .straggler import StragglerParams
 class DiffParams:
     min_effect: float = 0.05
     alpha: float = 1e-3
+    max_alpha: float = 0.01
     block: int = 10
+
+    def bound(self, effect: float) -> float:
+        """The p-value a change of this size must be under."""
+        return min(self.max_alpha, max(self.alpha, self.alpha * abs(effect) / self.min_effect))
 
 
 def _series(m: StepMatrix) -> dict[str, np.ndarray]:
@@ -56,6 +66,7 @@ def diff(base: pd.DataFrame, new: pd.DataFrame, params: DiffParams | None = None
     step_base = float(nanmedian(sb["step"]))
     findings: list[Finding] = []
     changes = {}
+    undecided: dict[str, str] = {}
     for name in [k for k in sb if k in sn]:  # a fixed order (step, phases, comm, data): a set's varies by run
         xb, xn = _blocks(sb[name], p.block), _blocks(sn[name], p.block)
         lb, ln = float(nanmedian(sb[name])), float(nanmedian(sn[name]))
@@ -63,8 +74,16 @@ def diff(base: pd.DataFrame, new: pd.DataFrame, params: DiffParams | None = None
             continue
         pval = mann_whitney_p(xb, xn)
         effect = ln / lb - 1.0
-        changes[name] = {"base_s": lb, "new_s": ln, "change": effect, "p": pval}
-        if pval >= p.alpha or abs(effect) < p.min_effect:
+        bound = p.bound(effect)
+        changes[name] = {"base_s": lb, "new_s": ln, "change": effect, "p": pval, "p_bound": bound}
+        if abs(effect) < p.min_effect:
+            continue
+        if pval >= bound:
+            best = mann_whitney_p(np.zeros(len(xb)), np.ones(len(xn)))  # every block on one side
+            if best >= bound:
+                undecided[name] = (f"{len(xb)} vs {len(xn)} blocks of {p.block} steps cannot reach "
+                                   f"p < {bound:.0e} (at best p = {best:.1e}): run more steps to decide "
+                                   f"a {effect:+.0%} change")
             continue
         kind = "regression" if effect > 0 else "improvement"
         cost = (ln - lb) / step_new if step_new > 0 else 0.0
@@ -83,7 +102,8 @@ def diff(base: pd.DataFrame, new: pd.DataFrame, params: DiffParams | None = None
     summary = {"base_step_s": step_base, "new_step_s": step_new,
                "step_change": step_new / step_base - 1.0 if step_base > 0 else None,
                "base_steps": mb.n_steps, "new_steps": mn.n_steps, "base_ranks": mb.n_ranks, "new_ranks": mn.n_ranks,
-               "series": changes, "min_effect": p.min_effect, "alpha": p.alpha}
+               "series": changes, "min_effect": p.min_effect, "alpha": p.alpha, "max_alpha": p.max_alpha,
+               "undecided": undecided}
     if mb.tokens is not None and mn.tokens is not None:
         tb = mb.tokens.sum() / max(float(np.nansum(mb.step_time())), 1e-12)
         tn = mn.tokens.sum() / max(float(np.nansum(mn.step_time())), 1e-12)

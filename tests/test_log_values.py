@@ -1,0 +1,45 @@
+"""What telemetry.log does with values a person would want to hear about: NaN, inf, stray calls."""
+
+import json
+import logging
+import math
+
+import telemetry
+from telemetry.analysis.load import open_input
+
+
+def _strict(text):
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_diverged_loss_is_kept_valid_json_counted_and_said_once(run_dir, caplog):
+    telemetry.init(run_dir=run_dir, job="nan", sinks=["store"])
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
+        for loss in (1.0, float("nan"), float("inf"), float("nan")):
+            with telemetry.step():
+                telemetry.log(loss=loss, tokens=float("nan"))  # a NaN count must not break the step
+    stats = telemetry.shutdown()
+    lines = open(f"{run_dir}/ranks/rank-00000.steps.jsonl").read().splitlines()
+    steps = [_strict(x) for x in lines if '"step"' in x]  # every line is strict JSON
+    assert len(steps) == 4 and steps[1]["nonfinite"]["loss"] == "nan"
+    loss = open_input(run_dir).table["log.loss"].tolist()
+    assert loss[0] == 1.0 and math.isnan(loss[1]) and loss[2] == math.inf and math.isnan(loss[3])
+    assert stats["nonfinite_values"] == 7 and stats["records"] == 4  # loss x3, tokens x4
+    said = sorted(r.getMessage() for r in caplog.records if "not a finite number" in r.getMessage())
+    assert len(said) == 2  # once per name
+    assert "step 0: telemetry.log(tokens=nan)" in said[0] and "step 1: telemetry.log(loss=nan)" in said[1]
+
+
+def test_work_outside_any_step_is_reported_at_shutdown(run_dir, caplog):
+    telemetry.init(run_dir=run_dir, job="stray", sinks=["store"])
+    with telemetry.step():
+        pass
+    with telemetry.phase("eval"):
+        pass
+    telemetry.log(acc=0.9)
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
+        stats = telemetry.shutdown()
+    assert stats["unattributed_events"] == 2
+    assert any("2 phase/log/data event(s) came after the last step" in r.getMessage() for r in caplog.records)
