@@ -50,8 +50,10 @@ def prometheus_render(tmp: str) -> dict[str, float]:
     from exporters.prometheus import PrometheusSink
     from servers import free_port
 
-    cfg = Config.resolve({"run_dir": tmp, "job": "bench", "prometheus_port": free_port()}, environ={})
-    sink = PrometheusSink(cfg, RankContext.from_env({}), {"stats": dict})
+    cfg = Config.resolve({"run_dir": tmp, "job": "bench", "prometheus_port": free_port(),
+                          "prometheus_sd_dir": "off"}, environ={})
+    # every step traced, so that the OpenMetrics page carries an exemplar on each bucket it fills
+    sink = PrometheusSink(cfg, RankContext.from_env({}), {"stats": dict, "trace_sampler": lambda: (lambda r: True)})
     try:
         for i in range(200):
             sink.write([record(i)])

@@ -6,19 +6,36 @@ end times: rank 0 emits the job's step root (``train.step``); every rank emits i
 in the phase it ran in) and for the data wait. The trace id and the root's span id are derived
 from (job, step), so all ranks' spans of step N form one trace without any communication.
 
-Sampling: every ``otlp_sample_every``-th step, and always a step that failed or took more than
-twice the median of the rank's last 50 steps (once it has 10). Spans go into a bounded queue; a worker thread exports batches,
-so a dead or silent collector costs only that thread. Spans that cannot be delivered (queue full,
-export failed, shutdown deadline) are counted as dropped.
+Where spans go follows the OpenTelemetry SDK's own ``OTEL_TRACES_EXPORTER`` (the config's
+``otlp_traces_exporter`` when it has one): ``otlp`` (the default) to the collector at
+``otlp_endpoint``, ``console`` printed on this process's stdout by the SDK's ConsoleSpanExporter
+(no collector needed), ``none``: this sink does not start.
+
+Sampling (:class:`StepSampler`): every ``otlp_sample_every``-th step, and always a step that
+failed or took more than twice the median of the rank's last 50 steps (once it has 10). Once
+started, the sink says so in ``run_info["trace_sampler"]`` so that the Prometheus sink puts trace
+exemplars only on the steps whose traces are exported (see :class:`StepSampler`).
+
+Spans go into a bounded queue; a worker thread exports batches, so a dead or silent collector
+costs only that thread. ``stats()`` accounts for every span: ``spans_accepted`` (built and handed
+to the queue) = ``spans_delivered`` + ``dropped`` + ``spans_pending``, and ``spans_dropped`` says
+why each was lost (``queue_full``, ``export_failed``, ``closed_before_delivery``: still queued or
+being exported when the shutdown deadline came). The SDK's own log records of the exports this
+sink runs (retries, failures) are re-logged through the ``telemetry`` logger, prefixed
+``telemetry: otlp:``, at most once a minute per SDK logger; ``last_error`` keeps the first message
+of the latest run of failures (its cause).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import os
+import sys
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
@@ -37,41 +54,141 @@ from .tracing import step_root_span_id, trace_id
 
 log = logging.getLogger("telemetry")
 
+TRACES_EXPORTERS = ("otlp", "console", "none")
+# run_info key: set by a started OTLP sink to a factory of StepSamplers (see StepSampler)
+TRACE_SAMPLER = "trace_sampler"
+QUEUE_SPANS = 8192
+BATCH_SPANS = 512
+DROP_REASONS = ("queue_full", "export_failed", "closed_before_delivery")
 
-class _OncePerMinute(logging.Filter):
-    """The OTLP exporters log every retry; a dead collector must not flood the training log."""
+
+def traces_exporter(config: Any, environ: Mapping[str, str] | None = None) -> str:
+    """Where spans go: the config's ``otlp_traces_exporter`` if it has one, else the SDK's
+    ``OTEL_TRACES_EXPORTER``, else ``otlp``. One of :data:`TRACES_EXPORTERS` (a list such as
+    ``otlp,console`` is not supported)."""
+    environ = os.environ if environ is None else environ
+    raw = getattr(config, "otlp_traces_exporter", "") or environ.get("OTEL_TRACES_EXPORTER", "") or "otlp"
+    value = raw.strip().lower()
+    if value not in TRACES_EXPORTERS:
+        raise ValueError(f"OTEL_TRACES_EXPORTER={raw!r}; accepted: {', '.join(TRACES_EXPORTERS)}")
+    return value
+
+
+# ---- the OTel SDK's log records of our exports -------------------------------------------------
+_ours = threading.local()
+
+
+class ErrorNote:
+    """``last_error``: the first error message of the latest run of failed exports (its cause, not
+    the retry and shutdown noise that follows it); a success ends the run."""
+
+    last_error = ""
+    _failing = False
+
+    def note_error(self, message: str) -> None:
+        if not self._failing:
+            self.last_error = message[:300]
+            self._failing = True
+
+    def note_ok(self) -> None:
+        self._failing = False
+
+
+@contextlib.contextmanager
+def sdk_calls(owner: ErrorNote) -> Iterator[None]:
+    """Marks the OTel SDK calls this thread makes inside the block as ``owner``'s, so that
+    :class:`_SdkLogRouter` routes their log records (and notes their errors on the owner)."""
+    prev = getattr(_ours, "owner", None)
+    _ours.owner = owner
+    try:
+        yield
+    finally:
+        _ours.owner = prev
+
+
+class _SdkLogRouter(logging.Filter):
+    """The SDK's exporters log every retry and failure under their own logger names and words; a
+    dead collector must neither flood the training log nor speak without saying it is telemetry's.
+
+    A record made inside :func:`sdk_calls` is noted on its owner (:class:`ErrorNote`, WARNING and
+    above) and re-logged through the ``telemetry`` logger as ``telemetry: otlp: <message>``, at
+    most once a minute per SDK logger (the rest are counted in ``suppressed``); the original record
+    is stopped. Records made outside (the application's own use of the SDK) pass untouched."""
 
     def __init__(self) -> None:
         super().__init__()
         self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
         self.suppressed = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
+        owner = getattr(_ours, "owner", None)
+        if owner is None:
+            return True
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING:
+            owner.note_error(message)
         now = time.monotonic()
-        last = self._last.get(record.name)
-        if last is not None and now - last < 60.0:
-            self.suppressed += 1
-            return False
-        self._last[record.name] = now
-        return True
+        with self._lock:
+            last = self._last.get(record.name)
+            if last is not None and now - last < 60.0:
+                self.suppressed += 1
+                return False
+            self._last[record.name] = now
+        log.log(record.levelno, "telemetry: otlp: %s (from the OpenTelemetry SDK; such messages are logged "
+                "at most once a minute)", message)
+        return False
 
 
-_EXPORTER_LOG_FILTER = _OncePerMinute()
+_SDK_LOG_ROUTER = _SdkLogRouter()
 _SDK_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
                 "opentelemetry.exporter.otlp.proto.http.metric_exporter",
-                "opentelemetry.exporter.otlp.proto.grpc.exporter")
+                "opentelemetry.exporter.otlp.proto.http._common",
+                "opentelemetry.exporter.otlp.proto.grpc.exporter",
+                "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+                "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+                "opentelemetry.exporter.otlp.proto.common._internal",
+                "opentelemetry.exporter.otlp.common.http",
+                "opentelemetry.sdk.metrics._internal.export",
+                "opentelemetry.sdk.trace.export")
 
 
-def _quiet_sdk_loggers() -> None:
-    """Rate-limit the OTel SDK's retry logs; done when a sink starts, not when this module is imported
-    (importing a library must not change another library's loggers). Idempotent."""
+def _route_sdk_loggers() -> None:
+    """Install :class:`_SdkLogRouter` on the SDK's exporter loggers; done when a sink starts, not
+    when this module is imported (importing a library must not change another library's loggers).
+    Idempotent; it touches only records made inside :func:`sdk_calls`."""
     for name in _SDK_LOGGERS:
         logger = logging.getLogger(name)
-        if _EXPORTER_LOG_FILTER not in logger.filters:
-            logger.addFilter(_EXPORTER_LOG_FILTER)
+        if _SDK_LOG_ROUTER not in logger.filters:
+            logger.addFilter(_SDK_LOG_ROUTER)
 
-QUEUE_SPANS = 8192
-BATCH_SPANS = 512
+
+# ---- sampling ----------------------------------------------------------------------------------
+class StepSampler:
+    """Which of a rank's steps are exported as traces: every ``every``-th step, and always a step
+    that failed or took more than twice the median of the rank's last 50 steps (once it has 10).
+
+    The answer is a function of ``every`` and the rank's sequence of step records only, and every
+    sink receives the same records in the same order, so two samplers agree without talking: the
+    OTLP sink keeps one to choose the steps it exports, and publishes a factory of them in
+    ``run_info["trace_sampler"]`` once it has started; the Prometheus sink builds its own from it
+    and puts a ``trace_id`` exemplar only on the steps whose trace this rank exports. No OTLP sink
+    (not configured, ``OTEL_TRACES_EXPORTER=none``, or it failed to start): no exemplars. A trace
+    the collector never received (counted in the OTLP sink's ``dropped``) is the one case of an
+    exemplar without its trace.
+    """
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self._recent: collections.deque = collections.deque(maxlen=50)
+
+    def __call__(self, r: StepRecord) -> bool:
+        anomalous = not r.ok
+        if len(self._recent) >= 10:  # a median of fewer steps is too noisy to call a step slow
+            med = sorted(self._recent)[len(self._recent) // 2]
+            anomalous = anomalous or r.duration_s > 2.0 * med
+        self._recent.append(r.duration_s)
+        return anomalous or r.step % self.every == 0
 
 
 class _PresetIds(RandomIdGenerator):
@@ -112,6 +229,18 @@ def _endpoint(base: str, protocol: str) -> str:
 
 
 def make_span_exporter(config: Any) -> Any:
+    """The span exporter ``traces_exporter(config)`` names: the SDK's ConsoleSpanExporter on this
+    process's stdout, or an OTLP exporter (HTTP/protobuf or gRPC) to ``otlp_endpoint``."""
+    kind = traces_exporter(config)
+    if kind == "none":
+        raise ValueError("OTEL_TRACES_EXPORTER=none: no traces are exported")
+    if kind == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter(out=sys.stdout)  # the stdout of now (the default is import time's)
+    if not config.otlp_endpoint:
+        raise ValueError("no OTLP endpoint: set otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT "
+                         "(or OTEL_TRACES_EXPORTER=console to print spans without a collector)")
     endpoint = _endpoint(config.otlp_endpoint, config.otlp_protocol)
     if config.otlp_protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
@@ -122,62 +251,65 @@ def make_span_exporter(config: Any) -> Any:
     return Http(endpoint=endpoint, timeout=config.otlp_timeout_s)
 
 
-class OtlpSink(Sink):
+class OtlpSink(ErrorNote, Sink):
     name = "otlp"
 
     def __init__(self, config: Any, ctx: Any, run_info: dict[str, Any], exporter: Any = None) -> None:
-        if not config.otlp_endpoint:
-            raise ValueError("no OTLP endpoint: set otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")
-        _quiet_sdk_loggers()
+        self.kind = traces_exporter(config)
+        if self.kind == "none":
+            raise ValueError("OTEL_TRACES_EXPORTER=none: no traces are exported")
+        _route_sdk_loggers()
         self.job = config.job
         self.rank = ctx.rank
         self.every = config.otlp_sample_every
+        self.target = ("stdout" if self.kind == "console"
+                       else _endpoint(config.otlp_endpoint, config.otlp_protocol))
         self.resource = Resource.create({
             "service.name": config.job, "service.namespace": "training",
             "training.rank": ctx.rank, "training.local_rank": ctx.local_rank,
             "training.node_rank": ctx.node_rank, "training.world_size": ctx.world_size,
             "host.name": ctx.node,
         })
+        self.exporter = exporter or make_span_exporter(config)
         self._ids = _PresetIds()
         self.provider = TracerProvider(sampler=ALWAYS_ON, resource=self.resource, id_generator=self._ids,
                                        shutdown_on_exit=False)
         self.provider.add_span_processor(_Collect(self))
         self.tracer = self.provider.get_tracer("training-telemetry")
-        self.exporter = exporter or make_span_exporter(config)
         self._queue: collections.deque = collections.deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.exported = 0
-        self.dropped = 0
+        # every span built is in exactly one of: delivered, dropped (by reason), pending
+        self.spans_accepted = 0
+        self.spans_delivered = 0
+        self._dropped = dict.fromkeys(DROP_REASONS, 0)
         self._inflight = 0
         self._closed = False
-        self.failed_exports = 0
+        self.export_failures = 0  # export calls that failed (each loses a batch)
         self.steps_sampled = 0
-        self._recent: collections.deque = collections.deque(maxlen=50)
+        self._sampler = StepSampler(self.every)
         self._once = LogOnce()
-        self._worker = threading.Thread(target=self._run, name="telemetry-otlp", daemon=True)
-        self._worker.start()
         self.metrics = None
         if config.otlp_metrics:
             from .otlp_metrics import OtlpMetrics
 
             self.metrics = OtlpMetrics(config, ctx, self.resource)
+        self._worker = threading.Thread(target=self._run, name="telemetry-otlp", daemon=True)
+        self._worker.start()
+        # Last: only a sink that started says that traces are exported (Prometheus links to them).
+        run_info[TRACE_SAMPLER] = lambda: StepSampler(self.every)
+
+    def describe(self) -> str | None:
+        sampled = f" (1 step in {self.every}, and failed or slow ones)" if self.every > 1 else ""
+        return f"traces {self.target}{sampled}"
 
     # ---- pipeline thread: build spans -------------------------------------------------
-    def _sampled(self, r: StepRecord) -> bool:
-        anomalous = not r.ok
-        if len(self._recent) >= 10:  # a median of fewer steps is too noisy to call a step slow
-            med = sorted(self._recent)[len(self._recent) // 2]
-            anomalous = anomalous or r.duration_s > 2.0 * med
-        self._recent.append(r.duration_s)
-        return anomalous or r.step % self.every == 0
-
     def write(self, records: Sequence[StepRecord]) -> None:
         for r in records:
             if self.metrics is not None:
                 self.metrics.record(r)
-            if self._sampled(r):
+            if self._sampler(r):
                 self.steps_sampled += 1
                 self._spans_for(r)
         self._wake.set()
@@ -229,11 +361,18 @@ class OtlpSink(Sink):
 
     def _enqueue(self, span: ReadableSpan) -> None:
         with self._lock:
-            if len(self._queue) >= QUEUE_SPANS:
-                self.dropped += 1
-                self._log_once("queue", "span queue full (collector too slow or down); dropping")
+            self.spans_accepted += 1
+            if self._closed:
+                self._dropped["closed_before_delivery"] += 1
                 return
-            self._queue.append(span)
+            if len(self._queue) >= QUEUE_SPANS:
+                self._dropped["queue_full"] += 1
+                full = True
+            else:
+                self._queue.append(span)
+                full = False
+        if full:
+            self._log_once("queue", "span queue full (collector too slow or down); dropping spans")
 
     # ---- worker thread: export --------------------------------------------------------
     def _take(self) -> list:
@@ -244,20 +383,24 @@ class OtlpSink(Sink):
 
     def _export(self, batch: list) -> None:
         try:
-            result = self.exporter.export(batch)
+            with sdk_calls(self):
+                result = self.exporter.export(batch)
         except Exception as exc:  # noqa: BLE001
             result = None
-            self._log_once(type(exc).__name__, f"export failed: {exc}")
+            self.note_error(f"{type(exc).__name__}: {exc}")
+        if result == SpanExportResult.SUCCESS:
+            self.note_ok()
         with self._lock:
             self._inflight = 0
             if self._closed:
-                return  # already counted as dropped when close() gave up on it
+                return  # already counted as closed_before_delivery when close() gave up on it
             if result == SpanExportResult.SUCCESS:
-                self.exported += len(batch)
+                self.spans_delivered += len(batch)
                 return
-            self.failed_exports += 1
-            self.dropped += len(batch)
-        self._log_once("failure", "export to the collector failed")
+            self.export_failures += 1
+            self._dropped["export_failed"] += len(batch)
+        self._log_once("failure", f"export to {self.target} failed: {self.last_error or 'no reason given'}; "
+                       "its spans are dropped")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -271,7 +414,7 @@ class OtlpSink(Sink):
 
     def _log_once(self, key: str, message: str) -> None:
         self._once(key, "telemetry: otlp: %s (further cases counted in train_telemetry_dropped_total"
-                   "{sink=\"otlp\"})", message)
+                   "{sink=\"otlp\"} and in telemetry.stats())", message)
 
     def flush(self, timeout_s: float) -> None:
         self._wake.set()
@@ -282,34 +425,59 @@ class OtlpSink(Sink):
         self._wake.set()
         self._worker.join(max(0.0, deadline - time.monotonic()))
         if not self._worker.is_alive():
-            done = threading.Event()
-
             def drain() -> None:
                 while True:
                     batch = self._take()
                     if not batch:
                         break
                     self._export(batch)
-                done.set()
 
-            t = threading.Thread(target=drain, daemon=True)
+            t = threading.Thread(target=drain, name="telemetry-otlp-drain", daemon=True)
             t.start()
             t.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             # what the deadline left undelivered: queued, and the batch still being exported
-            self.dropped += len(self._queue) + self._inflight
+            self._dropped["closed_before_delivery"] += len(self._queue) + self._inflight
             self._queue.clear()
+            self._inflight = 0
             self._closed = True
         if self.metrics is not None:
             self.metrics.close(max(0.05, deadline - time.monotonic()))
+
+        def shutdown() -> None:
+            with sdk_calls(self):
+                self.exporter.shutdown()
+
         try:
-            threading.Thread(target=self.exporter.shutdown, daemon=True).start()
+            threading.Thread(target=shutdown, daemon=True).start()
         except Exception:  # noqa: BLE001
             pass
 
     def stats(self) -> dict[str, Any]:
-        return {"spans_exported": self.exported, "dropped": self.dropped,
-                "failed_exports": self.failed_exports, "steps_sampled": self.steps_sampled}
+        with self._lock:
+            pending = len(self._queue) + self._inflight
+            dropped = dict(self._dropped)
+            accepted, delivered, failures = self.spans_accepted, self.spans_delivered, self.export_failures
+        total = sum(dropped.values())
+        out: dict[str, Any] = {
+            "steps_sampled": self.steps_sampled,
+            "spans_accepted": accepted, "spans_delivered": delivered, "spans_pending": pending,
+            "spans_dropped": dropped, "export_failures": failures, "last_error": self.last_error,
+            # the generic keys: GuardedSink adds "dropped" to its own; the shutdown warning prints the detail
+            "dropped": total, "dropped_unit": "spans",
+            "dropped_detail": _detail(total, dropped, self.last_error) if total else "",
+        }
+        if self.metrics is not None:
+            out.update(self.metrics.stats())
+        return out
+
+
+def _detail(total: int, dropped: dict[str, int], last_error: str) -> str:
+    words = {"queue_full": "queue full", "export_failed": "export failed",
+             "closed_before_delivery": "still undelivered at shutdown"}
+    parts = [f"{n} {words[k]}" for k, n in dropped.items() if n]
+    why = f"; last error: {last_error}" if last_error else ""
+    return f"{total} span(s) dropped ({', '.join(parts)}{why})"
 
 
 def _ns(seconds: float) -> int:

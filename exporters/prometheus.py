@@ -1,13 +1,27 @@
 """Prometheus: one /metrics endpoint per rank, on ``prometheus_port + local_rank``.
 
-Every series carries ``job``, ``rank``, ``local_rank`` and ``node``; ``phase``, ``op`` and ``name``
-where they apply, each capped at ``max_label_values`` distinct values per rank (beyond the cap a
-value is dropped and counted). Never a step number or a shape as a label. The registry is this
-sink's own, never the process-global one. Scrape with ``honor_labels: true`` so that the ``job``
-label stays the training job's.
+Every series carries ``job``, ``rank``, ``local_rank`` and ``node`` (``rank`` is always the
+exporting rank: rank 0's per-rank straggler scores name the scored rank ``scored_rank``); ``phase``,
+``op`` and ``name`` where they apply, each capped at ``max_label_values`` distinct values per rank
+(beyond the cap a value is dropped and counted). Never a step number or a shape as a label. The
+registry is this sink's own, never the process-global one. Scrape with ``honor_labels: true`` so
+that the ``job`` label stays the training job's.
 
-Also writes ``RUN_DIR/prometheus/rank-NNNNN.json`` (this rank's target) and, on rank 0,
-``RUN_DIR/prometheus_targets.json`` (all ranks) for Prometheus' ``file_sd_configs``.
+No false zeros: a series whose value is not known yet has no sample until its first real value
+(MFU without ``flops_per_token``, tokens or samples per second on a rank whose steps carry none,
+the last step before the first one ends).
+
+Exemplars: a bucket of ``train_step_duration_seconds`` carries a ``trace_id`` exemplar only for a
+step whose trace the OTLP sink of this session exports (``run_info["trace_sampler"]``, set by that
+sink once it has started: see ``exporters.otlp.StepSampler``); without an OTLP sink, no exemplars.
+
+Service discovery: writes ``RUN_DIR/prometheus/rank-NNNNN.json`` (this rank's target); rank 0
+merges them into ``RUN_DIR/prometheus_targets.json`` (all ranks of the run) and into
+``<prometheus_sd_dir>/<job>.json``, one directory shared by all runs so that one
+``file_sd_configs`` glob (``.../prometheus_targets/*.json``) finds every run; by default it is
+``prometheus_targets/`` beside the run directory (``runs/prometheus_targets/`` for ``runs/<job>``),
+``off`` writes none. Rank 0 removes its file there at shutdown (the endpoints are gone), unless a
+newer run of the same job has replaced it.
 """
 
 from __future__ import annotations
@@ -38,29 +52,55 @@ from .tracing import trace_id_hex
 
 log = logging.getLogger("telemetry")
 BASE_LABELS = ("job", "rank", "local_rank", "node")
+SD_DIR_DEFAULT = "prometheus_targets"  # beside the run directory, shared by the runs there
+TRACE_SAMPLER = "trace_sampler"  # run_info key of exporters.otlp (not imported: OTel is optional)
 
 
 class _FindingsCollector(Collector):
-    """On rank 0, from online detection: a score per rank and the findings so far by kind."""
+    """On rank 0, from online detection: a score per scored rank and the findings so far by kind.
+    Both carry rank 0's own labels; the rank a score is about is ``scored_rank``."""
 
-    def __init__(self, job: str) -> None:
-        self.job = job
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.base = [labels[k] for k in BASE_LABELS]
         self.scores: dict[int, float] = {}
         self.counts: dict[str, int] = {}
 
     def collect(self):
         if self.scores:
-            fam = GaugeMetricFamily("train_straggler_score", "Median excess of a rank's compute over its "
-                                    "peers' (0.5 = 50% slower), from online detection on rank 0",
-                                    labels=["job", "rank"])
-            for rank, v in sorted(self.scores.items()):
-                fam.add_metric([self.job, str(rank)], v)
+            fam = GaugeMetricFamily("train_straggler_score", "Median excess of the scored rank's compute "
+                                    "over its peers' (0.5 = 50% slower), from online detection on rank 0",
+                                    labels=list(BASE_LABELS) + ["scored_rank"])
+            for scored, v in sorted(self.scores.items()):
+                fam.add_metric(self.base + [str(scored)], v)
             yield fam
         fam = GaugeMetricFamily("train_findings", "Findings of online detection in the current window, by kind",
-                                labels=["job", "kind"])
+                                labels=list(BASE_LABELS) + ["kind"])
         for kind, n in sorted(self.counts.items()):
-            fam.add_metric([self.job, kind], float(n))
+            fam.add_metric(self.base + [kind], float(n))
         yield fam
+
+
+class _FirstValue:
+    """One series of this rank that has no sample until its first real value, so that what is not
+    known (MFU not configured, a rank whose steps carry no tokens) is absent, never a false 0."""
+
+    __slots__ = ("_metric", "_values", "_child")
+
+    def __init__(self, metric: Any, values: list[str]) -> None:
+        self._metric = metric
+        self._values = values
+        self._child: Any = None
+
+    def _get(self) -> Any:
+        if self._child is None:
+            self._child = self._metric.labels(*self._values)
+        return self._child
+
+    def set(self, value: float) -> None:
+        self._get().set(value)
+
+    def inc(self, value: float) -> None:
+        self._get().inc(value)
 
 
 class _DropCollector(Collector):
@@ -72,8 +112,9 @@ class _DropCollector(Collector):
         self._gates = list(gates)
 
     def collect(self):
-        fam = CounterMetricFamily("train_telemetry_dropped", "Events or records telemetry accepted but "
-                                  "could not deliver, by sink (buffer: the hot-path buffer was full)",
+        fam = CounterMetricFamily("train_telemetry_dropped", "What telemetry accepted but could not deliver, "
+                                  "by sink: buffer: events (the hot-path buffer was full); otlp: spans; "
+                                  "prometheus_labels: label values over the cap; others: step records",
                                   labels=list(BASE_LABELS) + ["sink"])
         base = [self._labels[k] for k in BASE_LABELS]
         try:
@@ -104,11 +145,13 @@ class PrometheusSink(Sink):
         self.port = config.prometheus_port + ctx.local_rank
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.labels = {"job": config.job, **ctx.labels()}
+        self._run_info = run_info
+        self._trace_sampled: Any = None  # decided at the first write (see _exemplar)
         self._gates = {k: LabelGate(k, config.max_label_values) for k in ("phase", "op", "name")}
         self._build_metrics(config)
         self.registry.register(_DropCollector(self.labels, run_info.get("stats", dict), self._gates.values()))
         self._device: dict | None = None
-        self._findings = _FindingsCollector(config.job)
+        self._findings = _FindingsCollector(self.labels)
         if ctx.rank == 0:
             self.registry.register(self._findings)
         gpu = str((run_info.get("device") or {}).get("gpu") or ctx.local_rank)
@@ -130,6 +173,9 @@ class PrometheusSink(Sink):
         self._world = ctx.world_size
         self._targets_done = False
         self._sd_failed = False
+        self._shared_sd = _shared_sd_path(config) if ctx.rank == 0 else None
+        self._shared_written: list | None = None
+        self._shared_failed = False
         self._write_sd_entry()
         self._push = PushWorker(config, self.registry, self.labels) if config.pushgateway_url else None
 
@@ -157,16 +203,21 @@ class PrometheusSink(Sink):
                                   "blocked in collectives", L, registry=r).labels(*base)
         self.steps = Counter("train_steps", "Completed steps", L, registry=r).labels(*base)
         self.failures = Counter("train_step_failures", "Steps that raised", L, registry=r).labels(*base)
-        self.tokens = Counter("train_tokens", "Tokens processed", L, registry=r).labels(*base)
-        self.samples = Counter("train_samples", "Samples processed", L, registry=r).labels(*base)
-        self.tps = Gauge("train_tokens_per_second", "Tokens per second over the last step", L,
-                         registry=r).labels(*base)
-        self.mfu = Gauge("train_mfu_ratio", "Model FLOPs utilization of the last step", L,
-                         registry=r).labels(*base)
-        self.last_step = Gauge("train_last_step", "Number of the last completed step", L,
-                               registry=r).labels(*base)
-        self.last_step_ts = Gauge("train_last_step_timestamp_seconds", "When the last step ended "
-                                  "(epoch seconds)", L, registry=r).labels(*base)
+        # No sample until a real value arrives (_FirstValue): absent, never a false 0.
+        self.tokens = _FirstValue(Counter("train_tokens", "Tokens processed (absent until a step carries "
+                                          "tokens)", L, registry=r), base)
+        self.samples = _FirstValue(Counter("train_samples", "Samples processed (absent until a step carries "
+                                           "samples)", L, registry=r), base)
+        self.tps = _FirstValue(Gauge("train_tokens_per_second", "Tokens per second over the last step that "
+                                     "carried tokens", L, registry=r), base)
+        self.sps = _FirstValue(Gauge("train_samples_per_second", "Samples per second over the last step that "
+                                     "carried samples", L, registry=r), base)
+        self.mfu = _FirstValue(Gauge("train_mfu_ratio", "Model FLOPs utilization of the last step (absent "
+                                     "without flops_per_token and a known peak)", L, registry=r), base)
+        self.last_step = _FirstValue(Gauge("train_last_step", "Number of the last completed step", L,
+                                           registry=r), base)
+        self.last_step_ts = _FirstValue(Gauge("train_last_step_timestamp_seconds", "When the last step "
+                                              "ended (epoch seconds)", L, registry=r), base)
         self.step_open = Gauge("train_step_in_progress_seconds", "How long the current step has run "
                                "(0 between steps); grows without bound in a hang", L, registry=r).labels(*base)
         self.in_coll = Gauge("train_blocked_in_collective", "1 while the training loop waits in a "
@@ -190,9 +241,20 @@ class PrometheusSink(Sink):
         return child
 
     # ---- sink interface ---------------------------------------------------------------
+    def _exemplar(self, r: StepRecord) -> dict[str, str] | None:
+        """A trace_id exemplar only for a step whose trace this rank's OTLP sink exports. Decided at
+        the first write, when every sink of the session has been built; the sampler then sees
+        every record, as the OTLP sink's does, so both choose the same steps."""
+        if self._trace_sampled is None:
+            factory = self._run_info.get(TRACE_SAMPLER)
+            self._trace_sampled = factory() if factory is not None else False
+        if self._trace_sampled and self._trace_sampled(r):
+            return {"trace_id": trace_id_hex(self.job, r.step)}
+        return None
+
     def write(self, records: Sequence[StepRecord]) -> None:
         for r in records:
-            self.step_hist.observe(r.duration_s, exemplar={"trace_id": trace_id_hex(self.job, r.step)})
+            self.step_hist.observe(r.duration_s, exemplar=self._exemplar(r))
             self.steps.inc()
             if not r.ok:
                 self.failures.inc()
@@ -225,6 +287,8 @@ class PrometheusSink(Sink):
                     self.tps.set(r.tokens / r.duration_s)
             if r.samples:
                 self.samples.inc(r.samples)
+                if r.duration_s > 0:
+                    self.sps.set(r.samples / r.duration_s)
             for name, value in r.scalars.items():
                 if isinstance(value, (int, float)):
                     child = self._child(self.scalar, "name", name)
@@ -249,12 +313,17 @@ class PrometheusSink(Sink):
         self._findings.scores = dict(result.straggler_scores)
         self._findings.counts = dict(result.counts)
 
+    def describe(self) -> str | None:
+        scheme = "https" if self.config.prometheus_certfile else "http"
+        return f"metrics {scheme}://{self.address}/metrics"
+
     def close(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         if self._push is not None:
             self._push.close(max(0.05, deadline - time.monotonic()))
         if self.ctx.rank == 0:
-            self._merge_targets()
+            self._merge_targets(shared=False)
+            self._remove_shared_targets()
         self._server.shutdown()
         self._server.server_close()
 
@@ -277,7 +346,7 @@ class PrometheusSink(Sink):
             self._sd_failed = True
             log.warning("telemetry: cannot write Prometheus targets under %s: %s", self._run_dir, exc)
 
-    def _merge_targets(self) -> None:
+    def _merge_targets(self, shared: bool = True) -> None:
         if self._sd_failed:
             return
         entries = []
@@ -291,4 +360,42 @@ class PrometheusSink(Sink):
             write_json_atomic(os.path.join(self._run_dir, "prometheus_targets.json"), entries)
         except OSError:
             return
+        if shared:
+            self._write_shared_targets(entries)
         self._targets_done = len(entries) >= self._world
+
+    def _write_shared_targets(self, entries: list) -> None:
+        if self._shared_sd is None or self._shared_failed or entries == self._shared_written:
+            return
+        try:
+            os.makedirs(os.path.dirname(self._shared_sd), exist_ok=True)
+            write_json_atomic(self._shared_sd, entries)
+            self._shared_written = entries
+        except OSError as exc:
+            self._shared_failed = True
+            log.warning("telemetry: cannot write Prometheus targets to %s: %s (the run's own "
+                        "%s/prometheus_targets.json is still written)", self._shared_sd, exc, self._run_dir)
+
+    def _remove_shared_targets(self) -> None:
+        """At shutdown: this run's endpoints are gone, so its targets leave the shared directory,
+        unless a newer run of the same job has written its own there since."""
+        if self._shared_sd is None or self._shared_written is None:
+            return
+        try:
+            with open(self._shared_sd, encoding="utf-8") as f:
+                if json.load(f) != self._shared_written:
+                    return
+            os.remove(self._shared_sd)
+        except (OSError, ValueError):
+            pass
+
+
+def _shared_sd_path(config: Any) -> str | None:
+    """``<prometheus_sd_dir>/<job>.json``; the directory defaults to ``prometheus_targets/`` beside
+    the run directory; ``off``: none."""
+    sd_dir = getattr(config, "prometheus_sd_dir", "") or ""
+    if sd_dir == "off":
+        return None
+    if not sd_dir:
+        sd_dir = os.path.join(os.path.dirname(os.path.abspath(config.run_dir)), SD_DIR_DEFAULT)
+    return os.path.join(sd_dir, f"{config.job}.json")

@@ -138,10 +138,14 @@ class Session:
             log.warning("telemetry: rank %d: %d phase/log/data event(s) came after the last step, or with no "
                         "step at all, and belong to no step: they were not recorded (wrap the work in "
                         "telemetry.step())", self.ctx.rank, stats["unattributed_events"])
-        lost = stats["events_dropped"] + sum(s.get("dropped", 0) for s in stats["sinks"].values())
+        lost = [f"buffer: {stats['events_dropped']} event(s) (the hot-path buffer was full)"] \
+            if stats["events_dropped"] else []
+        for name, s in stats["sinks"].items():
+            if s.get("dropped") or s.get("records_dropped"):
+                lost.append(f"{name}: " + (s.get("dropped_detail") or f"{s['dropped']} step record(s)"))
         if lost:
-            log.warning("telemetry: rank %d: %d event(s)/record(s) could not be delivered "
-                        "(see telemetry.shutdown()'s return value)", self.ctx.rank, lost)
+            log.warning("telemetry: rank %d: not delivered: %s (see telemetry.shutdown()'s return value)",
+                        self.ctx.rank, "; ".join(lost))
         return stats
 
     def stats(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ log = logging.getLogger("telemetry")
 ENV_PREFIX = "TELEMETRY_"
 _JOB_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+OTLP_TRACES_EXPORTERS = ("otlp", "console", "none")  # as the OTel SDK's OTEL_TRACES_EXPORTER
 # Log-spaced, 1 ms to 2 min: fit for step and phase times from tiny models to large ones.
 STEP_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 120.0)
 # 20 us to 30 s: a small all-reduce on NVLink up to a stalled collective.
@@ -72,6 +73,7 @@ class Config:
     prometheus_certfile: str = ""  # TLS: serve https with this certificate ...
     prometheus_keyfile: str = ""  # ... and key
     prometheus_client_cafile: str = ""  # TLS: require client certificates signed by this CA
+    prometheus_sd_dir: str = ""  # rank 0 writes <job>.json here; "": prometheus_targets/ beside run_dir; off
     step_buckets_s: tuple[float, ...] = STEP_BUCKETS_S
     collective_buckets_s: tuple[float, ...] = COLLECTIVE_BUCKETS_S
     max_label_values: int = 32  # distinct phases / logged names / ops exported per rank
@@ -80,6 +82,7 @@ class Config:
     # OpenTelemetry (on when an endpoint is set here or in OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)
     otlp_endpoint: str = ""
     otlp_protocol: str = ""  # http/protobuf (default) or grpc; else OTEL_EXPORTER_OTLP_PROTOCOL
+    otlp_traces_exporter: str = ""  # otlp (default), console (stdout) or none; else OTEL_TRACES_EXPORTER
     otlp_sample_every: int = 1  # export every Nth step (anomalous steps always)
     otlp_metrics: bool = False  # also mirror the metrics through the OTel metrics SDK
     otlp_timeout_s: float = 10.0
@@ -120,7 +123,14 @@ class Config:
             if proto not in OTLP_PROTOCOLS:
                 raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r}; accepted: {', '.join(OTLP_PROTOCOLS)}")
             object.__setattr__(cfg, "otlp_protocol", proto)
-        if cfg.otlp_endpoint and not sinks_given and "otlp" not in cfg.sinks:
+        if not cfg.otlp_traces_exporter:
+            exp = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() or "otlp"
+            if exp not in OTLP_TRACES_EXPORTERS:
+                raise ConfigError(f"OTEL_TRACES_EXPORTER={exp!r}; accepted: {', '.join(OTLP_TRACES_EXPORTERS)}")
+            object.__setattr__(cfg, "otlp_traces_exporter", exp)
+        exporter = cfg.otlp_traces_exporter
+        if (exporter == "console" or (exporter == "otlp" and cfg.otlp_endpoint)) \
+                and not sinks_given and "otlp" not in cfg.sinks:
             object.__setattr__(cfg, "sinks", cfg.sinks + ("otlp",))
         return cfg
 
@@ -185,6 +195,12 @@ class Config:
         _check_number("push_interval_s", self.push_interval_s, 0.5, 3600.0)
         _check_int("otlp_sample_every", self.otlp_sample_every, 1, 1 << 20)
         _check_number("otlp_timeout_s", self.otlp_timeout_s, 0.1, 300.0)
+        if self.otlp_traces_exporter and self.otlp_traces_exporter not in OTLP_TRACES_EXPORTERS:
+            raise ConfigError(f"otlp_traces_exporter={self.otlp_traces_exporter!r}; accepted: "
+                              f"{', '.join(OTLP_TRACES_EXPORTERS)}")
+        if not isinstance(self.prometheus_sd_dir, (str, os.PathLike)):
+            raise ConfigError(f"prometheus_sd_dir={self.prometheus_sd_dir!r} must be a directory, \"\" or off")
+        object.__setattr__(self, "prometheus_sd_dir", os.fspath(self.prometheus_sd_dir))
         if self.otlp_protocol and self.otlp_protocol not in OTLP_PROTOCOLS:
             raise ConfigError(f"otlp_protocol={self.otlp_protocol!r}; accepted: {', '.join(OTLP_PROTOCOLS)}")
         for name in ("pushgateway_url", "otlp_endpoint"):

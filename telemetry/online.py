@@ -9,8 +9,8 @@ a fixed order). Rank 0's online thread waits for a block to be complete (or ``on
 blocks late: the missing ranks are named), builds a steps table with one row per rank and block,
 runs :func:`telemetry.analysis.detectors.analyze` on the latest ``online_window`` blocks, and hands new
 findings and straggler scores to the sinks as an :class:`~telemetry.pipeline.records.OnlineResult`
-(run store: ``RUN_DIR/findings.jsonl``; Prometheus: ``train_straggler_score{rank}``,
-``train_findings{kind}``). Store keys of analyzed blocks are deleted. The training thread never
+(run store: ``RUN_DIR/findings.jsonl``; Prometheus: ``train_straggler_score{scored_rank}``,
+``train_findings{kind}``, with rank 0's own ``rank`` label). Store keys of analyzed blocks are deleted. The training thread never
 waits for any of this.
 
 ``telemetry.init`` may run before ``init_process_group``: then :class:`OnlineStarter` looks for the

@@ -187,7 +187,7 @@ def online(rank: int, world: int, port: int, run_dir: str, prom_port: int) -> No
             time.sleep(0.2)
         time.sleep(0.5)
         text = urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/metrics", timeout=5).read().decode()
-        scores = {line.split('rank="')[1].split('"')[0]: float(line.split()[-1])
+        scores = {line.split('scored_rank="')[1].split('"')[0]: float(line.split()[-1])
                   for line in text.splitlines() if line.startswith("train_straggler_score{")}
         with open(os.path.join(run_dir, "scores.json"), "w") as f:
             json.dump({"scores": scores, "stats": telemetry.stats()}, f, default=str)

@@ -30,7 +30,8 @@ def test_spans_carry_exact_times_parentage_and_resource(run_dir):
         telemetry.init(run_dir=run_dir, job="otjob", sinks=["store", "otlp"], otlp_endpoint=rcv.url)
         loop(4)
         stats = telemetry.shutdown()
-        assert stats["sinks"]["otlp"]["spans_exported"] == 4 * 4 and stats["sinks"]["otlp"]["dropped"] == 0
+        otlp = stats["sinks"]["otlp"]
+        assert otlp["spans_delivered"] == otlp["spans_accepted"] == 4 * 4 and otlp["dropped"] == 0
         spans = rcv.spans
     by_id = {s["span_id"]: s for s in spans}
     store = read_run(run_dir).steps
@@ -104,7 +105,7 @@ def test_grpc_protocol(run_dir):
         stats = telemetry.shutdown()
     finally:
         server.stop(0)
-    assert stats["sinks"]["otlp"]["spans_exported"] == 8
+    assert stats["sinks"]["otlp"]["spans_delivered"] == 8
     assert got.count("train.rank_step") == 2
 
 
@@ -137,8 +138,25 @@ def test_dead_collector_never_slows_training_and_is_counted(run_dir, kind, caplo
     assert shutdown_s < 3.5  # bounded by shutdown_timeout_s, not by the exporter's 30 s timeout
     assert stats["sinks"]["store"]["written"] == 30  # the other sink carried on
     otlp = stats["sinks"]["otlp"]
-    assert otlp["spans_exported"] == 0 and otlp["dropped"] == 30 * 4  # root, rank step, 2 phases
-    assert caplog.text.count("telemetry: otlp:") <= 2
+    assert otlp["spans_delivered"] == 0 and otlp["dropped"] == 30 * 4  # root, rank step, 2 phases
+    assert_accounted(otlp, written=30)
+    # what reaches the log is ours: prefixed, the SDK's own records re-logged at most once a minute
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+    assert caplog.text.count("telemetry: otlp:") <= 3
+    if kind == "error503":
+        assert "Service Unavailable" in otlp["last_error"]
+
+
+def assert_accounted(otlp, written):
+    """One vocabulary: every step written is sampled or not, every span built is delivered, dropped
+    (for a reason) or pending, and the generic `dropped` is the sum of the reasons."""
+    assert otlp["written"] == written and otlp["steps_sampled"] <= written
+    assert otlp["spans_accepted"] == otlp["spans_delivered"] + otlp["dropped"] + otlp["spans_pending"]
+    assert otlp["dropped"] == sum(otlp["spans_dropped"].values())
+    assert set(otlp["spans_dropped"]) == {"queue_full", "export_failed", "closed_before_delivery"}
+    assert otlp["dropped_unit"] == "spans"
+    if otlp["dropped"]:
+        assert otlp["dropped_detail"].startswith(f"{otlp['dropped']} span(s) dropped (")
 
 
 @pytest.mark.slow
@@ -162,3 +180,125 @@ def test_four_ranks_share_one_trace_per_step(tmp_path):
         assert len(colls) == 4 and all(s["attributes"]["training.bytes"] > 0 for s in colls)
         backward = {s["span_id"] for s in spans if s["trace_id"] == tid and s["name"] == "backward"}
         assert all(c["parent"] in backward for c in colls)  # nested in the phase that ran it
+
+
+def test_spans_are_accounted_for_by_reason_of_loss(run_dir, monkeypatch):
+    """The queue fills behind a collector that never answers: each span is either delivered or
+    dropped for a named reason (the queue was full; still undelivered at shutdown), never both,
+    never neither."""
+    import exporters.otlp as otlp_mod
+
+    monkeypatch.setattr(otlp_mod, "QUEUE_SPANS", 8)
+    with Blackhole() as hole:
+        telemetry.init(run_dir=run_dir, job="acct", sinks=["otlp"], otlp_endpoint=hole.url,
+                       otlp_timeout_s=30, shutdown_timeout_s=1.0, flush_interval_s=0.05)
+        loop(30)
+        time.sleep(0.3)
+        live = telemetry.stats()["sinks"]["otlp"]
+        stats = telemetry.shutdown()
+    assert live["spans_accepted"] == live["spans_delivered"] + live["dropped"] + live["spans_pending"]
+    assert live["spans_pending"] > 0  # a batch hangs in the blackhole, the queue holds the rest
+    otlp = stats["sinks"]["otlp"]
+    assert_accounted(otlp, written=30)
+    assert otlp["spans_accepted"] == 30 * 4 and otlp["spans_pending"] == 0 and otlp["spans_delivered"] == 0
+    lost = otlp["spans_dropped"]
+    assert lost["queue_full"] > 0 and lost["closed_before_delivery"] > 0 and lost["export_failed"] == 0
+    assert "queue full" in otlp["dropped_detail"] and "still undelivered at shutdown" in otlp["dropped_detail"]
+
+
+def test_the_shutdown_warning_says_where_the_losses_were(run_dir, caplog):
+    with Receiver(status=503) as rcv:
+        telemetry.init(run_dir=run_dir, job="where", sinks=["store", "otlp"], otlp_endpoint=rcv.url,
+                       otlp_timeout_s=1, shutdown_timeout_s=1.0)
+        loop(3)
+        telemetry.shutdown()
+    [line] = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
+    assert "otlp: 12 span(s) dropped (" in line and "store" not in line
+
+
+def test_sdk_log_records_of_our_exports_are_prefixed_and_rate_limited(run_dir, caplog):
+    import logging
+
+    sdk_logger = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    with Receiver(status=503) as rcv:
+        telemetry.init(run_dir=run_dir, job="sdklog", sinks=["otlp"], otlp_endpoint=rcv.url, otlp_metrics=True,
+                       push_interval_s=0.5, otlp_timeout_s=1.5, shutdown_timeout_s=1.0, flush_interval_s=0.1)
+        for _ in range(3):  # three rounds of exports, each retried, all refused
+            loop(2)
+            time.sleep(0.6)
+        sdk_logger.warning("the application's own exporter says %s", "hello")  # not ours: untouched
+        stats = telemetry.shutdown()
+    assert rcv.requests >= 4
+    from_sdk = [r for r in caplog.records if r.name.startswith("opentelemetry")]
+    assert [r.getMessage() for r in from_sdk] == ["the application's own exporter says hello"]
+    routed = [r.getMessage() for r in caplog.records
+              if r.name == "telemetry" and "from the OpenTelemetry SDK" in r.getMessage()]
+    assert routed and all(m.startswith("telemetry: otlp: ") for m in routed)
+    assert any("Service Unavailable" in m for m in routed)
+    assert len(routed) <= 2  # once a minute per SDK logger: the trace exporter's, the metric exporter's
+    otlp = stats["sinks"]["otlp"]
+    assert "Service Unavailable" in otlp["last_error"] and otlp["metric_export_failures"] >= 1
+
+
+def test_console_exporter_prints_spans_without_a_collector(run_dir, monkeypatch, capfd):
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    telemetry.init(run_dir=run_dir, job="console", sinks=["otlp"])
+    loop(2)
+    stats = telemetry.shutdown()
+    out = capfd.readouterr().out
+    assert out.count('"name": "train.rank_step"') == 2 and out.count('"name": "forward"') == 2
+    assert f'"trace_id": "0x{trace_id("console", 1):032x}"' in out
+    assert stats["sinks"]["otlp"]["spans_delivered"] == 2 * 4 and stats["sinks"]["otlp"]["dropped"] == 0
+
+
+def test_console_exporter_alone_turns_the_sink_on(run_dir, monkeypatch, capfd):
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    session = telemetry.init(run_dir=run_dir, job="console2")
+    assert "otlp" in session.config.sinks
+    loop(1)
+    telemetry.shutdown()
+    assert '"name": "train.rank_step"' in capfd.readouterr().out
+
+
+def test_none_exports_nothing_even_with_an_endpoint(run_dir, monkeypatch):
+    with Receiver() as rcv:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.url)
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+        telemetry.init(run_dir=run_dir, job="noneot", sinks=["store", "otlp"])
+        loop(2)
+        stats = telemetry.shutdown()
+        assert rcv.requests == 0 and rcv.spans == []
+    assert list(stats["sinks"]) == ["store"]
+
+
+def test_none_keeps_the_sink_out_quietly(run_dir, monkeypatch, caplog):
+    with Receiver() as rcv:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.url)
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+        session = telemetry.init(run_dir=run_dir, job="noneot2")
+        assert "otlp" not in session.config.sinks
+        telemetry.shutdown()
+    assert "disabled" not in caplog.text
+
+
+def test_make_span_exporter_follows_the_sdk_variable(monkeypatch):
+    from types import SimpleNamespace
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    from exporters.otlp import make_span_exporter, traces_exporter
+
+    cfg = SimpleNamespace(otlp_endpoint="http://127.0.0.1:4318", otlp_protocol="http/protobuf", otlp_timeout_s=1.0)
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    assert isinstance(make_span_exporter(cfg), OTLPSpanExporter)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "Console ")
+    assert isinstance(make_span_exporter(cfg), ConsoleSpanExporter)
+    assert traces_exporter(SimpleNamespace(otlp_traces_exporter="none")) == "none"  # the config's field wins
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    with pytest.raises(ValueError, match="OTEL_TRACES_EXPORTER='zipkin'; accepted: otlp, console, none"):
+        make_span_exporter(cfg)

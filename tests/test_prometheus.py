@@ -33,6 +33,12 @@ def series(text):
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 
+def exemplar_trace_ids(port):
+    om = scrape(port, openmetrics=True)
+    return {line.split('trace_id="')[1].split('"')[0] for line in om.splitlines()
+            if line.startswith("train_step_duration_seconds_bucket") and 'trace_id="' in line}
+
+
 NEVER = 60.0  # a flush interval the pipeline thread never reaches within a test: ticks are by hand
 
 
@@ -43,7 +49,7 @@ def deliver(session):
     session.pipeline.tick()
 
 
-def test_metrics_names_labels_and_exemplars(run_dir):
+def test_metrics_names_and_labels_and_no_exemplar_without_traces(run_dir):
     port = free_port()
     session = telemetry.init(run_dir=run_dir, job="prom1", sinks=["prometheus"], prometheus_port=port,
                              flush_interval_s=NEVER)
@@ -59,11 +65,7 @@ def test_metrics_names_labels_and_exemplars(run_dir):
     assert 'phase="backward"' in text and 'name="loss"' in text
     for line in series(text):  # no step number or shape ever becomes a label
         assert "step=" not in line.split("{", 1)[-1]
-    om = scrape(port, openmetrics=True)
-    exemplars = [line for line in om.splitlines() if line.startswith("train_step_duration_seconds_bucket") and "# {" in line]
-    assert exemplars and 'trace_id="' in exemplars[0]
-    from exporters.tracing import trace_id_hex
-    assert any(trace_id_hex("prom1", s) in om for s in range(5))
+    assert exemplar_trace_ids(port) == set()  # no OTLP sink, so no trace to link to
     telemetry.shutdown()
     with pytest.raises(OSError):
         scrape(port)  # the endpoint is gone after shutdown
@@ -139,6 +141,8 @@ def test_tls_with_client_certificates(run_dir, tmp_path):
 
 @pytest.mark.slow
 def test_real_prometheus_scrapes_every_rank_of_a_gloo_run(tmp_path):
+    from otlp_receiver import Receiver
+
     run_dir = tmp_path / "run"
     job = "run"  # the demo names the job after its run directory
     base = free_port_range(4)
@@ -150,11 +154,12 @@ scrape_configs:
   - job_name: training
     honor_labels: true
     file_sd_configs:
-      - files: ["{run_dir}/prometheus_targets.json"]
+      - files: ["{tmp_path}/prometheus_targets/*.json"]
         refresh_interval: 1s
 """
-    with prometheus(tmp_path, config) as prom:
-        env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base)}
+    with prometheus(tmp_path, config) as prom, Receiver() as rcv:
+        env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base), "OTEL_EXPORTER_OTLP_ENDPOINT": rcv.url,
+               "TELEMETRY_OTLP_SAMPLE_EVERY": "10"}
         demo = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "700",
                                  "--run-dir", str(run_dir), "--json"], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -164,8 +169,9 @@ scrape_configs:
             assert sorted(x["metric"]["rank"] for x in res) == ["0", "1", "2", "3"]
             for x in res:
                 assert x["metric"]["local_rank"] == x["metric"]["rank"] and x["metric"]["node"]
-            targets = json.loads((run_dir / "prometheus_targets.json").read_text())
+            targets = json.loads((tmp_path / "prometheus_targets" / f"{job}.json").read_text())
             assert sorted(t["targets"][0] for t in targets) == [f"127.0.0.1:{base + i}" for i in range(4)]
+            assert targets == json.loads((run_dir / "prometheus_targets.json").read_text())
             q = prom.wait_for(
                 f'histogram_quantile(0.5, sum by (le) (rate(train_step_duration_seconds_bucket{{job="{job}"}}[5s])))',
                 lambda r: r and r[0]["value"][1] not in ("NaN",), timeout=30)
@@ -181,6 +187,8 @@ scrape_configs:
         finally:
             out, err = demo.communicate(timeout=240)
         assert demo.returncode == 0, err[-2000:]
+        exported = {s["trace_id"] for s in rcv.spans if s["name"] == "train.rank_step"}
+    assert {lb["trace_id"] for lb in labels} <= exported  # every exemplar leads to a trace that arrived
 
 
 @pytest.mark.slow
@@ -209,3 +217,133 @@ def test_dead_pushgateway_is_counted_and_harmless(run_dir, caplog):
     assert time.monotonic() - t0 < 6.0
     assert stats["sinks"]["prometheus"]["push_failures"] >= 2
     assert caplog.text.count(f"push to {dead} failed") == 1
+
+
+def test_exemplars_link_only_to_traces_the_otlp_sink_exports(run_dir):
+    from otlp_receiver import Receiver
+
+    from exporters.tracing import trace_id_hex
+
+    port = free_port()
+    with Receiver() as rcv:
+        session = telemetry.init(run_dir=run_dir, job="exlink", sinks=["prometheus", "otlp"], prometheus_port=port,
+                                 otlp_endpoint=rcv.url, otlp_sample_every=5, flush_interval_s=NEVER)
+        for i in range(13):  # steps 0, 5, 10 sampled by the rule, 11 as a slow one; 12, the last, is not
+            with telemetry.step():
+                time.sleep(0.08 if i == 11 else 0.005)
+        deliver(session)
+        linked = exemplar_trace_ids(port)
+        telemetry.shutdown()
+        exported = {s["trace_id"] for s in rcv.spans if s["name"] == "train.rank_step"}
+    assert exported == {trace_id_hex("exlink", s) for s in (0, 5, 10, 11)}
+    assert linked and linked <= exported
+    assert trace_id_hex("exlink", 11) in linked  # the slow step's bucket links to its trace
+
+
+def test_straggler_scores_name_the_scored_rank_and_keep_the_exporting_rank(run_dir):
+    from telemetry.pipeline.records import OnlineResult
+
+    port = free_port()
+    session = telemetry.init(run_dir=run_dir, job="scores", sinks=["prometheus"], prometheus_port=port,
+                             flush_interval_s=NEVER)
+    [sink] = session.sinks
+    sink.findings(OnlineResult([], {0: 0.01, 1: -0.02, 3: 0.5}, {"straggler": 1}))
+    node = os.uname().nodename
+    text = scrape(port)
+    scores = sorted(line for line in series(text) if line.startswith("train_straggler_score{"))
+    assert scores == [f'train_straggler_score{{job="scores",local_rank="0",node="{node}",rank="0",'
+                      f'scored_rank="{r}"}} {v}' for r, v in (("0", 0.01), ("1", -0.02), ("3", 0.5))]
+    [findings] = [line for line in series(text) if line.startswith("train_findings{")]
+    assert findings == f'train_findings{{job="scores",kind="straggler",local_rank="0",node="{node}",rank="0"}} 1.0'
+
+
+def test_unknown_throughput_and_mfu_are_absent_not_zero(run_dir, tmp_path):
+    port = free_port()
+    session = telemetry.init(run_dir=run_dir, job="nozero", sinks=["prometheus"], prometheus_port=port,
+                             flush_interval_s=NEVER)
+    unknown = ("train_mfu_ratio", "train_tokens_per_second", "train_samples_per_second", "train_tokens_total",
+               "train_samples_total", "train_last_step", "train_last_step_timestamp_seconds")
+
+    def present(text):
+        return {line.split("{")[0] for line in series(text)} & set(unknown)
+
+    assert present(scrape(port)) == set()  # before any step: not even the last step
+    for _ in range(3):
+        with telemetry.step():  # no tokens, no samples, no FLOPs per token
+            time.sleep(0.002)
+    deliver(session)
+    assert present(scrape(port)) == {"train_last_step", "train_last_step_timestamp_seconds"}
+    telemetry.shutdown()
+
+    port = free_port()
+    session = telemetry.init(run_dir=str(tmp_path / "known"), job="known", sinks=["prometheus"], prometheus_port=port,
+                             flush_interval_s=NEVER, flops_per_token=1e6, peak_flops=1e12)
+    steps(3)  # tokens=100, samples=4
+    deliver(session)
+    text = scrape(port)
+    assert present(text) == set(unknown)
+    value = {line.split("{")[0]: float(line.split()[-1]) for line in series(text)}
+    assert value["train_tokens_per_second"] == pytest.approx(25 * value["train_samples_per_second"])
+    assert value["train_samples_per_second"] > 0 and 0 < value["train_mfu_ratio"] < 1
+    assert value["train_samples_total"] == 12
+
+
+def test_targets_go_to_a_directory_shared_by_runs(tmp_path):
+    """rank 0 writes <runs>/prometheus_targets/<job>.json beside the run directories, which one
+    file_sd glob watches (promtool checks the glob and what our sink wrote), and removes it at
+    shutdown; the run's own prometheus_targets.json stays."""
+    from servers import require
+
+    promtool = require("promtool", "prometheus")
+    runs = tmp_path / "runs"
+    port = free_port()
+    session = telemetry.init(run_dir=str(runs / "exp1"), job="exp1", sinks=["prometheus"], prometheus_port=port,
+                             flush_interval_s=NEVER)
+    deliver(session)
+    shared = runs / "prometheus_targets" / "exp1.json"
+    [entry] = json.loads(shared.read_text())
+    assert entry["targets"] == [f"127.0.0.1:{port}"] and entry["labels"]["job"] == "exp1"
+    assert entry["labels"]["rank"] == "0"
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("scrape_configs:\n  - job_name: training\n    honor_labels: true\n"
+                   f"    file_sd_configs: [{{files: [\"{runs}/prometheus_targets/*.json\"]}}]\n")
+    check = subprocess.run([promtool, "check", "config", str(cfg)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    telemetry.shutdown()
+    assert not shared.exists()  # the endpoints are gone
+    assert json.loads((runs / "exp1" / "prometheus_targets.json").read_text()) == [entry]
+
+
+def test_the_shared_targets_directory_is_a_setting(tmp_path):
+    port = free_port()
+    session = telemetry.init(run_dir=str(tmp_path / "a" / "exp2"), job="exp2", sinks=["prometheus"],
+                             prometheus_port=port, flush_interval_s=NEVER, prometheus_sd_dir=str(tmp_path / "sd"))
+    deliver(session)
+    assert (tmp_path / "sd" / "exp2.json").exists() and not (tmp_path / "a" / "prometheus_targets").exists()
+
+
+@pytest.mark.slow
+def test_real_prometheus_keeps_the_exporting_rank_and_the_scored_rank_apart(tmp_path):
+    """file_sd target labels (job, rank, ...) and honor_labels, as the README configures them: rank
+    0's scores of other ranks keep rank="0" and name the scored rank in scored_rank."""
+    from telemetry.pipeline.records import OnlineResult
+
+    runs = tmp_path / "runs"
+    port = free_port()
+    config = f"""
+global: {{scrape_interval: 1s}}
+scrape_configs:
+  - job_name: training
+    honor_labels: true
+    file_sd_configs: [{{files: ["{runs}/prometheus_targets/*.json"], refresh_interval: 1s}}]
+"""
+    with prometheus(tmp_path, config) as prom:
+        session = telemetry.init(run_dir=str(runs / "sc"), job="sc", sinks=["prometheus"], prometheus_port=port,
+                                 flush_interval_s=NEVER)
+        deliver(session)
+        session.sinks[0].findings(OnlineResult([], {0: 0.0, 2: 0.4, 3: 0.01}, {"straggler": 1}))
+        res = prom.wait_for('train_straggler_score{job="sc"}', lambda r: len(r) == 3, timeout=60)
+        telemetry.shutdown()
+    assert sorted((x["metric"]["rank"], x["metric"]["scored_rank"], x["value"][1]) for x in res) == \
+        [("0", "0", "0"), ("0", "2", "0.4"), ("0", "3", "0.01")]
+    assert all("exported_rank" not in x["metric"] for x in res)

@@ -12,7 +12,7 @@ import textwrap
 
 import numpy as np
 
-from .detectors import Analysis
+from .detectors import Analysis, covered_seconds
 from .detectors.matrix import StepMatrix, nanmedian
 from .findings import Finding
 
@@ -64,12 +64,8 @@ def rank_table(m: StepMatrix, warmup: int) -> str:
 
 def _share_of_run(m: StepMatrix, f: Finding) -> float:
     """A finding's what-if as a fraction of the whole run's step time (it is over its own steps)."""
-    t = m.step_time()
-    total = float(np.nansum(t))
-    if total <= 0 or f.first_step is None:
-        return f.slowdown if f.first_step is None else 0.0
-    covered = (m.steps >= f.first_step) & (m.steps <= (f.last_step if f.last_step is not None else m.steps[-1]))
-    return f.slowdown * float(np.nansum(t[covered])) / total
+    total = float(np.nansum(m.step_time()))
+    return f.slowdown * covered_seconds(m, f) / total if total > 0 else 0.0
 
 
 def online_section(online: list[dict], offline: list[Finding]) -> str:

@@ -48,7 +48,9 @@ class Sink:
         """Flush and release resources; the sink receives nothing afterwards."""
 
     def stats(self) -> dict[str, Any]:
-        """Sink-specific health numbers (delivered, dropped, ...)."""
+        """Sink-specific health numbers. ``dropped``: what the sink accepted but could not deliver,
+        in ``dropped_unit`` (default step records; the otlp sink counts spans), with
+        ``dropped_detail``, one line saying how many of what and why, for the shutdown warning."""
         return {}
 
     def describe(self) -> str | None:
@@ -132,9 +134,18 @@ class GuardedSink:
             extra = dict(self.sink.stats())
         except Exception:  # noqa: BLE001
             extra = {}
-        dropped = self.dropped_records + int(extra.pop("dropped", 0))
-        return {"written": self.written_records, "dropped": dropped, "failures": self.failures,
-                **extra}
+        sink_dropped = int(extra.pop("dropped", 0))
+        out = {"written": self.written_records, "failures": self.failures, **extra}
+        if extra.get("dropped_unit", "records") == "records":
+            out["dropped"] = self.dropped_records + sink_dropped
+        else:  # the sink counts its losses in another unit (otlp: spans): the guard's, records, apart
+            out["dropped"] = sink_dropped
+            out["records_dropped"] = self.dropped_records
+            if self.dropped_records:
+                out["dropped_detail"] = "; ".join(filter(None, (
+                    f"{self.dropped_records} step record(s) the sink failed to take",
+                    extra.get("dropped_detail", ""))))
+        return out
 
 
 def build_sinks(config: "Config", ctx: "RankContext", run_info: dict[str, Any]) -> list[GuardedSink]:

@@ -80,7 +80,7 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
         return {"ranks": 0, "steps": 0, "findings": 0, "slowdown": 0.0, "severity": None}
     t = m.step_time()
     total = slowdown(m, shift) if shift is not None else 0.0
-    regressed = sum(f.slowdown * _covered(m, f) for f in findings
+    regressed = sum(f.slowdown * covered_seconds(m, f) for f in findings
                     if f.kind in ("regression", "slow_comm") or (f.kind == "data_stall" and not f.ranks
                                                                   and f.details.get("before_s") is not None))
     total = min(1.0, total + regressed / max(float(np.nansum(t)), 1e-12))
@@ -108,7 +108,7 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
     return out
 
 
-def _covered(m: StepMatrix, f: Finding) -> float:
+def covered_seconds(m: StepMatrix, f: Finding) -> float:
     """Seconds of job time in the steps a finding covers."""
     t = m.step_time()
     mask = (m.steps >= (f.first_step if f.first_step is not None else m.steps[0])) & \
@@ -147,4 +147,4 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None) -> dict[str, float]:
 
 
 __all__ = ["Analysis", "Finding", "ImbalanceParams", "RegressionParams", "StepMatrix", "StragglerParams",
-           "analyze", "detect_hang", "detect_stragglers", "from_table", "severity_for", "straggler_scores"]
+           "analyze", "covered_seconds", "detect_hang", "detect_stragglers", "from_table", "severity_for", "straggler_scores"]
