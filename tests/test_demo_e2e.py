@@ -28,7 +28,8 @@ def test_injected_straggler_is_named_by_rank_and_phase(tmp_path):
     assert [(f["ranks"], f["phase"]) for f in stragglers] == [([2], "forward")], doc
     [f] = stragglers
     assert f["severity"] in ("warning", "critical") and 0.01 <= f["slowdown"] < 0.2
-    assert "step  200/200" in progress and "median step" in progress  # progress shown while it ran
+    assert "median step" in progress and "all 200 steps done" in progress  # progress shown while it ran
+    assert "starting 4 ranks" in progress and "nan" not in progress
     run = open_input(run_dir)
     t = run.table
     assert sorted(t["rank"].unique()) == [0, 1, 2, 3] and len(t) == 800

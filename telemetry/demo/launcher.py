@@ -142,7 +142,10 @@ class _Watch:
     def status(self, steps: int, elapsed_s: float) -> str:
         lo, hi = min(self.done.values()), max(self.done.values())
         if not self.started:
-            return f"  waiting for the first step of {len(self.done)} ranks  {elapsed_s:5.1f} s"
+            return (f"  starting {len(self.done)} ranks: importing torch, joining the process group, "
+                    f"waiting for the first step  {elapsed_s:5.1f} s")
+        if lo >= steps:
+            return f"  all {steps} steps done; the ranks are flushing telemetry and exiting  {elapsed_s:5.1f} s"
         loss = f"  loss {self.last_loss:.3f}" if isinstance(self.last_loss, (int, float)) else ""
         return (f"  step {lo:4d}/{steps}  (ranks at {lo}-{hi})  median step {self.median_step_s() * 1e3:6.1f} ms"
                 f"{loss}  {elapsed_s:5.1f} s")
