@@ -35,7 +35,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
@@ -54,7 +54,6 @@ from .tracing import step_root_span_id, trace_id
 
 log = logging.getLogger("telemetry")
 
-TRACES_EXPORTERS = ("otlp", "console", "none")
 # run_info key: set by a started OTLP sink to a factory of StepSamplers (see StepSampler)
 TRACE_SAMPLER = "trace_sampler"
 QUEUE_SPANS = 8192
@@ -62,16 +61,10 @@ BATCH_SPANS = 512
 DROP_REASONS = ("queue_full", "export_failed", "closed_before_delivery")
 
 
-def traces_exporter(config: Any, environ: Mapping[str, str] | None = None) -> str:
-    """Where spans go: the config's ``otlp_traces_exporter`` if it has one, else the SDK's
-    ``OTEL_TRACES_EXPORTER``, else ``otlp``. One of :data:`TRACES_EXPORTERS` (a list such as
-    ``otlp,console`` is not supported)."""
-    environ = os.environ if environ is None else environ
-    raw = getattr(config, "otlp_traces_exporter", "") or environ.get("OTEL_TRACES_EXPORTER", "") or "otlp"
-    value = raw.strip().lower()
-    if value not in TRACES_EXPORTERS:
-        raise ValueError(f"OTEL_TRACES_EXPORTER={raw!r}; accepted: {', '.join(TRACES_EXPORTERS)}")
-    return value
+def traces_exporter(config: Any) -> str:
+    """Where spans go: ``otlp``, ``console`` or ``none``, as the config resolved it (its field
+    ``otlp_traces_exporter``, else ``OTEL_TRACES_EXPORTER``, validated there); ``otlp`` when unset."""
+    return getattr(config, "otlp_traces_exporter", "") or "otlp"
 
 
 # ---- the OTel SDK's log records of our exports -------------------------------------------------

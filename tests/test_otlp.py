@@ -285,20 +285,18 @@ def test_none_keeps_the_sink_out_quietly(run_dir, monkeypatch, caplog):
     assert "disabled" not in caplog.text
 
 
-def test_make_span_exporter_follows_the_sdk_variable(monkeypatch):
-    from types import SimpleNamespace
-
+def test_make_span_exporter_follows_the_sdk_variable():
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-    from exporters.otlp import make_span_exporter, traces_exporter
+    from exporters.otlp import make_span_exporter
+    from telemetry.config import Config, ConfigError
 
-    cfg = SimpleNamespace(otlp_endpoint="http://127.0.0.1:4318", otlp_protocol="http/protobuf", otlp_timeout_s=1.0)
-    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
-    assert isinstance(make_span_exporter(cfg), OTLPSpanExporter)
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "Console ")
-    assert isinstance(make_span_exporter(cfg), ConsoleSpanExporter)
-    assert traces_exporter(SimpleNamespace(otlp_traces_exporter="none")) == "none"  # the config's field wins
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
-    with pytest.raises(ValueError, match="OTEL_TRACES_EXPORTER='zipkin'; accepted: otlp, console, none"):
-        make_span_exporter(cfg)
+    ep = {"otlp_endpoint": "http://127.0.0.1:4318", "otlp_timeout_s": 1.0}
+    assert isinstance(make_span_exporter(Config.resolve(ep, environ={})), OTLPSpanExporter)
+    cfg = Config.resolve(ep, environ={"OTEL_TRACES_EXPORTER": "Console "})
+    assert cfg.otlp_traces_exporter == "console" and isinstance(make_span_exporter(cfg), ConsoleSpanExporter)
+    cfg = Config.resolve({**ep, "otlp_traces_exporter": "none"}, environ={"OTEL_TRACES_EXPORTER": "console"})
+    assert cfg.otlp_traces_exporter == "none"  # the config's field wins over the variable
+    with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER='zipkin'; accepted: otlp, console, none"):
+        Config.resolve(ep, environ={"OTEL_TRACES_EXPORTER": "zipkin"})
