@@ -31,7 +31,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import os
 import sys
 import threading
 import time

@@ -23,7 +23,7 @@ from .hooks.collectives import instrument_collectives, uninstrument_collectives
 from .hooks.dataloader import watch
 from .hooks.ddp import ddp_comm_hook, instrument_ddp
 from .usage import TelemetryUsageError
-from .version import __version__
+from .version import __version__ as __version__  # re-exported: telemetry.__version__
 
 
 

@@ -3,7 +3,6 @@
 import pytest
 
 import telemetry
-from telemetry import cli as cli_module
 from telemetry.cli import main as cli
 from telemetry.config import Config, ConfigError
 

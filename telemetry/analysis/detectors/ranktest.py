@@ -55,7 +55,6 @@ def mann_whitney_p(a: np.ndarray, b: np.ndarray) -> float:
     if n1 == 0 or n2 == 0:
         return 1.0
     both = np.concatenate([a, b])
-    n = n1 + n2
     u = average_ranks(both)[:n1].sum() - n1 * (n1 + 1) / 2.0
     sigma = float(_sigma(n1, n2, tie_term(both)))
     if sigma == 0:
