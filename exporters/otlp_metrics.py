@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 
 from telemetry.pipeline.records import SPAN_COLLECTIVE, StepRecord
 
-from .otlp import ErrorNote, sdk_calls, traces_exporter
+from .otel_sdk import ErrorNote, sdk_calls, traces_exporter
 
 
 def _metric_exporter(config: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The ``telemetry`` command: demo, analyze, diff, export.
+"""The ``telemetry`` command: demo, analyze, diff, export, dashboard.
 
 Exit codes (every command): 0 done; 1 the demo's job failed (a rank exited with an error, or none
 started); 2 bad arguments or input; 3 ``--fail-on`` met (a finding at or above that severity);
@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--json", action="store_true", help="print the findings JSON")
     df.add_argument("--min-effect", type=float, default=0.05, help="smallest change reported (default 0.05 = 5%%)")
     df.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a regression reaches this severity")
+
+    ds = sub.add_parser("dashboard", help="open the Streamlit dashboard on a run (no argument: choose among runs/)")
+    ds.add_argument("path", nargs="?", help="run directory or steps table (default: pick one of the run "
+                    "directories under runs/ in the page)")
+    ds.add_argument("--port", type=_positive_int(1, 65535), default=8501, help="port (default 8501)")
+    ds.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
 
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir")
@@ -272,6 +278,55 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Start the Streamlit app on the run, print its URL, serve until interrupted; the server (a
+    child process in its own session) is stopped with us."""
+    import importlib.util
+    import signal
+    import subprocess
+
+    if importlib.util.find_spec("streamlit") is None:
+        print("telemetry dashboard: needs Streamlit, an optional extra: pip install 'training-telemetry[dashboard]'",
+              file=sys.stderr)
+        return EXIT_USAGE
+    env = dict(os.environ)
+    if args.path:
+        if not os.path.exists(args.path):
+            print(f"telemetry dashboard: {args.path!r} does not exist; accepted: a run directory or a steps table",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        env["TELEMETRY_DASHBOARD_PATH"] = os.path.abspath(args.path)
+    else:
+        env["TELEMETRY_DASHBOARD_ROOT"] = os.path.abspath("runs")
+    import dashboards
+
+    app = os.path.join(os.path.dirname(os.path.abspath(dashboards.__file__)), "app.py")
+    cmd = [sys.executable, "-m", "streamlit", "run", app, "--server.headless", "true", "--server.address",
+           args.host, "--server.port", str(args.port), "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    print(f"telemetry dashboard: http://{args.host}:{args.port} ({args.path or 'runs under runs/'}; Ctrl-C stops it)",
+          flush=True)
+
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        code = proc.wait()
+        return EXIT_OK if code == 0 else EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _check_steps_in_run(table, text: str | None, first: int | None, last: int | None) -> None:
     """--steps that select no step of the run is an error, not an empty trace."""
     from .analysis.table import TableError
@@ -306,7 +361,8 @@ def _step_range(text: str | None) -> tuple[int | None, int | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the CLI is an application
     args = build_parser().parse_args(argv)
-    handler = {"demo": cmd_demo, "analyze": cmd_analyze, "diff": cmd_diff, "export": cmd_export}[args.command]
+    handler = {"demo": cmd_demo, "analyze": cmd_analyze, "diff": cmd_diff, "export": cmd_export,
+               "dashboard": cmd_dashboard}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
