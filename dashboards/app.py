@@ -99,11 +99,10 @@ def ranks(view: D.RunView, step_range: tuple[int, int], chosen: list[int]) -> No
     except D.ViewError as exc:
         st.warning(str(exc))
         return
-    left, right = st.columns([3, 2])
-    left.subheader(f"{what}, ms per step, rank x step")
-    left.altair_chart(charts.heatmap(cells, what, D.marked_ranks(view)), width="stretch")
-    right.subheader("Per rank (median after warm-up)")
-    right.dataframe(D.rank_summary(view), hide_index=True, width="stretch")
+    st.subheader(f"{what}, ms per step, rank x step")
+    st.altair_chart(charts.heatmap(cells, what, D.marked_ranks(view)), width="stretch")
+    st.subheader("Per rank (median after warm-up)")
+    st.dataframe(D.rank_summary(view).round(2), hide_index=True, width="stretch")
 
 
 def findings(view: D.RunView) -> None:
@@ -134,13 +133,19 @@ def main() -> None:
     step_range = st.sidebar.slider("steps", lo, hi, (lo, hi)) if hi > lo else (lo, hi)
     chosen = st.sidebar.multiselect("ranks (all when empty)", [int(r) for r in m.ranks])
     st.sidebar.caption(f"analyzed at {time.strftime('%H:%M:%S')}")
-    tab_overview, tab_ranks, tab_findings = st.tabs(["Overview", "Ranks", "Findings"])
-    with tab_overview:
+    # The view is a sidebar choice kept in the URL (?view=ranks), so a link opens the view it shows.
+    names = {"overview": "Overview", "ranks": "Ranks", "findings": "Findings"}
+    if "view" not in st.session_state:  # the first run of a session starts where the URL says
+        asked = st.query_params.get("view", "overview")
+        st.session_state["view"] = asked if asked in names else "overview"
+    key = st.sidebar.radio("view", list(names), format_func=names.get, key="view")
+    st.query_params["view"] = key
+    st.header(names[key])
+    if key == "overview":
         overview(view)
-    with tab_ranks:
+    elif key == "ranks":
         ranks(view, step_range, chosen)
-    with tab_findings:
+    else:
         findings(view)
-
 
 main()

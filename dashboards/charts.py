@@ -34,17 +34,17 @@ def goodput(df: pd.DataFrame) -> alt.Chart:
 
 
 def heatmap(df: pd.DataFrame, what: str, marked: dict[int, str]) -> alt.Chart:
-    """Rank x step cells coloured by ms; ranks a finding names get a label on the left."""
-    base = alt.Chart(df).mark_rect().encode(
+    """Rank x step cells coloured by ms, as wide as the page; ranks a finding names carry it in
+    their axis label. The colour scale spans the 1st to 99th percentile of the cells (clamped), so
+    warm-up steps do not wash out a slow rank."""
+    df = df.assign(label=[f"{r}  <- {marked[r]}" if r in marked else str(r) for r in df["rank"]])
+    order = [f"{r}  <- {marked[r]}" if r in marked else str(r) for r in sorted(df["rank"].unique())]
+    lo, hi = (float(df["ms"].quantile(q)) for q in (0.01, 0.99)) if df["ms"].notna().any() else (0.0, 1.0)
+    return alt.Chart(df).mark_rect().encode(
         x=alt.X("step:O", title="step (first step of each block)", axis=alt.Axis(labelOverlap=True)),
-        y=alt.Y("rank:O", title="rank"),
-        color=alt.Color("ms:Q", title=f"{what} (ms per step)", scale=alt.Scale(scheme=SEQUENTIAL)),
+        y=alt.Y("label:O", title="rank", sort=order,
+                axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)),  # every rank's label up to 64
+        color=alt.Color("ms:Q", title=f"{what} (ms per step)",
+                        scale=alt.Scale(scheme=SEQUENTIAL, domain=[lo, hi], clamp=True)),
         tooltip=["rank", "step", alt.Tooltip("ms:Q", format=".2f")],
-    )
-    if not marked:
-        return base.properties(height=min(600, 18 * df["rank"].nunique() + 40))
-    labels = pd.DataFrame({"rank": list(marked), "label": [f"<- {k}" for k in marked.values()]})
-    marks = alt.Chart(labels).mark_text(align="left", dx=4, color="#d62728").encode(
-        y=alt.Y("rank:O"), text="label:N")
-    return alt.hconcat(base.properties(height=min(600, 18 * df["rank"].nunique() + 40)),
-                       marks.properties(width=160)).resolve_scale(y="shared")
+    ).properties(width="container", height=min(640, 18 * len(order) + 40))

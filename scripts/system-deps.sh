@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages whose real servers the test suite runs, when they are missing.
+# Installs the Debian packages whose real servers (and the browser) the test suite runs, when missing.
 # Without root (or passwordless sudo) it says what is missing; those tests then skip, naming it.
 set -u
 need=()
@@ -7,6 +7,7 @@ command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-pushgateway >/dev/null 2>&1 || need+=(prometheus-pushgateway)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the dashboard's browser check
 [ ${#need[@]} -eq 0 ] && exit 0
 pkgs=$(printf '%s\n' "${need[@]}" | sort -u | tr '\n' ' ')
 if [ "$(id -u)" -eq 0 ]; then sudo=""
