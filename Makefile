@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) bench/overhead.py --out bench/RESULTS.md
 	$(PY) bench/exporters.py --out bench/RESULTS.md
 	$(PY) bench/detectors/evaluate.py --out bench/RESULTS.md
+	$(PY) bench/dashboard.py --out bench/RESULTS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

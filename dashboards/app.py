@@ -36,6 +36,11 @@ def _load(path: str, mtime: float) -> D.RunView:  # mtime: a run still being wri
     return D.load_view(path)
 
 
+@st.cache_data(show_spinner=False)
+def _percentiles(path: str, mtime: float):  # noqa: ANN202 - a DataFrame, cached per run version
+    return D.step_percentiles(_load(path, mtime).matrix)
+
+
 def _mtime(path: str) -> float:
     try:
         return max(os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs) \
@@ -44,7 +49,7 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def overview(view: D.RunView) -> None:
+def overview(view: D.RunView, percentiles) -> None:  # noqa: ANN001
     s = view.analysis.summary
     cols = st.columns(5)
     cols[0].metric("median step time", f"{s['step_time_s'] * 1e3:.1f} ms", help="data wait included")
@@ -58,8 +63,9 @@ def overview(view: D.RunView) -> None:
     st.caption(f"{s['ranks']} ranks, {s['steps']} steps ({s['first_step']}-{s['last_step']})")
     left, right = st.columns([2, 1])
     left.subheader("Step time over steps")
-    left.caption("median (p50) and 95th percentile over ranks; steps far above the rest are clipped")
-    left.altair_chart(charts.step_percentiles(D.step_percentiles(view.matrix)), width="stretch")
+    left.caption("median (p50) and 95th percentile over ranks; steps far above the rest are clipped; "
+                 f"beyond {D.MAX_LINE_POINTS} steps a point is a block of steps (median p50, highest p95)")
+    left.altair_chart(charts.step_percentiles(percentiles), width="stretch")
     right.subheader("Where the time went")
     right.altair_chart(charts.goodput(D.goodput(s)), width="stretch")
     st.subheader(f"Findings ({len(view.analysis.findings)}), by cost")
@@ -121,8 +127,9 @@ def main() -> None:
         st.error(f"No run directory under {root} yet: run a job with telemetry.init(run_dir=...) there, "
                  "or start the dashboard with a run directory or a steps table.")
         return
+    mtime = _mtime(path)
     try:
-        view = _load(path, _mtime(path))
+        view = _load(path, mtime)
     except D.ViewError as exc:
         st.error(f"Cannot show this run: {exc}")
         return
@@ -142,7 +149,7 @@ def main() -> None:
     st.query_params["view"] = key
     st.header(names[key])
     if key == "overview":
-        overview(view)
+        overview(view, _percentiles(path, mtime))
     elif key == "ranks":
         ranks(view, step_range, chosen)
     else:

@@ -22,6 +22,7 @@ from telemetry.analysis.load import RunInput, open_input
 from telemetry.analysis.table import TableError
 
 MAX_HEATMAP_COLUMNS = 400  # steps are grouped into at most this many blocks (block medians)
+MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps are grouped
 
 
 class ViewError(ValueError):
@@ -66,14 +67,27 @@ def list_runs(root: str) -> list[str]:
     return sorted(runs, key=os.path.getmtime, reverse=True)
 
 
-def step_percentiles(m: StepMatrix) -> pd.DataFrame:
+def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.DataFrame:
     """Per step, over ranks: p50 and p95 of the step time (data wait included), in ms; long format
-    (``step``, ``percentile``, ``ms``): one line per percentile, not per rank."""
+    (``step``, ``percentile``, ``ms``): one line per percentile, not per rank. Beyond ``max_points``
+    steps, each point is a block of consecutive steps (labelled by its first): the block's median
+    p50 and its highest p95, so a slow step still shows."""
     t = m.duration + m.data
     with np.errstate(all="ignore"):
-        p50 = np.nanpercentile(t, 50, axis=0) * 1e3
-        p95 = np.nanpercentile(t, 95, axis=0) * 1e3
-    wide = pd.DataFrame({"step": m.steps, "p50": p50, "p95": p95})
+        if np.isnan(t).any():
+            p50, p95 = np.nanpercentile(t, [50, 95], axis=0) * 1e3
+        else:
+            p50, p95 = np.percentile(t, [50, 95], axis=0) * 1e3
+    steps = m.steps
+    n = len(steps)
+    if n > max_points:
+        width = -(-n // max_points)
+        nb = n // width
+        p50 = nanmedian(p50[: nb * width].reshape(nb, width), axis=1)
+        with np.errstate(all="ignore"):
+            p95 = np.nanmax(p95[: nb * width].reshape(nb, width), axis=1)
+        steps = steps[: nb * width: width]
+    wide = pd.DataFrame({"step": steps, "p50": p50, "p95": p95})
     return wide.melt("step", var_name="percentile", value_name="ms").dropna()
 
 

@@ -183,3 +183,13 @@ def test_a_real_browser_renders_the_findings_and_charts_without_an_exception(str
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(20)
+
+
+def test_a_long_run_is_drawn_in_blocks_that_keep_a_slow_step():
+    from telemetry.analysis.detectors.matrix import from_table
+
+    table = simulate(Scenario(ranks=4, steps=3000, spikes=((1, 1234, 0.5),)))
+    df = D.step_percentiles(from_table(table), max_points=1000)
+    assert df["step"].nunique() <= 1000
+    p95 = df[df["percentile"] == "p95"].set_index("step")["ms"]
+    assert p95.idxmax() <= 1234 < p95.idxmax() + 3 and p95.max() > 400  # the 0.5 s spike survives
