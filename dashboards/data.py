@@ -79,16 +79,21 @@ def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.Dat
         else:
             p50, p95 = np.percentile(t, [50, 95], axis=0) * 1e3
     steps = m.steps
-    n = len(steps)
-    if n > max_points:
-        width = -(-n // max_points)
-        nb = n // width
+    if len(steps) > max_points:
+        width, nb = _blocks(len(steps), max_points)
         p50 = nanmedian(p50[: nb * width].reshape(nb, width), axis=1)
         with np.errstate(all="ignore"):
             p95 = np.nanmax(p95[: nb * width].reshape(nb, width), axis=1)
         steps = steps[: nb * width: width]
     wide = pd.DataFrame({"step": steps, "p50": p50, "p95": p95})
     return wide.melt("step", var_name="percentile", value_name="ms").dropna()
+
+
+def _blocks(n: int, at_most: int) -> tuple[int, int]:
+    """(steps per block, whole blocks) that group ``n`` steps into at most ``at_most`` blocks; the
+    last few steps that do not fill a block are left out of the picture."""
+    width = -(-n // at_most)
+    return width, n // width
 
 
 def goodput(summary: dict[str, Any]) -> pd.DataFrame:
@@ -123,10 +128,8 @@ def heatmap(m: StepMatrix, what: str, ranks: list[int] | None = None, steps: tup
         cols = (m.steps >= steps[0]) & (m.steps <= steps[1])
     rows = np.ones(m.n_ranks, dtype=bool) if ranks is None else np.isin(m.ranks, ranks)
     a, step_ids, rank_ids = a[rows][:, cols], m.steps[cols], m.ranks[rows]
-    n = a.shape[1]
-    if n > max_columns:
-        width = -(-n // max_columns)
-        nb = n // width
+    if a.shape[1] > max_columns:
+        width, nb = _blocks(a.shape[1], max_columns)
         a = nanmedian(a[:, : nb * width].reshape(a.shape[0], nb, width), axis=2)
         step_ids = step_ids[: nb * width: width]
     grid = pd.DataFrame(a * 1e3, index=rank_ids, columns=step_ids)
