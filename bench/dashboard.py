@@ -28,20 +28,34 @@ from scale import make_table  # noqa: E402
 APP = os.path.join(ROOT, "dashboards", "app.py")
 
 
+VIEWS = ("overview", "ranks", "findings", "collectives", "devices", "compare")
+
+
 def measure(ranks: int, steps: int) -> dict:
+    import streamlit as st
     from streamlit.testing.v1 import AppTest
+
+    from dashboards.serve import warm_up
 
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "large.parquet")
         make_table(ranks, steps).to_parquet(path, index=False)
         os.environ["TELEMETRY_DASHBOARD_PATH"] = path
-        at = AppTest.from_file(APP, default_timeout=120)
-        t0 = time.perf_counter()
-        at.run()
-        out["first render, Overview (load + analysis + charts)"] = time.perf_counter() - t0
-        assert not at.exception, [e.value for e in at.exception]
-        for view in ("ranks", "findings", "overview"):
+        # What `telemetry dashboard`'s server process does before it serves (dashboards/serve.py).
+        out["server start: imports and warm-up before serving (once, not a render)"] = warm_up()
+        # The first render of each page, as a user who opens a link to it would see it: a new
+        # session and an empty cache (load, analysis and that page's charts).
+        for view in VIEWS:
+            st.cache_resource.clear()
+            at = AppTest.from_file(APP, default_timeout=120)
+            at.query_params["view"] = view
+            t0 = time.perf_counter()
+            at.run()
+            out[f"first render, {view} (load + analysis + page)"] = time.perf_counter() - t0
+            assert not at.exception, [e.value for e in at.exception]
+        # Later interactions in one session: the run is cached, a view switched or a control moved.
+        for view in VIEWS:
             [radio] = [r for r in at.sidebar.radio if r.label == "view"]
             t0 = time.perf_counter()
             radio.set_value(view).run()
@@ -51,6 +65,15 @@ def measure(ranks: int, steps: int) -> dict:
                 summary = at.dataframe[0].value
                 named = summary.loc[summary["findings"].str.contains("straggler"), "rank"].tolist()
                 out["straggler named on Ranks"] = named
+                [series] = [s for s in at.selectbox if s.label == "series"]
+                t0 = time.perf_counter()
+                series.set_value("blocked").run()
+                out["Ranks: heatmap series changed to blocked"] = time.perf_counter() - t0
+            if view == "findings":
+                [slider] = [s for s in at.sidebar.slider if s.label == "steps"]
+                t0 = time.perf_counter()
+                slider.set_value((1000, 5000)).run()
+                out["Findings: step range changed"] = time.perf_counter() - t0
     return out
 
 
@@ -63,8 +86,10 @@ def main() -> None:
     r = measure(args.ranks, args.steps)
     rows = []
     for name, v in r.items():
-        if isinstance(v, float):
-            target = "<= 3 s" if name.startswith("first") else "<= 1 s"
+        if name.startswith("server start"):
+            rows.append(f"| {name} | {v:.2f} s | - |")
+        elif isinstance(v, float):
+            target = "<= 3 s" if name.startswith("first") else "<= 1 s"  # noqa: SIM108
             met = "met" if v <= (3.0 if name.startswith("first") else 1.0) else "MISSED"
             rows.append(f"| {name} | {v:.2f} s | {target} ({met}) |")
     body = "\n".join([

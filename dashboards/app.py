@@ -1,44 +1,44 @@
-"""The Streamlit app behind ``telemetry dashboard``: Overview, Ranks and Findings of one run.
+"""The Streamlit app behind ``telemetry dashboard``: picks the run and the view, loads and analyzes
+the run once (cached), and calls the view (views.py).
 
 Read-only: it opens the run named by ``TELEMETRY_DASHBOARD_PATH`` (``telemetry dashboard PATH`` sets
-it) through the library's loader, shows the library's analysis, and writes nothing. A run that is missing, empty or unreadable is a message on the page.
+it), or one chosen among the run directories under ``TELEMETRY_DASHBOARD_ROOT``, or a live job on the
+Prometheus server at ``TELEMETRY_DASHBOARD_PROMETHEUS`` (``--prometheus URL``, job
+``TELEMETRY_DASHBOARD_JOB``), through the library's loaders; it shows the library's analysis and
+writes nothing. A run that is missing, empty or unreadable is a message on the page. A run still
+being written, and a Prometheus job, refresh by themselves; a finished run does not poll.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import streamlit as st
 
-from dashboards import charts
 from dashboards import data as D
+from dashboards import views as V
 
 st.set_page_config(page_title="training-telemetry", layout="wide")
 
-
-def _path() -> str:
-    """The run to show: the one given, else one chosen among the run directories under the root
-    given (only those: no other path can be opened from the page)."""
-    path = os.environ.get("TELEMETRY_DASHBOARD_PATH", "")
-    root = os.environ.get("TELEMETRY_DASHBOARD_ROOT", "")
-    if path or not root:
-        return path
-    runs = D.list_runs(root)
-    if not runs:
-        return ""
-    return st.sidebar.selectbox("run", runs, format_func=os.path.basename)
+PROM_MINUTES = (15, 30, 60, 180, 360, 1440)
 
 
-@st.cache_data(show_spinner="Loading and analyzing the run...")
+# cache_resource, not cache_data: the run (a 256 x 10,000 table is about 300 MB) is shared as is, never
+# pickled into the cache and out again on every rerun. Nothing downstream mutates it.
+@st.cache_resource(show_spinner="Loading and analyzing the run...", max_entries=3)
 def _load(path: str, mtime: float) -> D.RunView:  # mtime: a run still being written is read again
     return D.load_view(path)
 
 
-@st.cache_data(show_spinner=False)
-def _percentiles(path: str, mtime: float):  # noqa: ANN202 - a DataFrame, cached per run version
-    return D.step_percentiles(_load(path, mtime).matrix)
+@st.cache_resource(show_spinner="Querying Prometheus and analyzing the job...", max_entries=4)
+def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> D.RunView:  # tick: one load per refresh
+    return D.load_prometheus(url, job or None, minutes)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _percentiles(key: tuple, _view: D.RunView):  # noqa: ANN202 - a DataFrame, cached per run version
+    return D.step_percentiles(_view.matrix)
 
 
 def _mtime(path: str) -> float:
@@ -49,110 +49,136 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def overview(view: D.RunView, percentiles) -> None:  # noqa: ANN001
-    s = view.analysis.summary
-    cols = st.columns(5)
-    cols[0].metric("median step time", f"{s['step_time_s'] * 1e3:.1f} ms", help="data wait included")
-    cols[1].metric("tokens/s", f"{s['tokens_per_s']:,.0f}" if "tokens_per_s" in s else "-",
-                   help=None if "tokens_per_s" in s else "no step carried a token count")
-    cols[2].metric("MFU", f"{s['mfu']:.1%}" if "mfu" in s else "-",
-                   help=None if "mfu" in s else "not configured: init(flops_per_token=...) and a known peak")
-    cols[3].metric("estimated slowdown", f"{s['slowdown']:.1%}", help="all findings together, over the run")
-    span = view.run.table["start_s"]
-    cols[4].metric("uptime", f"{(span.max() - span.min()) / 60:.1f} min", help="first step start to last step start")
-    st.caption(f"{s['ranks']} ranks, {s['steps']} steps ({s['first_step']}-{s['last_step']})")
-    left, right = st.columns([2, 1])
-    left.subheader("Step time over steps")
-    left.caption("median (p50) and 95th percentile over ranks; steps far above the rest are clipped; "
-                 f"beyond {D.MAX_LINE_POINTS} steps a point is a block of steps (median p50, highest p95)")
-    left.altair_chart(charts.step_percentiles(percentiles), width="stretch")
-    right.subheader("Where the time went")
-    right.altair_chart(charts.goodput(D.goodput(s)), width="stretch")
-    st.subheader(f"Findings ({len(view.analysis.findings)}), by cost")
-    _finding_list(D.finding_cards(view), compact=True)
+def _runs(root: str) -> list[str]:
+    return D.list_runs(root) if root else []
 
 
-def _finding_list(cards: list[dict], compact: bool = False) -> None:
-    if not cards:
-        st.success("No finding: no straggler, stall, regression or hang detected.")
-        return
-    for f in cards:
-        who = f"rank {', '.join(map(str, f['ranks']))}" if f["ranks"] else "job-wide"
-        title = (f"[{f['severity']}] {f['kind']} - {who}" + (f" - phase {f['phase']}" if f.get("phase") else "")
-                 + f" - steps {f.get('first_step')}-{f.get('last_step')} - what-if {f['slowdown']:.1%}")
-        with st.expander(title, expanded=not compact):
-            st.write(f["evidence"])
-            causes = f.get("causes") or []
-            if causes:
-                st.markdown("**Causes**")
-                for c in causes:
-                    st.markdown(f"- `{c.get('kind')}`: {c.get('evidence', '')}")
-            known = {"kind", "ranks", "phase", "first_step", "last_step", "severity", "slowdown", "evidence", "causes"}
-            rest = {k: v for k, v in f.items() if k not in known}
-            if rest:
-                st.code(json.dumps(rest, indent=1, default=str), language="json")
-
-
-def ranks(view: D.RunView, step_range: tuple[int, int], chosen: list[int]) -> None:
-    m = view.matrix
-    options = ["compute", "blocked", "data"] + [p for p in m.phase_compute if p != "data"]
-    if m.comm is None:
-        options.remove("blocked")
-    what = st.selectbox("series", options, help="compute: busy time; blocked: time in collectives; "
-                        "a phase: its compute, blocked time removed")
-    try:
-        cells = D.heatmap(m, what, chosen or None, step_range)
-    except D.ViewError as exc:
-        st.warning(str(exc))
-        return
-    st.subheader(f"{what}, ms per step, rank x step")
-    st.altair_chart(charts.heatmap(cells, what, D.marked_ranks(view)), width="stretch")
-    st.subheader("Per rank (median after warm-up)")
-    st.dataframe(D.rank_summary(view).round(2), hide_index=True, width="stretch")
-
-
-def findings(view: D.RunView) -> None:
-    _finding_list(D.finding_cards(view))
-    if view.online:
-        st.subheader("Online detection during the run")
-        st.dataframe(view.online, width="stretch")
-
-
-def main() -> None:
-    st.sidebar.title("training-telemetry")
-    path = _path()
-    st.sidebar.caption(path or "no run")
+def _pick_run() -> tuple[str, str]:
+    """The run to show, and the root its alternatives come from: the one given, else one chosen
+    among the run directories under the root given (only those: no other path can be opened from
+    the page)."""
+    path = os.environ.get("TELEMETRY_DASHBOARD_PATH", "")
     root = os.environ.get("TELEMETRY_DASHBOARD_ROOT", "")
-    if not path and root:
-        st.error(f"No run directory under {root} yet: run a job with telemetry.init(run_dir=...) there, "
-                 "or start the dashboard with a run directory or a steps table.")
-        return
-    mtime = _mtime(path)
-    try:
-        view = _load(path, mtime)
-    except D.ViewError as exc:
-        st.error(f"Cannot show this run: {exc}")
-        return
-    m = view.matrix
-    for w in view.run.warnings:
-        st.warning(w)
-    lo, hi = int(m.steps[0]), int(m.steps[-1])
-    step_range = st.sidebar.slider("steps", lo, hi, (lo, hi)) if hi > lo else (lo, hi)
-    chosen = st.sidebar.multiselect("ranks (all when empty)", [int(r) for r in m.ranks])
-    st.sidebar.caption(f"analyzed at {time.strftime('%H:%M:%S')}")
-    # The view is a sidebar choice kept in the URL (?view=ranks), so a link opens the view it shows.
-    names = {"overview": "Overview", "ranks": "Ranks", "findings": "Findings"}
+    if path or not root:
+        return path, ""
+    runs = _runs(root)
+    if not runs:
+        return "", root
+    return st.sidebar.selectbox("run", runs, format_func=os.path.basename), root
+
+
+def _live_marker(live: D.Liveness, poll: "callable", every_s: float) -> None:
+    """A visible "live" marker that checks for new data every ``every_s`` and reruns the page when
+    there is some; nothing polls for a finished run."""
+    @st.fragment(run_every=every_s)
+    def marker() -> None:
+        if poll():
+            st.rerun()
+        last = (f"last step {live.last_step} at {V.clock(live.last_step_s)}" if live.last_step is not None
+                else "no step completed yet")
+        st.markdown(f":green-badge[live] {last}; checked {V.clock(time.time())}, every {every_s:.0f} s")
+    marker()
+
+
+def _view_key() -> str:
+    """The view is a sidebar choice kept in the URL (?view=ranks), so a link opens the view it shows."""
+    names = {k: v[0] for k, v in V.VIEWS.items()}
     if "view" not in st.session_state:  # the first run of a session starts where the URL says
         asked = st.query_params.get("view", "overview")
         st.session_state["view"] = asked if asked in names else "overview"
     key = st.sidebar.radio("view", list(names), format_func=names.get, key="view")
     st.query_params["view"] = key
-    st.header(names[key])
-    if key == "overview":
-        overview(view, _percentiles(path, mtime))
-    elif key == "ranks":
-        ranks(view, step_range, chosen)
+    return key
+
+
+def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
+    """(view, cache key, root) of the chosen source; None after showing why there is nothing."""
+    url = os.environ.get("TELEMETRY_DASHBOARD_PROMETHEUS", "")
+    if url:
+        job = os.environ.get("TELEMETRY_DASHBOARD_JOB", "")
+        if not job:
+            try:
+                jobs = D.prometheus_jobs(url)
+            except D.ViewError as exc:
+                st.error(f"Cannot read {url}: {exc}")
+                return None, (), ""
+            if not jobs:
+                st.error(f"No training job on {url} yet (no `train_steps_total` series): is the job's /metrics "
+                         "scraped? telemetry.init(prometheus_sd_dir=...) writes file_sd targets for Prometheus.")
+                return None, (), ""
+            job = st.sidebar.selectbox("job", jobs)
+        minutes = st.sidebar.selectbox("last", PROM_MINUTES, index=1, format_func=lambda m: f"{m} min")
+        st.sidebar.caption(f"{url}, job {job}")
+        refresh = D.PROMETHEUS_REFRESH_S
+        tick = int(time.time() // refresh)
+        try:
+            view = _load_prometheus(url, job, minutes, tick)
+        except D.ViewError as exc:
+            st.error(f"Cannot show job {job!r} from {url}: {exc}")
+            return None, (), ""
+        _live_marker(D.liveness(view.run, time.time()), lambda: int(time.time() // refresh) != tick, refresh)
+        return view, (url, job, minutes, tick), ""
+    path, root = _pick_run()
+    st.sidebar.caption(path or "no run")
+    if not path and root:
+        st.error(f"No run directory under {root} yet: run a job with telemetry.init(run_dir=...) there, "
+                 "or start the dashboard with a run directory or a steps table.")
+        return None, (), root
+    mtime = _mtime(path)
+    t0 = time.perf_counter()
+    try:
+        view = _load(path, mtime)
+    except D.ViewError as exc:
+        st.error(f"Cannot show this run: {exc}")
+        return None, (), root
+    live = D.liveness(view.run, time.time())
+    if live.live:  # poll no faster than three loads take, so a large live run is not reloaded back to back
+        every = max(D.LIVE_REFRESH_S, 3 * (time.perf_counter() - t0))
+        _live_marker(live, lambda: _mtime(path) != mtime, every)
+    elif view.run.progress and not live.finished:
+        st.caption(f"Not live: the newest heartbeat is from {V.clock(live.heartbeat_s)} and not every rank "
+                   "finished (the job stopped, crashed or was killed); the page does not refresh.")
+    return view, (path, mtime), root
+
+
+def _base(root: str, path: str) -> tuple[D.RunView | None, str]:
+    """The run to compare with: ``--base`` (TELEMETRY_DASHBOARD_BASE), else one chosen among the other
+    runs under the root."""
+    base = os.environ.get("TELEMETRY_DASHBOARD_BASE", "")
+    if not base:
+        others = [r for r in _runs(root) if r != path]
+        if not others:
+            return None, ""
+        base = st.selectbox("base run (compared against the run in the sidebar)", others, format_func=os.path.basename)
+    try:
+        return _load(base, _mtime(base)), os.path.basename(base.rstrip("/"))
+    except D.ViewError as exc:
+        st.error(f"Cannot compare with {base}: {exc}")
+        return None, ""
+
+
+def main() -> None:
+    st.sidebar.title("training-telemetry")
+    view, key, root = _load_chosen()
+    if view is None:
+        return
+    m = view.matrix
+    for w in view.run.warnings:
+        st.warning(w)
+    lo, hi = int(m.steps[0]), int(m.steps[-1])
+    steps = st.sidebar.slider("steps", lo, hi, (lo, hi)) if hi > lo else (lo, hi)
+    chosen = st.sidebar.multiselect("ranks (all when empty)", [int(r) for r in m.ranks])
+    st.sidebar.caption(f"analyzed at {time.strftime('%H:%M:%S')}")
+    name = _view_key()
+    title, show = V.VIEWS[name]
+    st.header(title)
+    choice = V.Choice(steps, chosen)
+    if name == "overview":
+        show(view, choice, _percentiles(key, view))
+    elif name == "compare":
+        show(view, choice, *_base(root, key[0] if key else ""))
     else:
-        findings(view)
+        show(view, choice)
+
 
 main()

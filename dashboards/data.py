@@ -23,6 +23,8 @@ from telemetry.analysis.table import TableError
 
 MAX_HEATMAP_COLUMNS = 400  # steps are grouped into at most this many blocks (block medians)
 MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps are grouped
+LIVE_REFRESH_S = 5.0  # a run directory still being written is checked for new steps this often (at least)
+PROMETHEUS_REFRESH_S = 15.0  # a Prometheus job is queried again this often
 
 
 class ViewError(ValueError):
@@ -52,9 +54,37 @@ def load_view(path: str) -> RunView:
         raise ViewError(str(exc)) from None
     if not len(run.table):
         raise ViewError(f"{path} holds no steps yet")
+    return _analyzed(run)
+
+
+def _analyzed(run: RunInput) -> RunView:
     result = analyze(run.table, run.progress, run.world_size)
     online = compare_online(result.findings, run.online_findings) if run.online_findings else []
     return RunView(run, result, online)
+
+
+def prometheus_jobs(url: str) -> list[str]:
+    """The training jobs a Prometheus server holds; ViewError when it cannot be read."""
+    from telemetry.analysis.prometheus import list_jobs
+
+    try:
+        return list_jobs(url)
+    except TableError as exc:
+        raise ViewError(str(exc)) from None
+
+
+def load_prometheus(url: str, job: str | None, minutes: float) -> RunView:
+    """The last ``minutes`` of a live job from a Prometheus server's HTTP API, as a run (a step is a
+    window of time: see telemetry.analysis.prometheus), analyzed like any other."""
+    from telemetry.analysis.prometheus import open_prometheus
+
+    try:
+        run = open_prometheus(url, job, minutes=minutes)
+    except TableError as exc:
+        raise ViewError(str(exc)) from None
+    if not len(run.table):
+        raise ViewError(f"job {job!r} made no step in the last {minutes:.0f} min")
+    return _analyzed(run)
 
 
 def list_runs(root: str) -> list[str]:
@@ -117,24 +147,36 @@ def series(m: StepMatrix, what: str) -> np.ndarray:
     raise ViewError(f"no series {what!r}; accepted: compute, blocked, data, " + ", ".join(m.phase_compute))
 
 
+def step_columns(m: StepMatrix, steps: tuple[int, int] | None) -> np.ndarray:
+    """A mask over ``m.steps``: the steps from ``steps[0]`` to ``steps[1]`` (all when None)."""
+    if steps is None:
+        return np.ones(m.n_steps, dtype=bool)
+    return (m.steps >= steps[0]) & (m.steps <= steps[1])
+
+
 def heatmap(m: StepMatrix, what: str, ranks: list[int] | None = None, steps: tuple[int, int] | None = None,
             max_columns: int = MAX_HEATMAP_COLUMNS) -> pd.DataFrame:
-    """A rank x step grid of ``what`` in ms, long format (``rank``, ``step``, ``ms``). Beyond
-    ``max_columns`` steps, consecutive steps are grouped and each cell is the block's median (labelled
-    by the block's first step), so one slow rank still stands out at 10,000 steps."""
-    a = series(m, what)
-    cols = np.ones(m.n_steps, dtype=bool)
-    if steps is not None:
-        cols = (m.steps >= steps[0]) & (m.steps <= steps[1])
+    """A rank x step grid of ``what`` (see :func:`series`) in ms, long format (``rank``, ``step``,
+    ``ms``); see :func:`grid_cells` for the downsampling."""
+    return grid_cells(m, series(m, what) * 1e3, ranks, steps, max_columns).rename(columns={"value": "ms"})
+
+
+def grid_cells(m: StepMatrix, a: np.ndarray, ranks: list[int] | None = None, steps: tuple[int, int] | None = None,
+               max_columns: int = MAX_HEATMAP_COLUMNS) -> pd.DataFrame:
+    """An (R, S) array of ``m``'s shape as long-format cells (``rank``, ``step``, ``value``) over the
+    chosen ranks and steps. Beyond ``max_columns`` steps, consecutive steps are grouped and each cell
+    is the block's median (labelled by the block's first step), so one slow rank still stands out at
+    10,000 steps."""
+    cols = step_columns(m, steps)
     rows = np.ones(m.n_ranks, dtype=bool) if ranks is None else np.isin(m.ranks, ranks)
     a, step_ids, rank_ids = a[rows][:, cols], m.steps[cols], m.ranks[rows]
     if a.shape[1] > max_columns:
         width, nb = _blocks(a.shape[1], max_columns)
         a = nanmedian(a[:, : nb * width].reshape(a.shape[0], nb, width), axis=2)
         step_ids = step_ids[: nb * width: width]
-    grid = pd.DataFrame(a * 1e3, index=rank_ids, columns=step_ids)
+    grid = pd.DataFrame(a, index=rank_ids, columns=step_ids)
     grid.index.name, grid.columns.name = "rank", "step"
-    return grid.stack(future_stack=True).rename("ms").reset_index()
+    return grid.stack(future_stack=True).rename("value").reset_index()
 
 
 def rank_summary(view: RunView) -> pd.DataFrame:
@@ -169,3 +211,108 @@ def finding_cards(view: RunView) -> list[dict[str, Any]]:
     """Every finding as a dict with every field (kinds and fields not known here included), ranked
     by cost: critical first, then the larger what-if."""
     return [f.to_dict() for f in view.analysis.findings]
+
+
+@dataclass
+class Focus:
+    """What one finding rests on: the series it is about over its steps (with a margin either side),
+    as heatmap cells and as lines (its ranks against the others' median)."""
+
+    label: str  # the series with its unit, for axes
+    note: str  # what the series is, in a sentence
+    steps: tuple[int, int]
+    cells: pd.DataFrame  # rank, step, value
+    lines: pd.DataFrame  # step, who, value
+
+
+def focus_series(m: StepMatrix, card: dict[str, Any]) -> tuple[np.ndarray, str, str]:
+    """The (R, S) series a finding is about, in display units, its label and a note: a device signal the
+    finding names (``details.series``), else its phase's compute, the data wait, the time blocked in
+    collectives (slow communication), else the step time."""
+    from . import devices
+
+    details = card.get("details") or {}
+    name, phase = details.get("series"), card.get("phase")
+    if isinstance(name, str) and m.extra("dev." + name) is not None:
+        return devices.grid(m, name), devices.label(name), "the device or host signal the finding names"
+    if phase == "data":
+        return m.data * 1e3, "data-loader wait (ms/step)", "time waiting for the next batch"
+    if phase in m.phase_compute:
+        return (m.phase_compute[phase] * 1e3, f"{phase} compute (ms/step)",
+                f"phase {phase}'s time with the time blocked in collectives removed")
+    if card.get("kind") == "slow_comm" and m.comm is not None:
+        return m.comm * 1e3, "in collectives (ms/step)", "time blocked in collectives"
+    return (m.duration + m.data) * 1e3, "step time (ms)", "the step's wall time, data wait included"
+
+
+def focus(view: RunView, card: dict[str, Any], max_lines: int = 8) -> Focus:
+    """The finding's series over its steps, a tenth of its span (at least 5 steps) either side."""
+    m = view.matrix
+    a, label, note = focus_series(m, card)
+    first = card.get("first_step") if card.get("first_step") is not None else int(m.steps[0])
+    last = card.get("last_step") if card.get("last_step") is not None else int(m.steps[-1])
+    pad = max(5, (last - first) // 10)
+    steps = (max(int(m.steps[0]), first - pad), min(int(m.steps[-1]), last + pad))
+    cols = step_columns(m, steps)
+    named = [r for r in card.get("ranks") or [] if r in set(m.ranks.tolist())]
+    is_named = np.isin(m.ranks, named)
+    lines = {}
+    with np.errstate(all="ignore"):
+        for r in named[:max_lines]:
+            lines[f"rank {r}"] = a[np.flatnonzero(m.ranks == r)[0], cols]
+        others = a[~is_named][:, cols] if (~is_named).any() else a[:, cols]
+        lines["median of the others" if named else "median over ranks"] = nanmedian(others, axis=0)
+        if not named:
+            lines["95th percentile over ranks"] = np.nanpercentile(others, 95, axis=0)
+    wide = pd.DataFrame({"step": m.steps[cols], **lines})
+    if len(wide) > MAX_LINE_POINTS:
+        width, nb = _blocks(len(wide), MAX_LINE_POINTS)
+        wide = wide.iloc[: nb * width].groupby(np.arange(nb * width) // width).agg(
+            {"step": "first", **{k: "median" for k in lines}})
+    long = wide.melt("step", var_name="who", value_name="value").dropna()
+    return Focus(label, note, steps, grid_cells(m, a, None, steps), long)
+
+
+def compare(base: RunView, new: RunView) -> dict[str, Any]:
+    """``telemetry diff``'s result for two runs (the library's diff, unchanged)."""
+    from telemetry.analysis.detectors.diff import diff
+
+    return diff(base.run.table, new.run.table)
+
+
+def compare_series(doc: dict[str, Any]) -> pd.DataFrame:
+    """The diff's per-series changes as rows: series, base ms, new ms, change, p, and whether the
+    change is significant (p under its bound and at least the minimum effect)."""
+    s = doc["summary"]
+    rows = [(name, c["base_s"] * 1e3, c["new_s"] * 1e3, c["change"], c["p"],
+             abs(c["change"]) >= s["min_effect"] and c["p"] < c["p_bound"])
+            for name, c in s["series"].items()]
+    return pd.DataFrame(rows, columns=["series", "base ms", "new ms", "change", "p", "significant"])
+
+
+LIVE_HEARTBEAT_S = 60.0  # a run whose newest heartbeat is older than this is not live (stopped or crashed)
+
+
+@dataclass
+class Liveness:
+    live: bool
+    last_step: int | None  # the highest step any rank completed
+    last_step_s: float | None  # when it ended (epoch seconds)
+    heartbeat_s: float | None  # the newest heartbeat (epoch seconds)
+    finished: bool  # every rank's shutdown() ran
+
+
+def liveness(run: RunInput, now: float) -> Liveness:
+    """Whether a run is still being written: some rank has not finished and a heartbeat came within
+    :data:`LIVE_HEARTBEAT_S`. A steps table (no heartbeats) is never live; the Prometheus source's
+    heartbeats are the server's latest samples."""
+    prog = list(run.progress.values())
+    if not prog:
+        return Liveness(False, None, None, None, False)
+    beats = [p.get("time_s") for p in prog if p.get("time_s")]
+    ends = [(p.get("last_step"), p.get("last_step_end_s")) for p in prog if p.get("last_step") is not None]
+    finished = all(p.get("finished") for p in prog)
+    beat = max(beats) if beats else None
+    last, at = max(ends, key=lambda e: (e[0], e[1] or 0)) if ends else (None, None)
+    live = not finished and beat is not None and now - beat <= LIVE_HEARTBEAT_S
+    return Liveness(live, last, at, beat, finished)

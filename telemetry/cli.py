@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "directories under runs/ in the page)")
     ds.add_argument("--port", type=_positive_int(1, 65535), default=8501, help="port (default 8501)")
     ds.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    ds.add_argument("--base", metavar="BASE", help="a second run or steps table for the Compare view (PATH against BASE)")
+    ds.add_argument("--prometheus", metavar="URL", help="show a live job from this Prometheus server's HTTP API "
+                    "instead of a run directory (e.g. http://127.0.0.1:9090)")
+    ds.add_argument("--job", help="with --prometheus: the training job (default: choose in the page)")
 
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir")
@@ -289,30 +293,52 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print("telemetry dashboard: needs Streamlit, an optional extra: pip install 'training-telemetry[dashboard]'",
               file=sys.stderr)
         return EXIT_USAGE
-    env = dict(os.environ)
-    if args.path:
-        if not os.path.exists(args.path):
-            print(f"telemetry dashboard: {args.path!r} does not exist; accepted: a run directory or a steps table",
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TELEMETRY_DASHBOARD_")}
+    if args.prometheus:
+        if args.path or args.base:
+            print("telemetry dashboard: --prometheus shows a live job; give it no run directory and no --base",
                   file=sys.stderr)
             return EXIT_USAGE
-        env["TELEMETRY_DASHBOARD_PATH"] = os.path.abspath(args.path)
-    else:
+        if not args.prometheus.startswith(("http://", "https://")):
+            print(f"telemetry dashboard: --prometheus {args.prometheus!r}; accepted: an http:// or https:// URL, "
+                  "e.g. http://127.0.0.1:9090", file=sys.stderr)
+            return EXIT_USAGE
+        env["TELEMETRY_DASHBOARD_PROMETHEUS"] = args.prometheus.rstrip("/")
+        env["TELEMETRY_DASHBOARD_JOB"] = args.job or ""
+    elif args.job:
+        print("telemetry dashboard: --job goes with --prometheus URL", file=sys.stderr)
+        return EXIT_USAGE
+    for name, given in (("TELEMETRY_DASHBOARD_PATH", args.path), ("TELEMETRY_DASHBOARD_BASE", args.base)):
+        if not given:
+            continue
+        if not os.path.exists(given):
+            print(f"telemetry dashboard: {given!r} does not exist; accepted: a run directory or a steps table",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        env[name] = os.path.abspath(given)
+    if not args.path and not args.prometheus:
         env["TELEMETRY_DASHBOARD_ROOT"] = os.path.abspath("runs")
-    import dashboards
-
-    app = os.path.join(os.path.dirname(os.path.abspath(dashboards.__file__)), "app.py")
-    cmd = [sys.executable, "-m", "streamlit", "run", app, "--server.headless", "true", "--server.address",
+    # dashboards.serve imports and exercises the app's modules before it serves (a plain `streamlit
+    # run` makes the first visitor wait for them), then runs `streamlit run dashboards/app.py`.
+    cmd = [sys.executable, "-m", "dashboards.serve", "--server.headless", "true", "--server.address",
            args.host, "--server.port", str(args.port), "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-    print(f"telemetry dashboard: http://{args.host}:{args.port} ({args.path or 'runs under runs/'}; Ctrl-C stops it)",
-          flush=True)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
+    what = (f"job {args.job or '(choose in the page)'} on {args.prometheus}" if args.prometheus
+            else args.path or "runs under runs/")
+    print(f"telemetry dashboard: starting on {args.host}:{args.port} ({what})", flush=True)
 
     def stop(*_: object) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
+        local = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+        if not _wait_healthy(proc, f"http://{local}:{args.port}"):
+            print(f"telemetry dashboard: the server did not start (exit {proc.poll()}; is port {args.port} free? "
+                  "--port picks another)", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"telemetry dashboard: http://{args.host}:{args.port} (Ctrl-C stops it)", flush=True)
         code = proc.wait()
         return EXIT_OK if code == 0 else EXIT_USAGE
     except KeyboardInterrupt:
@@ -325,6 +351,23 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _wait_healthy(proc, url: str, timeout_s: float = 60.0) -> bool:
+    """Wait until the Streamlit server at ``url`` answers its health check; False if it exits first
+    or never answers."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 def _check_steps_in_run(table, text: str | None, first: int | None, last: int | None) -> None:

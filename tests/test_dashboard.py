@@ -2,6 +2,7 @@
 and shows the numbers and the straggler's rank; bad input is a message, not a traceback."""
 
 import os
+import time
 
 import pytest
 
@@ -9,6 +10,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dashboards import data as D  # noqa: E402
+from telemetry.analysis.load import open_input  # noqa: E402
 from telemetry.demo.simulate import Fault, Scenario, simulate  # noqa: E402
 
 APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dashboards", "app.py")
@@ -30,10 +32,23 @@ def run_app(monkeypatch, path):
     return at
 
 
+VIEWS = ["Overview", "Ranks", "Findings", "Collectives", "Input and devices", "Compare"]
+
+
+def show(at, view):
+    """Switch the app to ``view`` (a key of views.VIEWS) and check it drew without an exception."""
+    [radio] = [r for r in at.sidebar.radio if r.label == "view"]
+    radio.set_value(view).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.header[0].value == dict(zip(["overview", "ranks", "findings", "collectives", "devices", "compare"],
+                                          VIEWS))[view]
+    return at
+
+
 def test_every_page_shows_the_run_and_names_the_straggler(monkeypatch, straggler_table):
     at = run_app(monkeypatch, straggler_table)
     [views] = [r for r in at.sidebar.radio if r.label == "view"]
-    assert views.options == ["Overview", "Ranks", "Findings"]
+    assert views.options == VIEWS
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["median step time"].endswith(" ms") and metrics["tokens/s"] != "-"
     assert float(metrics["estimated slowdown"].rstrip("%")) > 1
@@ -41,15 +56,142 @@ def test_every_page_shows_the_run_and_names_the_straggler(monkeypatch, straggler
     assert any("straggler - rank 5 - phase forward" in t for t in titles), titles
     assert len(at.get("vega_lite_chart")) == 2  # step time, goodput
 
-    views.set_value("ranks").run()
-    assert not at.exception and at.header[0].value == "Ranks"
+    show(at, "ranks")
     summary = at.dataframe[0].value
     assert "straggler (forward)" in summary.loc[summary["rank"] == 5, "findings"].iloc[0]
     assert len(at.get("vega_lite_chart")) == 1  # the heatmap
 
-    [views] = [r for r in at.sidebar.radio if r.label == "view"]
-    views.set_value("findings").run()
-    assert not at.exception and any("straggler - rank 5" in e.label for e in at.expander)
+    show(at, "findings")
+    assert any("straggler - rank 5" in e.label for e in at.expander)
+    [focus] = [s for s in at.selectbox if s.label == "finding"]
+    assert "forward compute (ms/step)" in at.caption[0].value and len(at.get("vega_lite_chart")) == 2
+
+    show(at, "collectives")  # a steps table: only comm_s, said so, and its heatmap
+    assert "no per-collective records" in at.info[0].value and len(at.get("vega_lite_chart")) == 1
+
+    show(at, "devices")  # the simulator's tables carry CUDA memory readings
+    [signal] = [s for s in at.selectbox if s.label == "signal"]
+    assert "CUDA memory allocated (GiB)" in signal.options
+    assert list(at.dataframe[0].value["rank"]) == list(range(8))
+
+    show(at, "compare")  # no base given
+    assert "Nothing to compare with" in at.info[0].value
+
+
+@pytest.mark.slow
+def test_every_page_on_a_real_demo_run_with_a_straggler(monkeypatch, straggler_demo):
+    """A run directory written by a real 4-rank gloo job, rank 2's forward 2x slower."""
+    _, _, run_dir = straggler_demo
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_BASE", run_dir)  # compared with itself: no change
+    at = run_app(monkeypatch, run_dir)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["tokens/s"] != "-" and float(metrics["estimated slowdown"].rstrip("%")) > 1
+    assert any("straggler - rank 2 - phase forward" in e.label for e in at.expander)
+    assert not [m for m in at.markdown if "live" in m.value]  # a finished run: no live marker, no polling
+
+    show(at, "ranks")
+    summary = at.dataframe[0].value
+    assert "straggler (forward)" in summary.loc[summary["rank"] == 2, "findings"].iloc[0]
+
+    show(at, "findings")
+    assert "forward compute (ms/step)" in at.caption[0].value
+
+    show(at, "collectives")  # per-op records: latency, bandwidth, message sizes, per rank
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["ops"] == "1" and metrics["latency per call (median)"].endswith(" ms")
+    assert metrics["bus bandwidth (median)"].endswith(" GB/s")
+    assert len(at.get("vega_lite_chart")) == 5
+    table = at.dataframe[0].value
+    assert set(table["op"]) == {"all_reduce"} and sorted(table["rank"]) == [0, 1, 2, 3]
+    assert table.set_index("rank")["blocked ms/step"].idxmin() == 2  # the straggler arrives last, waits least
+
+    show(at, "devices")  # a CPU run: said so, with the process's CPU and memory
+    assert any("No GPU was sampled" in i.value for i in at.info)
+    [signal] = [s for s in at.selectbox if s.label == "signal"]
+    assert signal.options[:2] == ["process CPU (% of one core)", "process resident memory (GiB)"]
+    assert sorted(at.dataframe[0].value["rank"]) == [0, 1, 2, 3]
+
+    show(at, "compare")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["step time change (new against base)"] == "+0.0%"
+    assert at.subheader[-1].value == "Changes (0)"
+
+
+def test_compare_shows_the_regressed_phase(monkeypatch, tmp_path):
+    base, new = tmp_path / "base.parquet", tmp_path / "new.parquet"
+    simulate(Scenario(ranks=8, steps=300)).to_parquet(base, index=False)
+    simulate(Scenario(ranks=8, steps=300, seed=7, faults=(Fault("regression", phase="backward", factor=1.3),))
+             ).to_parquet(new, index=False)
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_BASE", str(base))
+    at = show(run_app(monkeypatch, str(new)), "compare")
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["step time change (new against base)"].rstrip("%")) > 5
+    table = at.dataframe[0].value.set_index("series")
+    assert table.loc["backward", "significant"] and table.loc["backward", "change"] > 0.2
+    assert not table.loc["forward", "significant"]
+    assert any("regression - job-wide - phase backward" in e.label for e in at.expander)
+
+
+def test_the_app_writes_nothing_in_the_run(monkeypatch, tmp_path):
+    import telemetry
+
+    run = str(tmp_path / "run")
+    telemetry.init(run_dir=run, job="ro", sinks=["store"])
+    for _ in range(20):
+        with telemetry.step():
+            pass
+    telemetry.shutdown()
+
+    def listing():
+        return sorted((os.path.join(d, f), os.path.getmtime(os.path.join(d, f)), os.path.getsize(os.path.join(d, f)))
+                      for d, _, fs in os.walk(tmp_path) for f in fs)
+
+    before = listing()
+    at = run_app(monkeypatch, run)
+    for view in ("ranks", "findings", "collectives", "devices", "compare"):
+        show(at, view)
+    assert listing() == before
+
+
+def test_a_run_still_being_written_is_marked_live_and_a_finished_one_is_not(monkeypatch, tmp_path):
+    import telemetry
+
+    run = str(tmp_path / "run")
+    telemetry.init(run_dir=run, job="live", sinks=["store"], flush_interval_s=0.05)
+    for _ in range(30):
+        with telemetry.step():
+            pass
+    deadline = time.monotonic() + 20
+    while (open_input(run).progress.get(0) or {}).get("last_step") != 29:  # the pipeline thread wrote it
+        assert time.monotonic() < deadline, "the run store never saw step 29"
+        time.sleep(0.05)
+    try:
+        at = run_app(monkeypatch, run)
+        [marker] = [m.value for m in at.markdown if "live" in m.value]
+        assert "last step 29 at" in marker and "every" in marker
+    finally:
+        telemetry.shutdown()
+    at = run_app(monkeypatch, run)
+    assert not [m for m in at.markdown if "live" in m.value]
+
+
+def test_gpu_signals_and_throttle_reasons_are_shown_per_rank():
+    from dashboards import devices
+    from telemetry.analysis.detectors.matrix import from_table
+
+    t = simulate(Scenario(ranks=4, steps=100))
+    t["dev.gpu_utilization_ratio"] = 0.9
+    t["dev.gpu_sm_clock_hertz"] = 1.98e9
+    t.loc[t["rank"] == 3, "dev.gpu_sm_clock_hertz"] = 1.2e9
+    t["dev.gpu_clock_event_hw_slowdown"] = 0.0
+    t.loc[(t["rank"] == 3) & (t["step"] >= 50), "dev.gpu_clock_event_hw_slowdown"] = 1.0
+    m = from_table(t)
+    assert devices.has_gpu(m) and devices.signals(m)[:2] == ["gpu_utilization_ratio", "gpu_sm_clock_hertz"]
+    summary = devices.summary(m).set_index("rank")
+    assert summary.loc[3, "SM clock (MHz)"] == pytest.approx(1200) and summary.loc[0, "GPU utilization (%)"] == 90
+    thr = devices.throttle_reasons(m)
+    assert thr.to_dict("records") == [{"rank": 3, "reason": "hw slowdown", "share of steps": 0.5}]
+    assert devices.throttle_reasons(m, (0, 49)).empty
 
 
 def test_a_missing_run_is_a_message(monkeypatch, tmp_path):
@@ -120,7 +262,6 @@ def test_telemetry_dashboard_serves_on_localhost_and_stops_with_its_server(strag
     import signal
     import subprocess
     import sys
-    import time
     import urllib.request
 
     from servers import free_port
@@ -129,16 +270,10 @@ def test_telemetry_dashboard_serves_on_localhost_and_stops_with_its_server(strag
     proc = subprocess.Popen([sys.executable, "-m", "telemetry", "dashboard", straggler_table, "--port", str(port)],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        line = proc.stdout.readline()
-        assert f"http://127.0.0.1:{port}" in line
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the dashboard never became healthy"
-                time.sleep(0.3)
+        assert proc.stdout.readline().startswith(f"telemetry dashboard: starting on 127.0.0.1:{port}")
+        # the URL is printed once the server answers
+        assert f"http://127.0.0.1:{port} " in proc.stdout.readline()
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 130
         with pytest.raises(OSError):  # the Streamlit server went with it
@@ -197,3 +332,16 @@ def test_a_long_run_is_drawn_in_blocks_that_keep_a_slow_step():
     assert df["step"].nunique() <= 1000
     p95 = df[df["percentile"] == "p95"].set_index("step")["ms"]
     assert p95.idxmax() <= 1234 < p95.idxmax() + 3 and p95.max() > 400  # the 0.5 s spike survives
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--job", "exp1"], "--job goes with --prometheus"),
+    (["--prometheus", "127.0.0.1:9090"], "accepted: an http:// or https:// URL"),
+    (["RUN", "--prometheus", "http://127.0.0.1:9090"], "give it no run directory"),
+    (["RUN", "--base", "/nonexistent/base"], "'/nonexistent/base' does not exist"),
+])
+def test_dashboard_arguments_are_checked_before_anything_starts(capsys, straggler_table, args, says):
+    from telemetry.cli import main as cli
+
+    assert cli(["dashboard", *[straggler_table if a == "RUN" else a for a in args]]) == 2
+    assert says in capsys.readouterr().err
