@@ -58,3 +58,36 @@ def test_hung_rank_is_named_and_the_job_is_stopped(tmp_path):
     assert f["ranks"] == [1] and f["phase"] == "forward" and f["first_step"] == 40
     assert f["severity"] == "critical"
     assert "rank(s) 0, 2, 3 wait in all_reduce" in f["evidence"]
+
+
+def test_sigterm_to_the_demo_stops_every_rank(tmp_path):
+    """`kill PID` of the launcher (a CI timeout, a supervisor) ends its ranks too: they run in their
+    own sessions, so only the launcher can reach them."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--run-dir", str(run_dir), "--steps", "100000"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(pids) < 4:  # every rank has written its identity (with its pid)
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+            pids = [json.loads(p.read_text())["pid"] for p in (run_dir / "ranks").glob("rank-*[0-9].json")
+                    if p.stat().st_size]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 130
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

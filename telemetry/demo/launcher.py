@@ -93,6 +93,9 @@ def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
     t_start = time.monotonic()
     # TELEMETRY_* settings pass through to the ranks; other launchers' variables do not.
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
+    # SIGTERM (kill PID, a CI timeout) stops the ranks too, as Ctrl-C does: each rank is in its own
+    # session, so nothing else would reach them.
+    previous = _on_sigterm_interrupt()
     try:
         for r in range(ranks):
             env = {**base_env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),
@@ -109,6 +112,21 @@ def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
         _kill(procs)
         for f in logs:
             f.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm_interrupt():  # noqa: ANN202 - the previous handler, or None off the main thread
+    """Make SIGTERM raise KeyboardInterrupt (so ``finally`` blocks run); returns the previous handler."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
 
 
 class _Watch:

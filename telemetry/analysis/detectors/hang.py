@@ -74,13 +74,17 @@ def detect_hang(progress: Mapping[int, Mapping[str, Any]], m: StepMatrix | None,
         elif p.get("collective"):  # every rank blocked alike: this one waits too
             parts.append(f"rank {r} waits in {p['collective']} in step {p.get('open_step')}")
         elif waiting:
-            parts.append(f"rank {r} is in step {p.get('open_step')} phase {p.get('phase')} and never "
-                         "reached the collective")
+            parts.append(f"rank {r} is in step {p.get('open_step')}{_in_phase(p)} and never reached the collective")
         else:
-            parts.append(f"rank {r} is in step {p.get('open_step')} phase {p.get('phase')}")
+            parts.append(f"rank {r} is in step {p.get('open_step')}{_in_phase(p)}")
     if waiting and set(waiting) - set(culprits):
         ops = sorted({beats[r]["collective"] for r in waiting})
         parts.append(f"rank(s) {', '.join(map(str, waiting))} wait in {', '.join(ops)}")
     return [Finding(kind="hang", ranks=culprits, phase=phase, first_step=step, last_step=step,
                     severity="critical", slowdown=1.0, evidence="; ".join(parts),
                     details={"stalled_s": stalled_for, "bound_s": bound, "waiting_ranks": waiting})]
+
+
+def _in_phase(progress: dict) -> str:
+    """`` phase forward``, or nothing when the heartbeat does not say (e.g. read from Prometheus)."""
+    return f" phase {progress['phase']}" if progress.get("phase") else ""

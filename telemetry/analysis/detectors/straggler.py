@@ -275,7 +275,9 @@ def _finding(m: StepMatrix, c: _Candidate, first: int, last: int, covered: np.nd
     where = f"phase {c.phase}" if c.phase else "compute outside the instrumented phases"
     step_t = float(nanmedian(m.step_time()[covered]))
     steps = f"{int(m.steps[first])}-{int(m.steps[last])}"
-    how = "" if lead.mode == "persistent" else f" on {int(c.mask.sum())} of steps {steps} (intermittent)"
+    # slow on every step of its span: say so plainly, whichever test found it (short runs: spikes)
+    every = int(c.mask.sum()) >= last - first + 1
+    how = "" if lead.mode == "persistent" or every else f" on {int(c.mask.sum())} of steps {steps} (intermittent)"
     waits_text = ""
     if c.waits is not None:
         waits_text = (f"; it waits {abs(c.waits) * 1e3:.1f} ms less in collectives than its "
