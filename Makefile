@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) bench/exporters.py --out bench/RESULTS.md
 	$(PY) bench/detectors/evaluate.py --out bench/RESULTS.md
 	$(PY) bench/dashboard.py --out bench/RESULTS.md
+	$(PY) bench/series.py --out bench/RESULTS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

@@ -195,6 +195,13 @@ class PrometheusSink(Sink):
         self.coll_bytes = Counter("train_collective_bytes", "Bytes moved by collectives (payload)",
                                   L + ("op",), registry=r)
         self.coll_calls = Counter("train_collective_calls", "Collective calls", L + ("op",), registry=r)
+        # Counters of every call (the duration histogram sees only the spans a step keeps): with them,
+        # rate(bus_bytes) / rate(seconds) is a window's exact bus bandwidth, for any number of calls.
+        self.coll_seconds = Counter("train_collective_seconds", "Time in collective calls, issue to completion",
+                                    L + ("op",), registry=r)
+        self.coll_bus_bytes = Counter("train_collective_bus_bytes", "Bytes x the op's bus factor (nccl-tests): "
+                                      "rate(this) / rate(train_collective_seconds_total) is the bus bandwidth",
+                                      L + ("op",), registry=r)
         self.busbw = Gauge("train_collective_busbw_bytes_per_second", "Bus bandwidth of the last step's "
                            "calls of an op (nccl-tests factors)", L + ("op",), registry=r)
         self.algbw = Gauge("train_collective_algbw_bytes_per_second", "Algorithm bandwidth (bytes / time) "
@@ -271,7 +278,8 @@ class PrometheusSink(Sink):
                     if child is not None:
                         child.observe(span.end_s - span.start_s)
             for op, s in r.ops.items():
-                for metric, value in ((self.coll_bytes, s.bytes), (self.coll_calls, s.count)):
+                for metric, value in ((self.coll_bytes, s.bytes), (self.coll_calls, s.count),
+                                      (self.coll_seconds, s.duration_s), (self.coll_bus_bytes, s.bus_bytes)):
                     child = self._child(metric, "op", op)
                     if child is not None:
                         child.inc(value)

@@ -8,6 +8,7 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-pushgateway >/dev/null 2>&1 || need+=(prometheus-pushgateway)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the dashboard's browser check
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)  # `docker-compose config` validates docker-compose.yml
 [ ${#need[@]} -eq 0 ] && exit 0
 pkgs=$(printf '%s\n' "${need[@]}" | sort -u | tr '\n' ' ')
 if [ "$(id -u)" -eq 0 ]; then sudo=""
