@@ -345,3 +345,22 @@ def test_dashboard_arguments_are_checked_before_anything_starts(capsys, straggle
 
     assert cli(["dashboard", *[straggler_table if a == "RUN" else a for a in args]]) == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a 128 x 4,000 table through every view: seconds of CPU, no server
+def test_every_page_on_a_large_simulated_run(monkeypatch, tmp_path):
+    path = tmp_path / "large.parquet"
+    simulate(Scenario(ranks=128, steps=4000, jitter=0.05,
+                      faults=(Fault("straggler", ranks=(77,), phase="forward", factor=1.3, start=1000),))
+             ).to_parquet(path, index=False)
+    at = run_app(monkeypatch, str(path))
+    assert any("straggler - rank 77 - phase forward" in e.label for e in at.expander)
+    assert at.caption[0].value.startswith("128 ranks, 4000 steps")
+    show(at, "ranks")
+    summary = at.dataframe[0].value
+    assert len(summary) == 128 and "straggler" in summary.loc[summary["rank"] == 77, "findings"].iloc[0]
+    for view in ("findings", "collectives", "devices", "compare"):
+        show(at, view)
+    [slider] = [s for s in at.sidebar.slider if s.label == "steps"]
+    slider.set_value((1500, 2500)).run()  # a step range: the views follow it
+    assert not at.exception
