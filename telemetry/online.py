@@ -265,8 +265,18 @@ class OnlineDetector:
             if missing.get(latest):
                 log.warning("telemetry: [online] ranks %s did not report steps %d-%d", missing[latest],
                             latest * self.every, (latest + 1) * self.every - 1)
-            self._results.put(OnlineResult(new, result.summary.get("straggler_score", {}),
-                                            dict(result.summary.get("by_kind", {}))))
+            streaks = missing_streaks({b: set(rows) for b, rows in self._rows.items()}, self.world, self.wait_blocks)
+            for rank, first in streaks.items():
+                if ("rank_lost", (rank,), None) in self._seen:
+                    continue
+                self._seen.add(("rank_lost", (rank,), None))
+                d = lost_rank_finding(rank, first, latest, self.every)
+                new.append(d)
+                log.warning("telemetry: [online] %s rank_lost: %s", d["severity"], d["evidence"])
+            counts = dict(result.summary.get("by_kind", {}))
+            if streaks:
+                counts["rank_lost"] = len(streaks)
+            self._results.put(OnlineResult(new, result.summary.get("straggler_score", {}), counts))
         except Exception:  # noqa: BLE001
             self.failures += 1
             self._once("analysis", "telemetry: online analysis failed (further failures counted)", exc_info=True)
@@ -281,6 +291,36 @@ class OnlineDetector:
         return {"summaries_posted": self.posted, "analyses": self.analyses, "online_failures": self.failures,
                 "online_bad_summaries": self.bad_summaries,
                 "analysis_s": round(self.analysis_s, 4), "analysis_max_s": round(self.analysis_max_s, 4)}
+
+
+def missing_streaks(rows: dict[int, set[int]], world: int, at_least: int) -> dict[int, int]:
+    """Ranks missing from each of the latest ``at_least`` (or more) blocks that other ranks reported:
+    rank -> the first block of that run of missing blocks."""
+    blocks = sorted(b for b, seen in rows.items() if seen)
+    out = {}
+    for r in range(world):
+        run = 0
+        for b in reversed(blocks):
+            if r in rows[b]:
+                break
+            run += 1
+        if at_least <= run < len(blocks):  # it reported before: not a rank that never started
+            out[r] = blocks[len(blocks) - run]
+    return out
+
+
+def lost_rank_finding(rank: int, first_block: int, latest_block: int, every: int) -> dict[str, Any]:
+    """Online detection's ``rank_lost``: a rank that stopped posting while its peers went on."""
+    from .analysis.findings import Finding
+
+    first, last = first_block * every, (latest_block + 1) * every - 1
+    d = Finding(kind="rank_lost", ranks=[rank], phase=None, first_step=first, last_step=last, severity="critical",
+                slowdown=1.0, evidence=(f"rank {rank} posted no summary for steps {first}-{last} while its peers "
+                                        "did (online detection on rank 0): its process died, stopped responding or "
+                                        "left the job"),
+                details={"missing_blocks": latest_block - first_block + 1}).to_dict()
+    d.update(block_steps=every, online=True, time_s=time.time())
+    return d
 
 
 def _summary_vector(raw: Any, block: int) -> np.ndarray | None:

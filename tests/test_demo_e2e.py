@@ -91,3 +91,15 @@ def test_sigterm_to_the_demo_stops_every_rank(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_a_killed_rank_is_named_lost_with_its_signal(tmp_path):
+    """`--inject kill:rank=1,step=60`: rank 1 is SIGKILLed mid-run (no shutdown, no last flush)."""
+    doc, err, run_dir = demo(tmp_path, "--steps", "120", "--inject", "kill:rank=1,step=60", exit_code=1)
+    lost = [f for f in doc["findings"] if f["kind"] == "rank_lost"]
+    assert [f["ranks"] for f in lost] == [[1]], doc["findings"]
+    [f] = lost
+    assert "SIGKILL" in f["evidence"] and f["severity"] == "critical"
+    assert f["first_step"] <= 60 <= f["last_step"]  # it died in step 60: between its last heartbeat and its peers'
+    assert not [g for g in doc["findings"] if g["kind"] == "hang"]  # its peers wait for a rank that is gone
+    assert "rank(s) 1 (killed by SIGKILL (exit -9)) failed" in err

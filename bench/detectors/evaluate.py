@@ -150,7 +150,10 @@ DEMOS = [
     ("regression:factor=2,start=100,phase=backward", ["--inject", "regression:factor=2,start=100,phase=backward"],
      [Expect("regression", None, "backward", 100)]),
     ("hang:rank=1,step=60", ["--inject", "hang:rank=1,step=60", "--hang-after", "8"], [Expect("hang", (1,), "forward")]),
+    ("kill:rank=1,step=60", ["--inject", "kill:rank=1,step=60"], [Expect("rank_lost", (1,), None)]),
 ]
+# the exit status each kind of demo job ends with: 4 hung, 1 failed (a rank died), 0 otherwise
+EXIT = {"hang": 4, "rank_lost": 1}
 
 
 def score_demos(keep: str | None = None):
@@ -164,7 +167,7 @@ def score_demos(keep: str | None = None):
                                    "--json", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
                                   env={**os.environ, "PYTHONPATH": ROOT})
             wall = time.perf_counter() - t0
-        if proc.returncode != (4 if any(e.kind == "hang" for e in expect) else 0):  # 4: the job hung
+        if proc.returncode != max((EXIT.get(e.kind, 0) for e in expect), default=0):
             rows.append({"name": name, "error": proc.stderr[-300:]})
             continue
         doc = json.loads(proc.stdout)

@@ -17,6 +17,8 @@ would show:
 - ``slow_comm:factor=F[,start=S]``: every gradient all-reduce does F times the communication work
   for its payload (inside the call, beneath telemetry's wrapper), as over a link F times slower.
 - ``hang:rank=R,step=S``: rank R stops inside the forward phase of step S and never returns.
+- ``kill:rank=R,step=S``: rank R's process is killed (SIGKILL, as by the OOM killer or a lost pod)
+  inside the forward phase of step S: no shutdown, no last flush. The launcher then stops the job.
 
 >>> parse_inject("straggler:rank=2,phase=forward,factor=1.5")
 Fault(kind='straggler', ranks=(2,), phase='forward', factor=1.5, start=0, end=None, probability=1.0, delay_s=0.0, stage=None)
@@ -36,6 +38,7 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "regression": (("factor", "start"), ("phase",)),
     "slow_comm": (("factor",), ("start",)),
     "hang": (("rank", "step"), ()),
+    "kill": (("rank", "step"), ()),
 }
 _TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str}
 
@@ -46,7 +49,7 @@ class InjectError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # straggler, data_stall, slow_comm, regression, hang; simulated also: imbalance, stage_imbalance, memory_growth
+    kind: str  # straggler, data_stall, slow_comm, regression, hang, kill; simulated also: imbalance, stage_imbalance, memory_growth
     ranks: tuple[int, ...] = ()  # the culprit ranks; empty: every rank (job-wide kinds)
     phase: str | None = None  # None: the kind's default phases
     factor: float = 1.5  # how many times slower (straggler, regression, slow_comm, stage_imbalance)
@@ -100,7 +103,7 @@ def parse_inject(spec: str) -> Fault:
         values["ranks"] = (values.pop("rank"),)
     if "delay_ms" in values:
         values["delay_s"] = values.pop("delay_ms") / 1000.0
-    if "step" in values:  # hang: the step it happens in
+    if "step" in values:  # hang, kill: the step it happens in
         values["start"] = values.pop("step")
     return Fault(kind=kind, **values)
 
@@ -130,7 +133,7 @@ def check_against_job(faults: Iterable[Fault], ranks: int, steps: int) -> None:
                               f"(accepted: 0..{ranks - 1})")
         last = f.start
         if last >= steps:
-            raise InjectError(f"--inject {f.kind}: {'step' if f.kind == 'hang' else 'start'}={last} "
+            raise InjectError(f"--inject {f.kind}: {'step' if f.kind in ('hang', 'kill') else 'start'}={last} "
                               f"but the job runs --steps {steps} (accepted: 0..{steps - 1})")
 
 
@@ -170,6 +173,9 @@ class FaultPlan:
 
     def hangs_at(self, step: int) -> bool:
         return any(f.kind == "hang" and self.rank in f.ranks and f.start == step for f in self.faults)
+
+    def killed_at(self, step: int) -> bool:
+        return any(f.kind == "kill" and self.rank in f.ranks and f.start == step for f in self.faults)
 
     @property
     def has_slow_comm(self) -> bool:

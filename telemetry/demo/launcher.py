@@ -203,9 +203,10 @@ def _ended(result: DemoResult, codes: dict[int, int | None], watch: _Watch, now:
     Sets ``result``'s outcome and message accordingly."""
     failed = {r: c for r, c in codes.items() if c not in (None, 0)}
     if failed:
+        _record_exits(run_dir, failed)
         time.sleep(1.0)  # let the others notice and flush
         result.outcome = "failed"
-        result.message = "rank(s) " + ", ".join(f"{r} (exit {c})" for r, c in sorted(failed.items())) + " failed"
+        result.message = "rank(s) " + ", ".join(f"{r} ({_how(c)})" for r, c in sorted(failed.items())) + " failed"
         return True
     if all(c == 0 for c in codes.values()):
         return True
@@ -221,6 +222,38 @@ def _ended(result: DemoResult, codes: dict[int, int | None], watch: _Watch, now:
         result.message = f"no step completed within {startup_timeout_s:.0f} s of start"
         return True
     return False
+
+
+def _how(code: int) -> str:
+    """``exit 1``, or ``killed by SIGKILL (exit -9)``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name} (exit {code})"
+        except ValueError:
+            pass
+    return f"exit {code}"
+
+
+def _record_exits(run_dir: str, codes: dict[int, int]) -> None:
+    """Write how each failed rank's process ended into the run directory (the store's
+    ``rank-N.exit.json``), so the analysis can say why a rank was lost. Only the ranks that ended
+    on their own: the ones this launcher stops afterwards are not lost."""
+    from ..store import layout
+
+    for r, code in codes.items():
+        path = layout.exit_path(run_dir, r)
+        if os.path.exists(path):
+            continue
+        doc = {"rank": r, "exit_code": code, "time_s": time.time(), "seen_by": "telemetry demo launcher"}
+        if code < 0:
+            try:
+                doc["signal"] = signal.Signals(-code).name
+            except ValueError:
+                doc["signal"] = f"signal {-code}"
+        try:
+            layout.write_json_atomic(path, doc)
+        except OSError:
+            pass  # a run directory that cannot be written: the analysis says less, the launcher goes on
 
 
 def _read_progress(run_dir: str, ranks: int) -> dict[int, dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from datetime import timedelta
@@ -121,6 +122,8 @@ def main() -> None:
                 t0, c0 = time.perf_counter(), time.thread_time()
                 if plan.hangs_at(i):
                     _stall_forever()
+                if plan.killed_at(i):
+                    os.kill(os.getpid(), signal.SIGKILL)  # no shutdown, no last flush: a lost rank
                 logits = model(x)
                 loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
                 _compute_more(c0, plan.work_factor(i, "forward"))

@@ -29,6 +29,14 @@ def rank_meta_path(run_dir: str, rank: int) -> str:
     return rank_stem(run_dir, rank) + ".json"
 
 
+def exit_path(run_dir: str, rank: int) -> str:
+    """How a rank's process ended, when its launcher knows it (``exit_code``, ``signal``, ``time_s``)."""
+    return rank_stem(run_dir, rank) + EXIT_SUFFIX
+
+
+EXIT_SUFFIX = ".exit.json"
+
+
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write to a temporary file and rename, so a reader never sees half a file."""
     tmp = f"{path}.tmp{os.getpid()}"

@@ -132,6 +132,7 @@ def read_run(run_dir: str) -> RunData:
         warnings.append(f"{layout.META} is not valid JSON; ignored")
     ranks: dict[int, dict[str, Any]] = {}
     progress: dict[int, dict[str, Any]] = {}
+    exits: dict[int, dict[str, Any]] = {}
     steps: list[dict[str, Any]] = []
     rdir = os.path.join(run_dir, layout.RANKS_DIR)
     names = sorted(os.listdir(rdir)) if os.path.isdir(rdir) else []
@@ -140,16 +141,19 @@ def read_run(run_dir: str) -> RunData:
         m = layout.STEPS_RE.match(name)
         if m:
             steps.extend(read_steps_file(path, warnings))
-        elif name.endswith(".progress.json") or (name.endswith(".json") and name.startswith("rank-")):
+        elif name.endswith((".progress.json", layout.EXIT_SUFFIX)) or (name.endswith(".json") and name.startswith("rank-")):
             try:
                 with open(path, encoding="utf-8") as f:
                     obj = json.load(f)
             except (OSError, ValueError):
                 warnings.append(f"{name}: unreadable; skipped")
                 continue
-            target = progress if name.endswith(".progress.json") else ranks
+            target = progress if name.endswith(".progress.json") else exits if name.endswith(layout.EXIT_SUFFIX) \
+                else ranks
             if isinstance(obj, dict) and isinstance(obj.get("rank"), int):
                 target[obj["rank"]] = obj
+    for r, e in exits.items():  # how a rank ended, with its last heartbeat (a rank may have none)
+        progress[r] = {**progress.get(r, {"rank": r}), "exit": e}
     findings = _read_findings(os.path.join(run_dir, layout.FINDINGS), warnings)
     for w in warnings:
         log.warning("telemetry: %s: %s", run_dir, w)

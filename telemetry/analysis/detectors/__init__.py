@@ -2,7 +2,8 @@
 
 Order matters, because each stage explains part of the time and passes on what is left: stragglers
 first, then ranks stalled on data, then stage imbalance and moving imbalance, then lasting
-changes (regression, slow communication, data stalls that begin), memory growth, hangs. Every
+changes (regression, slow communication, data stalls that begin), memory growth, lost ranks, hangs
+(a hang whose culprits are all lost ranks is the lost ranks' finding, not a second one). Every
 finding's ``slowdown`` is a what-if over the steps it covers; the summary's is for all findings
 together, with a goodput split of the run's time.
 
@@ -22,6 +23,7 @@ import pandas as pd
 
 from ..findings import SEVERITIES, Finding, severity_for
 from .hang import detect_hang
+from .lost import detect_lost_ranks
 from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
 from .matrix import StepMatrix, from_table, nan_to_zero, nanmedian, rank_median
 from .memory import detect_memory_growth
@@ -70,7 +72,11 @@ def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | Non
         findings += detect_regressions(m, live, shift, regression)
         findings += detect_memory_growth(m, live)
     if progress:
-        findings.extend(detect_hang(progress, m, world_size, hang_bound_s))
+        first = float(table["start_s"].min()) if len(table) else None
+        lost = detect_lost_ranks(progress, first)
+        findings.extend(lost)
+        findings.extend(detect_hang(progress, m, world_size, hang_bound_s,
+                                    explained={r for f in lost for r in f.ranks}))
     findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))
     return Analysis(findings, _summary(m, findings, shift), m)
 

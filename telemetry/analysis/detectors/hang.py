@@ -38,7 +38,9 @@ def hang_bound_s(m: StepMatrix | None, bound_s: float | None = None) -> float:
 
 
 def detect_hang(progress: Mapping[int, Mapping[str, Any]], m: StepMatrix | None,
-                world_size: int | None = None, bound_s: float | None = None) -> list[Finding]:
+                world_size: int | None = None, bound_s: float | None = None,
+                explained: set[int] | frozenset[int] = frozenset()) -> list[Finding]:
+    """``explained``: ranks already reported lost; a stall they alone caused is their finding."""
     if not progress:
         return []
     beats = {int(r): p for r, p in progress.items()}
@@ -60,6 +62,8 @@ def detect_hang(progress: Mapping[int, Mapping[str, Any]], m: StepMatrix | None,
     culprits = sorted(set(silent) | set(missing) | (set(outside) if waiting else set()))
     if not culprits:
         culprits = sorted(beats)  # everyone blocked alike: the job as a whole is stuck
+    if explained and set(culprits) <= set(explained):
+        return []  # the lost ranks' finding says it: their peers wait for ranks that are gone
     open_steps = [p.get("open_step") for r, p in beats.items() if r in culprits and p.get("open_step") is not None]
     step = min(open_steps) if open_steps else None
     phases = {beats[r].get("phase") for r in culprits if r in beats} - {None}

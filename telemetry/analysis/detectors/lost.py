@@ -1,0 +1,90 @@
+"""Lost ranks: a rank that stopped reporting while its peers went on (a process that died, a killed
+pod, a node that went away). Distinct from a hang, where every rank is alive and stuck.
+
+From the progress heartbeats of a run directory (and, where the launcher recorded it, how the
+rank's process ended: ``rank-N.exit.json``). A rank is lost when it never shut down (no final
+``finished`` heartbeat) and either
+- its launcher saw its process end abnormally (an exit code or a signal), or
+- a peer reported, or finished, at least ``LOST_AFTER_S`` after the rank's last heartbeat (heartbeats
+  come every pipeline tick, 0.5 s by default, so a live rank is never that late).
+A job whose ranks all stop at once (killed as a whole) has no lost rank: nothing says which one
+went first.
+
+The finding covers the steps from the rank's last heartbeat to the furthest step its peers reached
+(a heartbeat comes every pipeline tick, so the step it died in is known to within a tick), and
+``slowdown`` is 1.0 over them: with the rank gone, those steps could not complete as they should (as
+a hang's). ``details.after_loss`` is the share of the run's wall time (first step to the last report
+of any rank) that came after the loss.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from ..findings import Finding, severity_for
+
+LOST_AFTER_S = 5.0
+
+
+def detect_lost_ranks(progress: Mapping[int, Mapping[str, Any]], first_start_s: float | None = None,
+                      lost_after_s: float = LOST_AFTER_S) -> list[Finding]:
+    beats = {int(r): p for r, p in progress.items()}
+    if len(beats) < 2:
+        return []
+    times = {r: float(p["time_s"]) for r, p in beats.items() if p.get("time_s")}
+    last_report = max(times.values(), default=None)
+    lost: list[int] = []
+    for r, p in beats.items():
+        if p.get("finished"):
+            continue
+        exit_ = p.get("exit") or {}
+        abnormal = exit_.get("exit_code") not in (None, 0)
+        seen = times.get(r)
+        later = [t for q, t in times.items() if q != r and seen is not None and t - seen >= lost_after_s]
+        finished_after = [q for q, b in beats.items() if q != r and b.get("finished") and seen is not None
+                          and times.get(q, 0.0) > seen]
+        if abnormal or later or finished_after:
+            lost.append(r)
+    if not lost or len(lost) == len(beats) and not any((beats[r].get("exit") or {}).get("exit_code") for r in lost):
+        return []  # everyone stopped alike: nothing says which one went first
+    out = []
+    job_last_step = max((int(p["last_step"]) for p in beats.values() if p.get("last_step") is not None), default=None)
+    for r in sorted(lost):
+        out.append(_finding(r, beats[r], times, last_report, job_last_step, first_start_s))
+    return out
+
+
+def _finding(r: int, p: Mapping[str, Any], times: dict[int, float], last_report: float | None,
+             job_last_step: int | None, first_start_s: float | None) -> Finding:
+    exit_ = p.get("exit") or {}
+    seen = times.get(r)
+    gone_at = seen if seen is not None else exit_.get("time_s")
+    last = p.get("last_step")
+    step = p.get("open_step") if p.get("open_step") is not None else (last + 1 if last is not None else 0)
+    where = f"in step {step}" + (f" phase {p['phase']}" if p.get("phase") else "")  # as last heard
+    if p.get("collective"):
+        where += f", inside {p['collective']}"
+    when = time.strftime("%H:%M:%S", time.localtime(gone_at)) if gone_at else "an unknown time"
+    gap = (last_report - seen) if (last_report is not None and seen is not None) else None
+    if exit_.get("exit_code") not in (None, 0):
+        how = (f"its process ended with {exit_['signal']} (exit {exit_['exit_code']}, seen by its launcher)"
+               if exit_.get("signal") else f"its process exited with code {exit_['exit_code']} (seen by its launcher)")
+    else:
+        how = "it never shut down (the process was killed, crashed or stopped responding, or its node went away)"
+    peers = f"; its peers reported for {gap:.1f} s more" if gap and gap > 0 else ""
+    if job_last_step is not None and last is not None and job_last_step > last:
+        peers += f" and got as far as step {job_last_step}"
+    after = None
+    if first_start_s is not None and gone_at is not None and last_report is not None and last_report > first_start_s:
+        after = round(max(0.0, min(1.0, (last_report - gone_at) / (last_report - first_start_s))), 6)
+    return Finding(
+        kind="rank_lost", ranks=[r], phase=None,  # the last heartbeat's phase is not where it died
+        first_step=int(step), last_step=int(max(step, job_last_step or step)),
+        severity=severity_for(1.0),
+        slowdown=1.0,
+        evidence=(f"rank {r} stopped reporting: last heard of {where} at {when}"
+                  + (f" (last completed step {last})" if last is not None else " before its first step")
+                  + f": {how}{peers}"),
+        details={"last_step": last, "last_report_s": seen, "exit": exit_ or None,
+                 "peers_last_report_s": last_report, "after_loss": after})
