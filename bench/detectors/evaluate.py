@@ -41,6 +41,7 @@ class Expect:
     ranks: tuple[int, ...] | None = None  # None: job-wide (empty ranks) or not checked
     phase: str | None = None
     start: int = 0
+    cause: str | None = None  # the first of the finding's causes must be this kind
 
 
 def S(name, expect=(), **kw):
@@ -89,6 +90,15 @@ SCENARIOS = [
       faults=(Fault("stage_imbalance", stage=3, factor=1.5),)),
     S("memory growth on one rank (4 MiB/step)", [Expect("memory_growth", (2,))], ranks=4,
       faults=(Fault("memory_growth", ranks=(2,)),)),
+    # the cause behind a straggler: its device and host signals against its peers'
+    *[S(f"straggler 1.3x forward, cause {c}", [Expect("straggler", (3,), "forward", cause=c)],
+        faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.3, cause=c),))
+      for c in ("gpu_thermal", "gpu_power_cap", "gpu_hw_slowdown", "gpu_clocks", "gpu_errors", "cpu_contention",
+                "memory_pressure")],
+    S("data stall 10 ms on one rank, cause data_loader", [Expect("data_stall", (6,), "data", cause="data_loader")],
+      faults=(Fault("data_stall", ranks=(6,), delay_s=0.01),)),
+    S("healthy, one rank throttled (HwSlowdown) but not slower: a signal alone is no finding",
+      faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.0, cause="gpu_hw_slowdown"),)),
 ]
 
 
@@ -98,6 +108,8 @@ def matches(f, e: Expect) -> bool:
     if e.ranks is not None and sorted(f["ranks"]) != sorted(e.ranks):
         return False
     if e.ranks is None and e.kind not in ("imbalance",) and f["ranks"]:
+        return False
+    if e.cause is not None and not (f.get("causes") and f["causes"][0]["kind"] == e.cause):
         return False
     return e.phase is None or f["phase"] == e.phase
 

@@ -18,6 +18,8 @@ class Finding:
     severity: str
     slowdown: float  # what-if: 1 - ideal_time / actual_time over the steps covered
     evidence: str
+    # ranked {"kind", "evidence"}: the culprit's device and host signals that explain it (detectors/causes.py)
+    causes: list[dict[str, str]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

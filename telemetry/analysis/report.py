@@ -118,6 +118,10 @@ def render(analysis: Analysis, source: str, warmup: int = 0, warnings: list[str]
         share = f" ({_share_of_run(analysis.matrix, f):.1%} of the run)" if analysis.matrix is not None else ""
         out.append(f"  [{f.severity}] {f.kind}  {who}{where}{steps}  slowdown {f.slowdown:.1%} of those steps{share}")
         out.append(textwrap.fill(f.evidence, width=100, initial_indent="      ", subsequent_indent="      "))
+        for i, c in enumerate(f.causes):
+            out.append(textwrap.fill(f"{c['kind']}: {c['evidence']}", width=100,
+                                     initial_indent=f"      {'cause' if i == 0 else 'also '}  ",
+                                     subsequent_indent="             "))
     if online:
         out.append("\n" + online_section(online, analysis.findings).rstrip())
     out.append(f"\nEstimated slowdown from all findings together: {s['slowdown']:.1%} of the whole run's step time "

@@ -17,6 +17,8 @@ would show:
 - ``slow_comm:factor=F[,start=S]``: every gradient all-reduce does F times the communication work
   for its payload (inside the call, beneath telemetry's wrapper), as over a link F times slower.
 - ``hang:rank=R,step=S``: rank R stops inside the forward phase of step S and never returns.
+- ``cpu_hog:rank=R[,start=S]``: from step S a competing process spins on rank R's CPU, and rank R is
+  pinned to that CPU with it: it gets about half a core (a noisy neighbour, a runaway data worker).
 - ``kill:rank=R,step=S``: rank R's process is killed (SIGKILL, as by the OOM killer or a lost pod)
   inside the forward phase of step S: no shutdown, no last flush. The launcher then stops the job.
 
@@ -39,6 +41,7 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "slow_comm": (("factor",), ("start",)),
     "hang": (("rank", "step"), ()),
     "kill": (("rank", "step"), ()),
+    "cpu_hog": (("rank",), ("start",)),
 }
 _TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str}
 
@@ -49,7 +52,7 @@ class InjectError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # straggler, data_stall, slow_comm, regression, hang, kill; simulated also: imbalance, stage_imbalance, memory_growth
+    kind: str  # straggler, data_stall, slow_comm, regression, hang, kill, cpu_hog; simulated also: imbalance, stage_imbalance, memory_growth
     ranks: tuple[int, ...] = ()  # the culprit ranks; empty: every rank (job-wide kinds)
     phase: str | None = None  # None: the kind's default phases
     factor: float = 1.5  # how many times slower (straggler, regression, slow_comm, stage_imbalance)
@@ -58,6 +61,7 @@ class Fault:
     probability: float = 1.0  # < 1: intermittent, slow on that fraction of steps
     delay_s: float = 0.0  # data_stall: extra wait per step
     stage: int | None = None  # stage_imbalance: the slow stage
+    cause: str | None = None  # simulated: the signals behind it (simulate.CAUSE_SIGNALS), for cause finding
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranks", tuple(self.ranks))  # from JSON: a list
@@ -173,6 +177,9 @@ class FaultPlan:
 
     def hangs_at(self, step: int) -> bool:
         return any(f.kind == "hang" and self.rank in f.ranks and f.start == step for f in self.faults)
+
+    def hog_starts_at(self, step: int) -> bool:
+        return any(f.kind == "cpu_hog" and self.rank in f.ranks and f.start == step for f in self.faults)
 
     def killed_at(self, step: int) -> bool:
         return any(f.kind == "kill" and self.rank in f.ranks and f.start == step for f in self.faults)

@@ -125,7 +125,42 @@ def simulate(sc: Scenario) -> pd.DataFrame:
             rows.append(row)
         t = end
         prev_opt = comp["optimizer"]
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if any(f.cause for f in sc.faults):
+        _signals(table, sc, coins)
+    return table
+
+
+# What each cause looks like in the sampled signals: column -> (the culprit's value, everyone else's).
+# Counters (ECC errors) grow by the culprit's value per step.
+CAUSE_SIGNALS: dict[str, dict[str, tuple[float, float]]] = {
+    "gpu_thermal": {"dev.gpu_clock_event_HwThermalSlowdown": (1.0, 0.0), "dev.gpu_temperature_celsius": (90.0, 66.0),
+                    "dev.gpu_sm_clock_hertz": (1.5e9, 1.98e9)},
+    "gpu_power_cap": {"dev.gpu_clock_event_SwPowerCap": (1.0, 0.0), "dev.gpu_sm_clock_hertz": (1.6e9, 1.98e9)},
+    "gpu_hw_slowdown": {"dev.gpu_clock_event_HwSlowdown": (1.0, 0.0), "dev.gpu_sm_clock_hertz": (1.2e9, 1.98e9)},
+    "gpu_clocks": {"dev.gpu_sm_clock_hertz": (1.6e9, 1.98e9)},
+    "gpu_errors": {"dev.gpu_ecc_errors_corrected": (1.0, 0.0)},
+    "cpu_contention": {"dev.process_involuntary_switches_per_second": (300.0, 15.0), "dev.process_cpu_ratio": (0.5, 1.0)},
+    "memory_pressure": {"dev.process_major_faults_per_second": (80.0, 0.0)},
+}
+
+
+def _signals(table: pd.DataFrame, sc: Scenario, coins: np.ndarray) -> None:
+    """Fill the device and host signals of each fault's ``cause`` (ground truth for cause finding):
+    the culprit ranks' values on the steps the fault is active, the healthy value elsewhere."""
+    steps, ranks = table["step"].to_numpy(), table["rank"].to_numpy()
+    for fi, f in enumerate(sc.faults):
+        if not f.cause:
+            continue
+        on = np.array([_active(f, s, coins[fi, s]) for s in range(sc.steps)])[steps]
+        if f.ranks:
+            on &= np.isin(ranks, f.ranks)
+        for col, (bad, good) in CAUSE_SIGNALS[f.cause].items():
+            if col.startswith("dev.gpu_ecc"):  # a counter: grows on the culprit's active steps
+                grow = np.where(on, bad, 0.0)
+                table[col] = pd.Series(grow).groupby(ranks).cumsum().to_numpy()
+            else:
+                table[col] = np.where(on, bad, table[col].to_numpy() if col in table else good)
 
 
 def true_slowdown(sc: Scenario, first: int | None = None, last: int | None = None) -> float:

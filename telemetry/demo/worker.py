@@ -94,6 +94,27 @@ def sync_gradients(model: torch.nn.Module, world: int) -> None:
         g.copy_(synced)
 
 
+_HOG = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: it dies with the rank, however the rank ends
+os.sched_setaffinity(0, {int(sys.argv[1])})
+while True:
+    pass
+"""
+
+
+def _start_cpu_hog() -> None:
+    """A process that spins on this rank's CPU, with this rank pinned to it: it gets about half a
+    core from now on (the `cpu_hog` fault). Linux only (affinity, parent-death signal)."""
+    import atexit
+    import subprocess
+
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    hog = subprocess.Popen([sys.executable, "-c", _HOG, str(cpu)])
+    atexit.register(hog.kill)
+
+
 def main() -> None:
     args = {**DEFAULTS, **json.loads(os.environ.get("TRAINING_TELEMETRY_DEMO", "{}"))}
     torch.set_num_threads(1)
@@ -117,6 +138,8 @@ def main() -> None:
 
     for i, (x, y) in enumerate(telemetry.watch(_batches(loader, plan))):
         step_ref[0] = i
+        if plan.hog_starts_at(i):
+            _start_cpu_hog()
         with telemetry.step(tokens=tokens, samples=batch):
             with telemetry.phase("forward"):
                 t0, c0 = time.perf_counter(), time.thread_time()

@@ -22,23 +22,52 @@ log = logging.getLogger("telemetry")
 
 
 class HostSource:
-    """This process's CPU use (cores busy over the interval) and resident memory."""
+    """This process's CPU use (cores busy over the interval), resident memory, and what a cause of
+    slowness needs from the host: the training thread's involuntary context switches (it was made
+    to wait for a core), major page faults (memory paged in from disk), swap in use, and the
+    host's CPU busy and steal shares (a VM's vCPU taken by its hypervisor). Rates are over the
+    interval; a reading the platform lacks is left out."""
 
     def __init__(self) -> None:
         import psutil
 
+        self.psutil = psutil
         self.proc = psutil.Process()
+        self._last = self._counters()
+
+    def _counters(self) -> dict[str, float]:
         t = self.proc.cpu_times()
-        self._last = (time.monotonic(), t.user + t.system)
+        out = {"t": time.monotonic(), "cpu": t.user + t.system,
+               "invol": float(self.proc.num_ctx_switches().involuntary)}
+        host = self.psutil.cpu_times()
+        out["host_total"] = float(sum(host))
+        out["host_idle"] = float(host.idle + getattr(host, "iowait", 0.0))
+        out["host_steal"] = float(getattr(host, "steal", 0.0))
+        try:
+            with open("/proc/self/stat", "rb") as f:  # Linux: majflt is the 10th field after the name
+                out["majflt"] = float(f.read().rsplit(b")", 1)[1].split()[9])
+        except (OSError, IndexError, ValueError):
+            pass
+        return out
 
     def read(self) -> dict[str, float]:
-        t = self.proc.cpu_times()
-        now, cpu = time.monotonic(), t.user + t.system
-        then, cpu0 = self._last
-        self._last = (now, cpu)
-        out = {"process_cpu_seconds": cpu, "process_resident_memory_bytes": float(self.proc.memory_info().rss)}
-        if now > then:
-            out["process_cpu_ratio"] = (cpu - cpu0) / (now - then)
+        now, then = self._counters(), self._last
+        self._last = now
+        out = {"process_cpu_seconds": now["cpu"], "process_resident_memory_bytes": float(self.proc.memory_info().rss)}
+        dt = now["t"] - then["t"]
+        if dt > 0:
+            out["process_cpu_ratio"] = (now["cpu"] - then["cpu"]) / dt
+            out["process_involuntary_switches_per_second"] = (now["invol"] - then["invol"]) / dt
+            if "majflt" in now and "majflt" in then:
+                out["process_major_faults_per_second"] = (now["majflt"] - then["majflt"]) / dt
+        total = now["host_total"] - then["host_total"]
+        if total > 0:
+            out["host_cpu_busy_ratio"] = 1.0 - (now["host_idle"] - then["host_idle"]) / total
+            out["host_cpu_steal_ratio"] = (now["host_steal"] - then["host_steal"]) / total
+        try:
+            out["host_swap_used_bytes"] = float(self.psutil.swap_memory().used)
+        except (OSError, RuntimeError):
+            pass
         return out
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import SEVERITIES, Finding, severity_for
+from .causes import attach_causes
 from .hang import detect_hang
 from .lost import detect_lost_ranks
 from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
@@ -77,6 +78,8 @@ def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | Non
         findings.extend(lost)
         findings.extend(detect_hang(progress, m, world_size, hang_bound_s,
                                     explained={r for f in lost for r in f.ranks}))
+    if m is not None and m.n_steps:
+        attach_causes(m, findings)
     findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))
     return Analysis(findings, _summary(m, findings, shift), m)
 
