@@ -86,3 +86,12 @@ def test_every_finding_has_a_causes_list_in_its_json(kind):
         (Fault("regression", phase="forward", factor=1.4, start=150),)
     doc = analyze(simulate(Scenario(ranks=8, steps=300, faults=faults))).to_json()
     assert doc["findings"] and all(d["causes"] == [] for d in doc["findings"])
+
+
+def test_a_regression_reads_in_tokens_per_second_mfu_and_busy_share_before_and_after():
+    t = simulate(Scenario(ranks=8, steps=300, faults=(Fault("regression", phase="backward", factor=1.3, start=120),)))
+    t["mfu"] = np.where(t["step"] >= 120, 0.35, 0.40)
+    [f] = [f for f in analyze(t).findings if f.kind == "regression"]
+    ba = f.details["before_after"]
+    assert ba["mfu"] == [0.4, 0.35] and ba["tokens_per_s"][1] < 0.9 * ba["tokens_per_s"][0]
+    assert "MFU 40.0% -> 35.0%" in f.evidence and "tokens/s " in f.evidence and "of the step" in f.evidence

@@ -18,7 +18,7 @@ gpu_clocks         SM clock at least 5% under its peers' with no reason flag to 
 gpu_errors         ECC errors or PCIe replays that grew during the steps (and not on its peers)
 cpu_contention     the training thread switched out involuntarily at least 3x as often as its
                    peers' (and 20/s or more), or at least 5 points more CPU steal on its host, or
-                   it got at most 80% of its peers' CPU time while its step took longer
+                   it got at most 80% of its peers' CPU time
 memory_pressure    major page faults at least 3x its peers' (and 5/s or more), or swap in use
                    that grew during the steps
 data_loader        a finding in the data phase, or the culprit's data wait is at least half of
@@ -84,9 +84,6 @@ class _Pair:
 
     def __init__(self, m: StepMatrix, a_rows, b_rows, cols, before=None) -> None:
         self.m, self.a_rows, self.b_rows, self.cols, self.before = m, a_rows, b_rows, cols, before
-
-    def has(self, name: str) -> bool:
-        return ("dev." + name) in self.m.columns
 
     def values(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         g = self.m.extra("dev." + name)

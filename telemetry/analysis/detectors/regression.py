@@ -178,20 +178,63 @@ def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
                "component_change_s": {("comm" if k == COMM else "data" if k == DATA else k): v
                                       for k, v in deltas.items()}}
     tail = "" if ch.end == len(t) - 1 else f" until step {last}"
+    ba = before_after(m, live_idx[: ch.start], live_idx[ch.start: ch.end + 1])
+    if ba:
+        details["before_after"] = ba
+    also = _before_after_text(ba)
     if cause == COMM:
         return [Finding(kind="slow_comm", ranks=[], phase=None, **common, details=details,
                         evidence=(f"from step {first}{tail} the collectives themselves take {deltas[cause] * 1e3:.1f} ms "
                                   f"longer per step (time blocked by the last rank to arrive, which does not wait), "
                                   f"job-wide; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; at the old "
-                                  f"speed those steps would be {cost:.1%} faster"))]
+                                  f"speed those steps would be {cost:.1%} faster{also}"))]
     if cause == DATA:
         return [Finding(kind="data_stall", ranks=[], phase="data", **common, details=details,
                         evidence=(f"from step {first}{tail} every rank waits {deltas[cause] * 1e3:.1f} ms longer for "
                                   f"data; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; with input "
-                                  f"ready as before those steps would be {cost:.1%} faster"))]
+                                  f"ready as before those steps would be {cost:.1%} faster{also}"))]
     where = f" in phase {cause}" if cause else ""
     more = f" ({deltas[cause] * 1e3:.1f} ms of it{where})" if cause else ""
     return [Finding(kind="regression", ranks=[], phase=cause, **common, details=details,
                     evidence=(f"from step {first}{tail} the step takes {dt * 1e3:.1f} ms longer{more}, on every rank: "
                               f"{ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms (rank test z = {ch.z:.1f}); at the "
-                              f"old level those steps would be {cost:.1%} faster"))]
+                              f"old level those steps would be {cost:.1%} faster{also}"))]
+
+
+def before_after(m: StepMatrix, before: np.ndarray, after: np.ndarray) -> dict[str, list[float]]:
+    """What a user reads a change in, before and after it (step indices): tokens/s of the job, MFU and
+    GPU utilization (medians over ranks and steps, when the table has them), and the busy share of
+    the step (compute over step time, median over ranks: on a CPU run too)."""
+    if len(before) < 3 or len(after) < 3:
+        return {}
+    out: dict[str, list[float]] = {}
+    t = m.step_time()
+    with np.errstate(all="ignore"):
+        if m.tokens is not None:
+            tps = [float(np.nansum(m.tokens[i]) / np.nansum(t[i])) for i in (before, after)]
+            if all(np.isfinite(tps)) and tps[0] > 0:
+                out["tokens_per_s"] = tps
+        for name, col in (("mfu", "mfu"), ("gpu_utilization", "dev.gpu_utilization_ratio")):
+            g = m.extra(col)
+            if g is not None:
+                v = [float(np.nanmedian(g[:, i])) for i in (before, after)]
+                if all(np.isfinite(v)):
+                    out[name] = v
+        busy = m.compute / (m.duration + m.data)
+        v = [float(np.nanmedian(busy[:, i])) for i in (before, after)]
+        if all(np.isfinite(v)):
+            out["busy_fraction"] = v
+    return {k: [round(a, 6), round(b, 6)] for k, (a, b) in out.items()}
+
+
+def _before_after_text(ba: dict[str, list[float]]) -> str:
+    parts = []
+    if "tokens_per_s" in ba:
+        parts.append("tokens/s {:,.0f} -> {:,.0f}".format(*ba["tokens_per_s"]))
+    if "mfu" in ba:
+        parts.append("MFU {:.1%} -> {:.1%}".format(*ba["mfu"]))
+    if "gpu_utilization" in ba:
+        parts.append("GPU utilization {:.0%} -> {:.0%}".format(*ba["gpu_utilization"]))
+    if "busy_fraction" in ba:
+        parts.append("busy {:.0%} -> {:.0%} of the step".format(*ba["busy_fraction"]))
+    return f" ({', '.join(parts)})" if parts else ""
