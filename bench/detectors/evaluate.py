@@ -161,8 +161,8 @@ DEMOS = [
     ("slow_comm:factor=4,start=100", ["--inject", "slow_comm:factor=4,start=100"], [Expect("slow_comm", None, None, 100)]),
     ("regression:factor=2,start=100,phase=backward", ["--inject", "regression:factor=2,start=100,phase=backward"],
      [Expect("regression", None, "backward", 100)]),
-    ("hang:rank=1,step=60", ["--inject", "hang:rank=1,step=60", "--hang-after", "8"], [Expect("hang", (1,), "forward")]),
-    ("kill:rank=1,step=60", ["--inject", "kill:rank=1,step=60"], [Expect("rank_lost", (1,), None)]),
+    ("hang:rank=1,step=60", ["--inject", "hang:rank=1,step=60", "--hang-after", "8"], [Expect("hang", (1,), "forward", 60)]),
+    ("kill:rank=1,step=60", ["--inject", "kill:rank=1,step=60"], [Expect("rank_lost", (1,), None, 60)]),
 ]
 # the exit status each kind of demo job ends with: 4 hung, 1 failed (a rank died), 0 otherwise
 EXIT = {"hang": 4, "rank_lost": 1}
