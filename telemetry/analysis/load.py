@@ -64,6 +64,9 @@ def open_input(path: str) -> RunInput:
                              f"{layout.RANKS_DIR}/)")
         run = read_run(path)
         table = records_to_table(run.steps)
+        nodes = {r: info.get("node") for r, info in run.ranks.items() if info.get("node")}
+        if nodes and len(table):  # the layout: ranks that share a node (a slow node is one finding)
+            table["node"] = table["rank"].map(nodes).astype(object)
         return RunInput(path, RUN_DIR, table, meta=run.meta, ranks=run.ranks, progress=run.progress,
                         records=run.steps, warnings=run.warnings + _coverage(table),
                         online_findings=run.findings)

@@ -50,6 +50,7 @@ class Scenario:
     checkpoint_every: int = 0
     checkpoint_s: float = 0.2
     stages: int = 1
+    ranks_per_node: int = 0  # > 0: a node column (node0, node1, ...), consecutive ranks per node
     faults: tuple[Fault, ...] = field(default_factory=tuple)
 
     def healthy(self) -> "Scenario":
@@ -126,6 +127,8 @@ def simulate(sc: Scenario) -> pd.DataFrame:
         t = end
         prev_opt = comp["optimizer"]
     table = pd.DataFrame(rows)
+    if sc.ranks_per_node:
+        table["node"] = [f"node{r // sc.ranks_per_node}" for r in table["rank"]]
     if any(f.cause for f in sc.faults):
         _signals(table, sc, coins)
     return table

@@ -32,6 +32,7 @@ class StepMatrix:
     groups: np.ndarray  # (R,) peer group id (pipeline stage), 0 when unknown
     columns: dict[str, np.ndarray]  # other numeric columns (dev.*, mfu), one value per row
     index: tuple[np.ndarray, np.ndarray]  # (rank index, step index) of each row
+    nodes: np.ndarray | None = None  # (R,) the node (host) of each rank, from a node or host column
     cache: dict = field(default_factory=dict, compare=False, repr=False)  # derived arrays
 
     def extra(self, name: str) -> np.ndarray | None:
@@ -234,6 +235,10 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
     if "tokens" in table.columns:
         tok = table["tokens"].to_numpy(dtype=float, na_value=np.nan)
         tokens = np.bincount(s_idx, weights=np.where(np.isnan(tok), 0.0, tok), minlength=len(steps))
+    ncol = "node" if "node" in table.columns else ("host" if "host" in table.columns else None)
+    nodes = None
+    if ncol is not None:
+        nodes = table.groupby("rank")[ncol].first().reindex(ranks).astype(str).to_numpy()
     return StepMatrix(
         ranks=ranks, steps=steps, duration=duration, comm=comm, phases=phases, phase_compute=phase_compute,
-        tokens=tokens, compute=compute, groups=groups, columns=columns, index=(r_idx, s_idx))
+        tokens=tokens, compute=compute, groups=groups, columns=columns, index=(r_idx, s_idx), nodes=nodes)

@@ -213,20 +213,114 @@ def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
     live_idx = np.arange(p.warmup(m.n_steps), m.n_steps)
     candidates = _candidates(m, _hits_by_rank(m, p, live_idx, exclude), live_idx)
     # Largest excess first, each costed with the ones before it healed: with two stragglers, the
-    # smaller one only costs time once the larger is fixed, and the costs add up to the total.
+    # smaller one only costs time once the larger is fixed, and the costs add up to the total. The
+    # ranks of one node slow together are one unit (a slow node), costed as one.
     findings = []
-    for c in sorted(candidates, key=lambda c: -c.lead.excess_s):
-        one = np.zeros_like(shift)
-        one[c.rank, c.mask] = c.lead.excess_s
-        first, last = np.flatnonzero(c.mask)[[0, -1]]
-        covered = np.zeros(m.n_steps, dtype=bool)
-        covered[first:last + 1] = True  # the cost is over every step the finding covers
+    weak: list[tuple[list[_Candidate], float]] = []
+    for unit in sorted(_units(m, candidates), key=lambda u: -max(c.lead.excess_s for c in u)):
+        one, covered, first, last = _heal(m, unit, shift)
         cost = slowdown(m, shift + one, covered) - slowdown(m, shift, covered)
         if cost < p.min_slowdown:
+            weak.append((unit, cost))
             continue
         shift += one
-        findings.append(_finding(m, c, int(first), int(last), covered, cost, after_larger=bool(findings)))
+        findings.append(_node_finding(m, unit, first, last, covered, cost) if len(unit) > 1 else
+                        _finding(m, unit[0], first, last, covered, cost, after_larger=bool(findings)))
+    if weak:
+        # Each costs under the bar alone (the others still set the pace, or its peers' noise hides
+        # it); together they may not. Costed as a group, each named with its own marginal cost; a
+        # rank that is significantly slower is named even when it costs little today (at info),
+        # with what it would cost in a quieter job.
+        group = [c for unit, _ in weak for c in unit]
+        one, covered, _, _ = _heal(m, group, shift)
+        joint = slowdown(m, shift + one, covered) - slowdown(m, shift, covered)
+        together = len(weak) >= 2 and joint >= p.min_slowdown
+        shift += one
+        for unit, own in weak:
+            _, cov, first, last = _heal(m, unit, shift)
+            if len(unit) > 1:
+                findings.append(_node_finding(m, unit, first, last, cov, joint if together else own))
+                continue
+            c = unit[0]
+            f = _finding(m, c, first, last, cov, joint if together else own, after_larger=False)
+            quiet = c.lead.excess_s / max(float(nanmedian(m.step_time()[cov])), 1e-12)
+            if together:
+                others = sorted(int(m.ranks[o.rank]) for o in group if o is not c)
+                f.details.update(co_stragglers=others, group_slowdown=joint, marginal_slowdown=own)
+                f = _reword(f, f"healing it would make those steps {joint:.1%} faster",
+                            f"it is slow together with rank{'s' if len(others) > 1 else ''} "
+                            f"{', '.join(map(str, others))}: healing them all would make those steps "
+                            f"{joint:.1%} faster, this rank alone {_pct(own)} (the others still set the pace)")
+            else:
+                f.details.update(if_quiet=quiet)
+                f = _reword(f, f"healing it would make those steps {own:.1%} faster",
+                            f"healing it would make those steps {_pct(own)} faster today (its peers' own "
+                            f"noise sets the pace); in a quiet job its excess would cost {quiet:.1%}")
+            findings.append(f)
     return findings, shift
+
+
+def _pct(x: float) -> str:
+    """A small share with the digits it needs: 0.03%, 0.4%, 2.1%."""
+    return f"{x:.2%}" if abs(x) < 0.001 else f"{x:.1%}"
+
+
+def _heal(m: StepMatrix, unit: list["_Candidate"], shift: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The compute shift that heals ``unit``'s ranks, the steps its finding covers, first and last."""
+    one = np.zeros_like(shift)
+    mask = np.zeros(m.n_steps, dtype=bool)
+    for c in unit:
+        one[c.rank, c.mask] = c.lead.excess_s
+        mask |= c.mask
+    first, last = np.flatnonzero(mask)[[0, -1]]
+    covered = np.zeros(m.n_steps, dtype=bool)
+    covered[first:last + 1] = True  # the cost is over every step the finding covers
+    return one, covered, int(first), int(last)
+
+
+def _units(m: StepMatrix, candidates: list["_Candidate"]) -> list[list["_Candidate"]]:
+    """Candidates to cost together: the slow ranks of one node (two or more, at least half of the
+    node's ranks, in a job of several nodes) are one unit; every other candidate is its own."""
+    if m.nodes is None or len(set(m.nodes.tolist())) < 2:
+        return [[c] for c in candidates]
+    by_node: dict[str, list[_Candidate]] = {}
+    for c in candidates:
+        by_node.setdefault(str(m.nodes[c.rank]), []).append(c)
+    units = []
+    for node, cs in by_node.items():
+        size = int(np.sum(m.nodes == node))
+        if len(cs) >= 2 and 2 * len(cs) >= size:
+            units.append(sorted(cs, key=lambda c: c.rank))
+        else:
+            units += [[c] for c in cs]
+    return units
+
+
+def _reword(f: Finding, old: str, new: str) -> Finding:
+    from dataclasses import replace
+
+    return replace(f, evidence=f.evidence.replace(old, new))
+
+
+def _node_finding(m: StepMatrix, unit: list["_Candidate"], first: int, last: int, covered: np.ndarray,
+                  cost: float) -> Finding:
+    node = str(m.nodes[unit[0].rank])
+    ranks = [int(m.ranks[c.rank]) for c in unit]
+    size = int(np.sum(m.nodes == node))
+    phases = [c.phase for c in unit if c.phase]
+    phase = max(set(phases), key=phases.count) if phases else None
+    where = f"phase {phase}" if phase else "compute outside the instrumented phases"
+    ratio = float(np.median([1 + c.lead.excess_s / c.lead.base_s for c in unit]))
+    excess = float(np.median([c.lead.excess_s for c in unit]))
+    steps = f"{int(m.steps[first])}-{int(m.steps[last])}"
+    span = f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else ", ".join(map(str, ranks))
+    evidence = (f"slow node {node}: ranks {span} ({len(ranks)} of its {size}) take {excess * 1e3:.1f} ms more "
+                f"in {where} than their peers ({ratio:.2f}x, median of the node's ranks) over steps {steps}; "
+                f"healing the node would make those steps {cost:.1%} faster")
+    return Finding(kind="straggler", ranks=ranks, phase=phase, first_step=int(m.steps[first]),
+                   last_step=int(m.steps[last]), severity=severity_for(cost), slowdown=cost, evidence=evidence,
+                   details={"node": node, "node_ranks": size, "excess_s": excess, "ratio": ratio,
+                            "rank_excess_s": {int(m.ranks[c.rank]): c.lead.excess_s for c in unit}})
 
 
 def _hits_by_rank(m: StepMatrix, p: StragglerParams, live_idx: np.ndarray,

@@ -1,0 +1,45 @@
+"""Stragglers in groups and in the small: each under the 1% bar alone, named all the same."""
+
+from telemetry.analysis.detectors import analyze
+from telemetry.demo.simulate import Fault, Scenario, simulate, true_slowdown
+
+
+def stragglers(sc):
+    return [f for f in analyze(simulate(sc)).findings if f.kind == "straggler"]
+
+
+def test_co_stragglers_are_costed_together_and_each_named_with_its_marginal_cost():
+    sc = Scenario(ranks=16, steps=400, faults=(Fault("straggler", ranks=(3, 11), phase="forward", factor=1.2),))
+    found = stragglers(sc)
+    assert sorted(f.ranks[0] for f in found) == [3, 11] and all(f.phase == "forward" for f in found)
+    for f in found:
+        assert f.severity == "warning" and abs(f.slowdown - true_slowdown(sc)) < 0.2 * true_slowdown(sc)
+        assert f.details["marginal_slowdown"] < 0.01 <= f.details["group_slowdown"]
+        assert "slow together with rank" in f.evidence and "this rank alone" in f.evidence
+
+
+def test_a_slow_node_is_one_finding_listing_its_ranks():
+    sc = Scenario(ranks=16, steps=400, ranks_per_node=4,
+                  faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),))
+    [f] = stragglers(sc)
+    assert f.ranks == [4, 5, 6, 7] and f.phase == "backward" and f.details["node"] == "node1"
+    assert f.evidence.startswith("slow node node1: ranks 4-7 (4 of its 4)")
+    assert abs(f.slowdown - true_slowdown(sc)) < 0.1 * true_slowdown(sc)
+
+
+def test_without_a_node_layout_the_same_ranks_are_co_stragglers():
+    sc = Scenario(ranks=16, steps=400, faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),))
+    assert sorted(f.ranks[0] for f in stragglers(sc)) == [4, 5, 6, 7]
+
+
+def test_a_hidden_straggler_is_named_at_info_with_its_cost_in_a_quiet_job():
+    sc = Scenario(ranks=256, steps=300, jitter=0.1,
+                  faults=(Fault("straggler", ranks=(100,), phase="backward", factor=1.12),))
+    [f] = stragglers(sc)
+    assert f.ranks == [100] and f.severity == "info" and f.slowdown < 0.01
+    assert f.details["if_quiet"] > 0.03 and "in a quiet job its excess would cost" in f.evidence
+
+
+def test_a_healthy_job_still_has_no_straggler():
+    assert stragglers(Scenario(ranks=16, steps=400)) == []
+    assert stragglers(Scenario(ranks=8, steps=300, jitter=0.3, static=0.02)) == []
