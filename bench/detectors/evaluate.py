@@ -151,6 +151,9 @@ def score_simulated():
         found = found + [f for f in every if f not in found and any(matches(f, e) for e in expect if e.info)]
         fps = [f for f in found if not any(matches(f, e) for e in expect)]
         delays = [delay(sc, table, e) for e in hits] if sc.ranks <= 256 else []
+        # onset error: the matched finding's first step against the fault's first step (faults that
+        # begin mid-run; one that starts at 0 is found after the warm-up by design)
+        onsets = [next(f["first_step"] for f in found if matches(f, e)) - e.start for e in hits if e.start > 0]
         err = None
         if len(expect) == 1 and hits and expect[0].kind != "memory_growth":
             f = next(f for f in found if matches(f, expect[0]))
@@ -159,7 +162,7 @@ def score_simulated():
             err = (err, f["slowdown"], truth)
         rows.append({"name": sc.name, "ranks": sc.ranks, "steps": sc.steps, "expected": len(expect),
                      "found": len(hits), "false_positives": [(f["kind"], f["ranks"][:4], f["severity"]) for f in fps],
-                     "delay": [d for d in delays if d is not None], "whatif": err, "seconds": secs,
+                     "delay": [d for d in delays if d is not None], "onset": onsets, "whatif": err, "seconds": secs,
                      "kinds": sorted({f["kind"] for f in found})})
     return rows
 
@@ -240,14 +243,16 @@ def render(sim, demos, corpus, scale) -> str:
              "severity warning or above (memory growth, which costs no time, at any severity).", "",
              f"**Simulated** ({len(sim)} scenarios): recall {got}/{exp}, false positives {fps}, median what-if error "
              f"{statistics.median(errs):.1%} (max {max(errs):.1%}) over {len(errs)} single-fault scenarios, median "
-             f"detection delay {statistics.median(delays) if delays else '-'} steps (detectors rerun every 10 steps).", "",
-             "| scenario | ranks x steps | expected | found | false positives | delay (steps) | what-if: ours / true (error) |",
-             "|---|---|---|---|---|---|---|"]
+             f"detection delay {statistics.median(delays) if delays else '-'} steps (detectors rerun every 10 steps), "
+             f"onset error (first step found against the fault's, for faults that begin mid-run) "
+             f"{', '.join(str(o) for r in sim for o in r['onset']) or '-'} steps.", "",
+             "| scenario | ranks x steps | expected | found | false positives | delay (steps) | onset error (steps) | what-if: ours / true (error) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in sim:
         w = f"{r['whatif'][1]:.3f} / {r['whatif'][2]:.3f} ({r['whatif'][0]:.0%})" if r["whatif"] else "-"
         fp = ", ".join(f"{k} {rk} {sv}" for k, rk, sv in r["false_positives"]) or "0"
         lines.append(f"| {r['name']} | {r['ranks']} x {r['steps']} | {r['expected']} | {r['found']} | {fp} | "
-                     f"{', '.join(map(str, r['delay'])) or '-'} | {w} |")
+                     f"{', '.join(map(str, r['delay'])) or '-'} | {', '.join(map(str, r['onset'])) or '-'} | {w} |")
     if demos:
         d_exp = sum(r.get("expected", 0) for r in demos)
         d_got = sum(r.get("found", 0) for r in demos)

@@ -120,6 +120,28 @@ def robust_sigma(e: np.ndarray) -> float:
     return s if np.isfinite(s) else 0.0
 
 
+def refine_edges(x: np.ndarray, lo: int, hi: int, h: int) -> tuple[int, int]:
+    """Move a hot stretch's edges (found at half-block resolution, ``h`` steps) to the steps where
+    the excess changes level: the split maximizing the cumulative sum of (x - c), c halfway between
+    the levels inside and outside, each edge searched within 2h steps of where it was found.
+    Deviations are clipped at twice the level difference, so one spike cannot pull an edge."""
+    n = len(x)
+    x = np.where(np.isfinite(x), x, np.nan)
+    inside = float(np.nanmedian(x[lo:hi + 1]))
+    rest = np.concatenate([x[:lo], x[hi + 1:]])
+    outside = float(np.nanmedian(rest)) if np.isfinite(rest).any() else 0.0
+    step = inside - outside
+    if not (np.isfinite(step) and step > 0):
+        return lo, hi
+    d = np.clip(np.nan_to_num(x - (inside + outside) / 2.0), -2 * step, 2 * step)
+    cs = np.concatenate(([0.0], np.cumsum(d)))  # cs[k] = sum of d[:k]
+    a, b = max(0, lo - 2 * h), min(hi, lo + 2 * h)
+    new_lo = a + int(np.argmin(cs[a:b + 1]))  # maximizes sum d[k:...]
+    a2, b2 = max(new_lo, hi - 2 * h), min(n - 1, hi + 2 * h)
+    new_hi = a2 + int(np.argmax(cs[a2 + 1:b2 + 2]))  # maximizes sum d[...:k + 1]
+    return new_lo, new_hi
+
+
 def hot_mask(hot: np.ndarray, min_run: int) -> np.ndarray:
     """Keep only runs of True at least ``min_run`` long."""
     out = np.zeros_like(hot)
@@ -166,6 +188,7 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
         if runs.sum() >= p.min_run:
             lo, hi = np.flatnonzero(runs)[[0, -1]]
             if runs[lo:hi + 1].mean() >= 0.5:  # hot through most of its span: one persistent stretch
+                lo, hi = refine_edges(e[r], int(lo), int(hi), h)
                 span = np.zeros_like(runs)
                 span[lo:hi + 1] = True
                 hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
