@@ -43,3 +43,14 @@ def test_a_hidden_straggler_is_named_at_info_with_its_cost_in_a_quiet_job():
 def test_a_healthy_job_still_has_no_straggler():
     assert stragglers(Scenario(ranks=16, steps=400)) == []
     assert stragglers(Scenario(ranks=8, steps=300, jitter=0.3, static=0.02)) == []
+
+
+def test_onsets_are_placed_at_the_change_not_at_a_block_edge():
+    for start in (150, 157, 163):  # not on a block boundary either
+        sc = Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4,
+                                                        start=start),))
+        [f] = stragglers(sc)
+        assert abs(f.first_step - start) <= 3, (start, f.first_step)
+    sc = Scenario(ranks=8, steps=300, faults=(Fault("data_stall", ranks=(1,), delay_s=0.01, start=100),))
+    [f] = [f for f in analyze(simulate(sc)).findings if f.kind == "data_stall"]
+    assert abs(f.first_step - 100) <= 3 and f.last_step == 299
