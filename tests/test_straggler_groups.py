@@ -54,3 +54,13 @@ def test_onsets_are_placed_at_the_change_not_at_a_block_edge():
     sc = Scenario(ranks=8, steps=300, faults=(Fault("data_stall", ranks=(1,), delay_s=0.01, start=100),))
     [f] = [f for f in analyze(simulate(sc)).findings if f.kind == "data_stall"]
     assert abs(f.first_step - 100) <= 3 and f.last_step == 299
+
+
+def test_a_clear_two_to_four_percent_regression_is_a_finding_and_a_clean_run_has_none():
+    for phase, factor, cost in (("forward", 1.16, 0.039), ("backward", 1.05, 0.025)):
+        sc = Scenario(ranks=8, steps=800, faults=(Fault("regression", phase=phase, factor=factor, start=300),))
+        [f] = [f for f in analyze(simulate(sc)).findings if f.kind == "regression"]
+        assert f.phase == phase and abs(f.first_step - 300) <= 5 and abs(f.slowdown - cost) < 0.005
+    for sc in (Scenario(ranks=8, steps=800), Scenario(ranks=8, steps=800, checkpoint_every=50, seed=5),
+               Scenario(ranks=8, steps=800, jitter=0.3, static=0.02, seed=3)):
+        assert not [f for f in analyze(simulate(sc)).findings if f.kind in ("regression", "slow_comm", "data_stall")]

@@ -44,7 +44,8 @@ class StragglerParams:
     z_min: float = 4.0
     window: int = 31
     min_run: int = 5
-    min_slowdown: float = 0.01  # below this a straggler is not reported at all
+    min_slowdown: float = 0.01  # below this a straggler is reported at info only (see min_quiet_cost)
+    min_quiet_cost: float = 0.03  # ... and only if its excess would cost this much in a quiet job
     spike_sigma: float = 4.0
     min_hot_fraction: float = 0.05
 
@@ -275,6 +276,9 @@ def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
                             f"{', '.join(map(str, others))}: healing them all would make those steps "
                             f"{joint:.1%} faster, this rank alone {_pct(own)} (the others still set the pace)")
             else:
+                if quiet < p.min_quiet_cost:
+                    shift -= _heal(m, unit, shift)[0]  # not named: not part of the what-if either
+                    continue
                 f.details.update(if_quiet=quiet)
                 f = _reword(f, f"healing it would make those steps {own:.1%} faster",
                             f"healing it would make those steps {_pct(own)} faster today (its peers' own "
