@@ -62,8 +62,14 @@ def overview(view: D.RunView, choice: Choice, percentiles: Any) -> None:  # noqa
     cols[2].metric("MFU", f"{s['mfu']:.1%}" if "mfu" in s else "-",
                    help=None if "mfu" in s else "not configured: init(flops_per_token=...) and a known peak")
     cols[3].metric("estimated slowdown", f"{s['slowdown']:.1%}", help="all findings together, over the run")
-    span = view.run.table["start_s"]
-    cols[4].metric("uptime", f"{(span.max() - span.min()) / 60:.1f} min", help="first step start to last step start")
+    up = s.get("uptime") or {}
+    if "wall_s" in up:
+        lost = (f"; {up['lost_s'] / 60:.1f} min lost in {up['restarts']} restart(s) or outage(s) (at steps "
+                f"{', '.join(map(str, up['restarted_at_steps']))})" if up.get("restarts") else "")
+        cols[4].metric("uptime", f"{up['wall_s'] / 60:.1f} min",
+                       help=f"first step start to last step end: {up['in_steps_s'] / 60:.1f} min in steps{lost}")
+    else:
+        cols[4].metric("uptime", "-", help="the input has no step start times")
     st.caption(f"{s['ranks']} ranks, {s['steps']} steps ({s['first_step']}-{s['last_step']})"
                + (f"; a step here is a {view.run.meta['window_s']:.0f} s window of the live job"
                   if view.run.kind == "prometheus" else ""))

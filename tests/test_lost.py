@@ -49,3 +49,20 @@ def test_a_lost_rank_is_not_reported_again_as_a_hang():
     assert kinds == ["rank_lost"]
     alive = {0: waiting(0), 1: beat(1, phase="forward"), 2: waiting(2)}  # rank 1 alive, stuck in forward
     assert [f.kind for f in analyze(table, alive, 3).findings] == ["hang"]
+
+
+def test_a_restart_is_lost_time_in_the_uptime_and_the_goodput_split():
+    """A job restarted 300 s after step 119 (its first session's later steps re-run, last wins)."""
+    from telemetry.analysis.report import render
+    from telemetry.demo.simulate import Scenario, simulate
+
+    t = simulate(Scenario(ranks=4, steps=300))
+    clean = analyze(t).summary
+    assert clean["uptime"]["restarts"] == 0 and "lost" not in clean["goodput"]
+    t.loc[t["step"] >= 120, "start_s"] += 300.0
+    s = analyze(t).summary
+    up, g = s["uptime"], s["goodput"]
+    assert up["restarts"] == 1 and up["restarted_at_steps"] == [120] and abs(up["lost_s"] - 300.0) < 1.0
+    assert abs(up["wall_s"] - (clean["uptime"]["wall_s"] + 300.0)) < 1.0
+    assert abs(sum(g.values()) - 1.0) < 0.01 and abs(g["lost"] - 300.0 / up["wall_s"]) < 0.01
+    assert "of which 5.0 min lost in 1 restart" in render(analyze(t), "run")

@@ -101,6 +101,11 @@ def render(analysis: Analysis, source: str, warmup: int = 0, warnings: list[str]
     tps = f", {s['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in s else ""
     out.append(f"{source}: {_n(s['ranks'], 'rank')}, {_n(s['steps'], 'step')} ({s['first_step']}-{s['last_step']}), "
                f"median step time {_ms(s['step_time_s'])} ms (data wait included){tps}\n")
+    up = s.get("uptime") or {}
+    if up.get("restarts"):
+        out.append(f"Uptime {up['wall_s'] / 60:.1f} min, of which {up['lost_s'] / 60:.1f} min lost in "
+                   f"{_n(up['restarts'], 'restart')} or outages (before steps "
+                   f"{', '.join(map(str, up['restarted_at_steps']))}; goodput 'lost')\n")
     if analysis.matrix is not None:
         out.append(rank_table(analysis.matrix, warmup))
     for w in warnings or []:

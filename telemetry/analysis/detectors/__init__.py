@@ -101,7 +101,8 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
         "findings": len(findings),
         "by_kind": {k: sum(f.kind == k for f in findings) for k in sorted({f.kind for f in findings})},
         "severity": max((f.severity for f in findings), key=SEVERITIES.index, default=None),
-        "goodput": _goodput(m, shift),
+        "goodput": _goodput(m, shift, uptime(m)),
+        "uptime": uptime(m),
         "straggler_score": straggler_scores(m),
     }
     if m.has_layout:
@@ -125,18 +126,53 @@ def covered_seconds(m: StepMatrix, f: Finding) -> float:
     return float(np.nansum(t[mask]))
 
 
-def _goodput(m: StepMatrix, shift: np.ndarray | None) -> dict[str, float]:
-    """Where the run's time went, as fractions of the job's total step time.
+RESTART_GAP_S = 60.0  # a gap between steps this long (and 30 median steps) is a restart or an outage
+
+
+def uptime(m: StepMatrix) -> dict[str, Any]:
+    """The run's wall time from its first step's start to its last step's end, split into time in
+    steps, short gaps between steps (work outside ``telemetry.step``: logging, evaluation, host
+    overhead) and long gaps (over ``RESTART_GAP_S`` and 30 median steps: a restart, with the steps
+    re-run after it, or an outage): the lost time. Steps in order of their number; a restarted
+    job's re-run steps replace the first session's (last wins), so the gap before the first
+    re-run step holds the wasted work too."""
+    t = nan_to_zero(m.step_time())
+    in_steps = float(t.sum())
+    out: dict[str, Any] = {"in_steps_s": round(in_steps, 3)}
+    if m.step_start is None or not np.isfinite(m.step_start).any():
+        return out
+    start = m.step_start
+    ok = np.isfinite(start)
+    first = float(start[ok][0])
+    last_i = np.flatnonzero(ok)[-1]
+    wall = float(start[last_i] + t[last_i] - first)
+    gaps = np.where(ok[1:] & ok[:-1], start[1:] - (start[:-1] + t[:-1]), 0.0)
+    gaps = np.clip(np.nan_to_num(gaps), 0.0, None)
+    bound = max(RESTART_GAP_S, 30.0 * float(np.median(t)) if len(t) else 0.0)
+    long = gaps > bound
+    out.update(wall_s=round(max(wall, in_steps), 3), between_steps_s=round(float(gaps[~long].sum()), 3),
+               lost_s=round(float(gaps[long].sum()), 3), restarts=int(long.sum()),
+               restarted_at_steps=[int(s) for s in m.steps[1:][long]][:20])
+    return out
+
+
+def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None = None) -> dict[str, float]:
+    """Where the run's time went, as fractions of its wall time (first step start to last step end).
 
     compute: the typical rank's own work; data_wait: the typical rank's wait for input;
     straggler_wait: time the job waited for the culprits of the findings (the what-if);
     checkpoint: the excess of steps that hit every rank at once (over 3x the median step);
-    communication: the collectives' own time (the last rank to arrive does not wait); other: the rest.
+    communication: the collectives' own time (the last rank to arrive does not wait);
+    between_steps: short gaps between steps (work outside telemetry.step); lost: long gaps (a
+    restart and the work it re-ran, an outage; see :func:`uptime`); other: the rest of the steps.
     """
     t = nan_to_zero(m.step_time())
     total = float(t.sum())
     if total <= 0:
         return {}
+    up = up or {}
+    between, lost = float(up.get("between_steps_s", 0.0)), float(up.get("lost_s", 0.0))
+    wall = total + between + lost
     med = float(np.median(t))
     spikes = t > 3 * med
     checkpoint = float((t[spikes] - med).sum())
@@ -150,8 +186,12 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None) -> dict[str, float]:
     parts = {"compute": compute, "data_wait": data, "straggler_wait": culprit, "checkpoint": checkpoint,
              "communication": comm}
     scale = min(1.0, total / max(sum(parts.values()), 1e-12))  # overlapping estimates never exceed 100%
-    out = {k: round(v * scale / total, 4) for k, v in parts.items()}
-    out["other"] = round(max(0.0, 1.0 - sum(out.values())), 4)
+    out = {k: round(v * scale / wall, 4) for k, v in parts.items()}
+    out["other"] = round(max(0.0, total / wall - sum(out.values())), 4)
+    if between > 0:
+        out["between_steps"] = round(between / wall, 4)
+    if lost > 0:
+        out["lost"] = round(lost / wall, 4)
     return out
 
 

@@ -33,6 +33,7 @@ class StepMatrix:
     columns: dict[str, np.ndarray]  # other numeric columns (dev.*, mfu), one value per row
     index: tuple[np.ndarray, np.ndarray]  # (rank index, step index) of each row
     nodes: np.ndarray | None = None  # (R,) the node (host) of each rank, from a node or host column
+    step_start: np.ndarray | None = None  # (S,) the earliest start_s of each step over ranks (epoch s)
     cache: dict = field(default_factory=dict, compare=False, repr=False)  # derived arrays
 
     def extra(self, name: str) -> np.ndarray | None:
@@ -239,6 +240,13 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
     nodes = None
     if ncol is not None:
         nodes = table.groupby("rank")[ncol].first().reindex(ranks).astype(str).to_numpy()
+    step_start = None
+    if "start_s" in table.columns:
+        st = table["start_s"].to_numpy(dtype=float, na_value=np.nan)
+        step_start = np.full(len(steps), np.inf)
+        np.fmin.at(step_start, s_idx, st)
+        step_start[~np.isfinite(step_start)] = np.nan
     return StepMatrix(
         ranks=ranks, steps=steps, duration=duration, comm=comm, phases=phases, phase_compute=phase_compute,
-        tokens=tokens, compute=compute, groups=groups, columns=columns, index=(r_idx, s_idx), nodes=nodes)
+        tokens=tokens, compute=compute, groups=groups, columns=columns, index=(r_idx, s_idx), nodes=nodes,
+        step_start=step_start)
