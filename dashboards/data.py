@@ -185,6 +185,8 @@ def rank_summary(view: RunView) -> pd.DataFrame:
     m = view.matrix
     live = slice(StragglerParams().warmup(m.n_steps), None)
     out = pd.DataFrame({"rank": m.ranks.astype(int)})
+    if m.nodes is not None and len(set(m.nodes.tolist())) > 1:  # a slow node shows as its ranks together
+        out["node"] = m.nodes
     out["in step ms"] = nanmedian(m.duration[:, live], axis=1) * 1e3
     out["compute ms"] = nanmedian(m.compute[:, live], axis=1) * 1e3
     if m.comm is not None:

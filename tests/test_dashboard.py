@@ -364,3 +364,15 @@ def test_every_page_on_a_large_simulated_run(monkeypatch, tmp_path):
     [slider] = [s for s in at.sidebar.slider if s.label == "steps"]
     slider.set_value((1500, 2500)).run()  # a step range: the views follow it
     assert not at.exception
+
+
+def test_a_slow_node_is_marked_on_its_ranks_and_the_summary_names_the_nodes(monkeypatch, tmp_path):
+    path = tmp_path / "nodes.parquet"
+    simulate(Scenario(ranks=16, steps=400, ranks_per_node=4,
+                      faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),))
+             ).to_parquet(path, index=False)
+    at = run_app(monkeypatch, str(path))
+    assert any("straggler - rank 4, 5, 6, 7 - phase backward" in e.label for e in at.expander)
+    summary = show(at, "ranks").dataframe[0].value.set_index("rank")
+    assert summary.loc[5, "node"] == "node1" and "straggler" in summary.loc[5, "findings"]
+    assert summary.loc[0, "findings"] == ""

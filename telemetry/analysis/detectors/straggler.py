@@ -21,6 +21,13 @@ everyone's bounds; z thresholds grow with the number of ranks tested (multiple c
 The named phase holds most of the excess; the what-if removes the rank's total excess on the
 covered steps and replays them (:mod:`.whatif`). With several stragglers, the largest is costed
 first and each next one with those before it healed, so that their costs add up to the total.
+A persistent stretch's edges are then moved to where the excess changes level (:func:`refine_edges`).
+
+The test decides whether a rank is slow; the what-if only decides the severity. The slow ranks of
+one node (from the table's node/host column) are one finding ("slow node"). Stragglers that each
+cost under ``min_slowdown`` alone (the others still set the pace) are costed as a group and named
+with the group cost and their own; one that costs little only because its peers' noise hides it is
+named at info when its excess would cost ``min_quiet_cost`` in a quiet job.
 """
 
 from __future__ import annotations
