@@ -16,7 +16,7 @@ import pandas as pd
 
 from telemetry.analysis.load import RunInput
 
-from .data import MAX_LINE_POINTS, _blocks
+from .grid import MAX_LINE_POINTS, _blocks
 
 COLUMNS = ["rank", "step", "op", "calls", "seconds", "blocked_s", "bytes", "bus_bytes"]
 

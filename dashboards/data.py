@@ -21,8 +21,8 @@ from telemetry.analysis.findings import compare_online
 from telemetry.analysis.load import RunInput, open_input
 from telemetry.analysis.table import TableError
 
-MAX_HEATMAP_COLUMNS = 400  # steps are grouped into at most this many blocks (block medians)
-MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps are grouped
+from .grid import MAX_HEATMAP_COLUMNS, MAX_LINE_POINTS, _blocks, grid_cells, step_columns  # noqa: F401 - for views
+
 LIVE_REFRESH_S = 5.0  # a run directory still being written is checked for new steps this often (at least)
 PROMETHEUS_REFRESH_S = 15.0  # a Prometheus job is queried again this often
 
@@ -119,13 +119,6 @@ def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.Dat
     return wide.melt("step", var_name="percentile", value_name="ms").dropna()
 
 
-def _blocks(n: int, at_most: int) -> tuple[int, int]:
-    """(steps per block, whole blocks) that group ``n`` steps into at most ``at_most`` blocks; the
-    last few steps that do not fill a block are left out of the picture."""
-    width = -(-n // at_most)
-    return width, n // width
-
-
 def goodput(summary: dict[str, Any]) -> pd.DataFrame:
     """The goodput split as (part, share) rows, largest first."""
     parts = summary.get("goodput") or {}
@@ -147,36 +140,11 @@ def series(m: StepMatrix, what: str) -> np.ndarray:
     raise ViewError(f"no series {what!r}; accepted: compute, blocked, data, " + ", ".join(m.phase_compute))
 
 
-def step_columns(m: StepMatrix, steps: tuple[int, int] | None) -> np.ndarray:
-    """A mask over ``m.steps``: the steps from ``steps[0]`` to ``steps[1]`` (all when None)."""
-    if steps is None:
-        return np.ones(m.n_steps, dtype=bool)
-    return (m.steps >= steps[0]) & (m.steps <= steps[1])
-
-
 def heatmap(m: StepMatrix, what: str, ranks: list[int] | None = None, steps: tuple[int, int] | None = None,
             max_columns: int = MAX_HEATMAP_COLUMNS) -> pd.DataFrame:
     """A rank x step grid of ``what`` (see :func:`series`) in ms, long format (``rank``, ``step``,
     ``ms``); see :func:`grid_cells` for the downsampling."""
     return grid_cells(m, series(m, what) * 1e3, ranks, steps, max_columns).rename(columns={"value": "ms"})
-
-
-def grid_cells(m: StepMatrix, a: np.ndarray, ranks: list[int] | None = None, steps: tuple[int, int] | None = None,
-               max_columns: int = MAX_HEATMAP_COLUMNS) -> pd.DataFrame:
-    """An (R, S) array of ``m``'s shape as long-format cells (``rank``, ``step``, ``value``) over the
-    chosen ranks and steps. Beyond ``max_columns`` steps, consecutive steps are grouped and each cell
-    is the block's median (labelled by the block's first step), so one slow rank still stands out at
-    10,000 steps."""
-    cols = step_columns(m, steps)
-    rows = np.ones(m.n_ranks, dtype=bool) if ranks is None else np.isin(m.ranks, ranks)
-    a, step_ids, rank_ids = a[rows][:, cols], m.steps[cols], m.ranks[rows]
-    if a.shape[1] > max_columns:
-        width, nb = _blocks(a.shape[1], max_columns)
-        a = nanmedian(a[:, : nb * width].reshape(a.shape[0], nb, width), axis=2)
-        step_ids = step_ids[: nb * width: width]
-    grid = pd.DataFrame(a, index=rank_ids, columns=step_ids)
-    grid.index.name, grid.columns.name = "rank", "step"
-    return grid.stack(future_stack=True).rename("value").reset_index()
 
 
 def rank_summary(view: RunView) -> pd.DataFrame:

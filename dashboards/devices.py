@@ -10,7 +10,7 @@ import pandas as pd
 
 from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian
 
-from .data import step_columns
+from .grid import step_columns
 
 # signal -> (label, unit, factor from the stored base unit to the unit shown). Signals not named here
 # are still shown, under their own name and base unit.

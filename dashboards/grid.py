@@ -1,0 +1,44 @@
+"""The rank x step grid as the views draw it: which steps a range selects, and how many steps a
+chart can hold before consecutive steps are grouped into blocks. No Streamlit here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian
+
+MAX_HEATMAP_COLUMNS = 400  # steps are grouped into at most this many blocks (block medians)
+MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps are grouped
+
+
+def _blocks(n: int, at_most: int) -> tuple[int, int]:
+    """(steps per block, whole blocks) that group ``n`` steps into at most ``at_most`` blocks; the
+    last few steps that do not fill a block are left out of the picture."""
+    width = -(-n // at_most)
+    return width, n // width
+
+
+def step_columns(m: StepMatrix, steps: tuple[int, int] | None) -> np.ndarray:
+    """A mask over ``m.steps``: the steps from ``steps[0]`` to ``steps[1]`` (all when None)."""
+    if steps is None:
+        return np.ones(m.n_steps, dtype=bool)
+    return (m.steps >= steps[0]) & (m.steps <= steps[1])
+
+
+def grid_cells(m: StepMatrix, a: np.ndarray, ranks: list[int] | None = None, steps: tuple[int, int] | None = None,
+               max_columns: int = MAX_HEATMAP_COLUMNS) -> pd.DataFrame:
+    """An (R, S) array of ``m``'s shape as long-format cells (``rank``, ``step``, ``value``) over the
+    chosen ranks and steps. Beyond ``max_columns`` steps, consecutive steps are grouped and each cell
+    is the block's median (labelled by the block's first step), so one slow rank still stands out at
+    10,000 steps."""
+    cols = step_columns(m, steps)
+    rows = np.ones(m.n_ranks, dtype=bool) if ranks is None else np.isin(m.ranks, ranks)
+    a, step_ids, rank_ids = a[rows][:, cols], m.steps[cols], m.ranks[rows]
+    if a.shape[1] > max_columns:
+        width, nb = _blocks(a.shape[1], max_columns)
+        a = nanmedian(a[:, : nb * width].reshape(a.shape[0], nb, width), axis=2)
+        step_ids = step_ids[: nb * width: width]
+    grid = pd.DataFrame(a, index=rank_ids, columns=step_ids)
+    grid.index.name, grid.columns.name = "rank", "step"
+    return grid.stack(future_stack=True).rename("value").reset_index()
