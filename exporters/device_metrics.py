@@ -25,6 +25,8 @@ _PLAIN = {
     "gpu_sm_clock_hertz": ("train_gpu_sm_clock_hertz", "SM clock", False),
     "gpu_memory_clock_hertz": ("train_gpu_memory_clock_hertz", "Memory clock", False),
     "gpu_pcie_replays": ("train_gpu_pcie_replays", "PCIe replays", True),
+    "gpu_xid_errors": ("train_gpu_xid_errors", "XID (critical) errors NVML reported since telemetry started", True),
+    "gpu_last_xid": ("train_gpu_last_xid", "The code of the last XID error (e.g. 79: fell off the bus)", False),
     "gpu_sm_activity_ratio": ("train_gpu_sm_activity_ratio", "SM activity (GPM, Hopper and newer)", False),
     "gpu_sm_occupancy_ratio": ("train_gpu_sm_occupancy_ratio", "SM occupancy (GPM)", False),
     "process_cpu_seconds": ("train_process_cpu_seconds", "CPU time of this rank's process", True),

@@ -21,6 +21,7 @@ nvmlClocksEventReasonSwThermalSlowdown = 0x20
 nvmlClocksEventReasonHwThermalSlowdown = 0x40
 nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
 nvmlClocksEventReasonDisplayClockSetting = 0x100
+nvmlEventTypeXidCriticalError = 0x8
 
 
 class NVMLError(Exception):
@@ -35,8 +36,12 @@ class NVMLError_LibraryNotFound(NVMLError):
     pass
 
 
+class NVMLError_Timeout(NVMLError):
+    pass
+
+
 state = types.SimpleNamespace(init_error=None, calls={}, handles=[], unsupported={"nvmlDeviceGetPcieReplayCounter"},
-                              gpm=True, energy_mj=5_000_000)
+                              gpm=True, energy_mj=5_000_000, xids=[], event_sets=0)
 
 
 def _count(name):
@@ -150,3 +155,25 @@ def nvmlGpmMetricsGet(mg):
     for m in mg.metrics[: mg.numMetrics]:
         m.value = {NVML_GPM_METRIC_SM_UTIL: 64.0, NVML_GPM_METRIC_SM_OCCUPANCY: 33.0}[m.metricId]
     return mg
+
+
+def nvmlEventSetCreate():
+    _count("nvmlEventSetCreate")
+    state.event_sets += 1
+    return ("event_set", state.event_sets)
+
+
+def nvmlDeviceRegisterEvents(h, types_mask, es):
+    _count("nvmlDeviceRegisterEvents")
+
+
+def nvmlEventSetWait_v2(es, timeout_ms):
+    """The next queued XID (state.xids), or NVMLError_Timeout when none waits (as NVML does)."""
+    _count("nvmlEventSetWait_v2")
+    if not state.xids:
+        raise NVMLError_Timeout()
+    return types.SimpleNamespace(eventType=nvmlEventTypeXidCriticalError, eventData=state.xids.pop(0))
+
+
+def nvmlEventSetFree(es):
+    state.event_sets -= 1

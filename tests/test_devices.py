@@ -53,6 +53,31 @@ def test_nvml_readings_are_decoded_into_base_units(fake_nvml):
     assert src.name == "NVIDIA H100 80GB HBM3"
 
 
+def test_xid_errors_are_drained_at_each_reading_and_counted(fake_nvml):
+    fake_nvml.state.xids[:] = []
+    open_sets = fake_nvml.state.event_sets  # other tests' sources may still hold theirs
+    src = nvml_hook.open_nvml(local_rank=0, environ={})
+    assert src.read()["gpu_xid_errors"] == 0 and "gpu_last_xid" not in src.read()
+    fake_nvml.state.xids[:] = [79, 48]  # fell off the bus, then a double-bit ECC error
+    r = src.read()
+    assert r["gpu_xid_errors"] == 2 and r["gpu_last_xid"] == 48 and fake_nvml.state.xids == []
+    assert src.read()["gpu_xid_errors"] == 2  # a counter since start: it never goes back
+    src.close()
+    assert fake_nvml.state.event_sets == open_sets
+
+
+def test_xid_events_not_allowed_leave_the_other_readings(fake_nvml):
+    fake_nvml.state.unsupported.add("nvmlDeviceRegisterEvents")
+    open_sets = fake_nvml.state.event_sets
+    try:
+        src = nvml_hook.open_nvml(local_rank=0, environ={})
+        r = src.read()
+        assert "gpu_xid_errors" not in r and r["gpu_utilization_ratio"] == 0.87
+        assert fake_nvml.state.event_sets == open_sets  # the set it could not use was freed
+    finally:
+        fake_nvml.state.unsupported.discard("nvmlDeviceRegisterEvents")
+
+
 def test_no_gpm_before_hopper(fake_nvml):
     fake_nvml.state.gpm = False
     try:

@@ -65,6 +65,9 @@ class NvmlSource:
         self.name = _text(self._try("name", nvml.nvmlDeviceGetName, handle)) or "unknown"
         self._unsupported: set[str] = set()
         self._gpm = self._gpm_setup()
+        self._xids = self._xid_setup()
+        self.xid_errors = 0  # XID (critical) events seen since this source opened
+        self.last_xid: int | None = None
 
     def _try(self, field: str, fn: Callable, *args: Any) -> Any:
         try:
@@ -111,7 +114,46 @@ class NvmlSource:
         self._clock_events(out)
         self._nvlink(out)
         self._gpm_read(out)
+        self._xid_read(out)
         return out
+
+    def _xid_setup(self) -> Any:
+        """An NVML event set for this GPU's XID (critical) errors, or None where the driver or the
+        user's rights do not allow it (events need no polling thread: each reading drains them)."""
+        n = self.nvml
+        try:
+            es = n.nvmlEventSetCreate()
+        except Exception:  # noqa: BLE001
+            return None
+        try:
+            n.nvmlDeviceRegisterEvents(self.handle, n.nvmlEventTypeXidCriticalError, es)
+            return es
+        except Exception:  # noqa: BLE001 - NotSupported (e.g. some VMs, MIG), NoPermission
+            self._try("xid", n.nvmlEventSetFree, es)
+            return None
+
+    def _xid_read(self, out: dict) -> None:
+        """Drain the XID events that came since the last reading (a wait of 0 ms: never blocks):
+        ``gpu_xid_errors`` counts them since start, ``gpu_last_xid`` is the newest code."""
+        if self._xids is None:
+            return
+        n = self.nvml
+        timeout = getattr(n, "NVMLError_Timeout", ())
+        for _ in range(256):  # bounded: a storm of events cannot hold the sampler
+            try:
+                data = n.nvmlEventSetWait_v2(self._xids, 0)
+            except timeout:
+                break
+            except Exception:  # noqa: BLE001
+                self._try("xid", n.nvmlEventSetFree, self._xids)
+                self._xids = None
+                break
+            if int(getattr(data, "eventType", 0)) & int(n.nvmlEventTypeXidCriticalError):
+                self.xid_errors += 1
+                self.last_xid = int(getattr(data, "eventData", 0))
+        out["gpu_xid_errors"] = float(self.xid_errors)
+        if self.last_xid is not None:
+            out["gpu_last_xid"] = float(self.last_xid)
 
     def _clock_events(self, out: dict) -> None:
         if "reasons" in self._unsupported:
@@ -191,6 +233,9 @@ class NvmlSource:
             self._gpm = None
 
     def close(self) -> None:
+        if self._xids is not None:
+            self._try("xid", self.nvml.nvmlEventSetFree, self._xids)
+            self._xids = None
         if self._gpm is not None:
             for s in self._gpm:
                 self._try("gpm", self.nvml.nvmlGpmSampleFree, s)

@@ -15,7 +15,8 @@ gpu_thermal        a thermal clock-event reason (HwThermalSlowdown, SwThermalSlo
 gpu_power_cap      SwPowerCap or HwPowerBrakeSlowdown active, as above
 gpu_hw_slowdown    HwSlowdown active, as above
 gpu_clocks         SM clock at least 5% under its peers' with no reason flag to explain it
-gpu_errors         ECC errors or PCIe replays that grew during the steps (and not on its peers)
+gpu_errors         ECC errors, PCIe replays or XID errors that grew during the steps (and not on
+                   its peers)
 cpu_contention     the training thread switched out involuntarily at least 3x as often as its
                    peers' (and 20/s or more), or at least 5 points more CPU steal on its host, or
                    it got at most 80% of its peers' CPU time
@@ -155,7 +156,8 @@ def _device(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]
             "(no clock-event reason reported)")}))
     errors = []
     for name, label in (("gpu_ecc_errors_corrected", "corrected ECC errors"),
-                        ("gpu_ecc_errors_uncorrected", "uncorrected ECC errors"), ("gpu_pcie_replays", "PCIe replays")):
+                        ("gpu_ecc_errors_uncorrected", "uncorrected ECC errors"), ("gpu_pcie_replays", "PCIe replays"),
+                        ("gpu_xid_errors", "XID errors")):
         g = p.growth(name)
         if g and g[0] > 0 and g[0] > 2 * g[1]:
             errors.append(f"{g[0]:.0f} new {label}")
