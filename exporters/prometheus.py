@@ -56,6 +56,10 @@ SD_DIR_DEFAULT = "prometheus_targets"  # beside the run directory, shared by the
 TRACE_SAMPLER = "trace_sampler"  # run_info key of exporters.otlp (not imported: OTel is optional)
 
 
+# The kinds online detection reports (train_findings{kind} has a sample for each after its first analysis).
+ONLINE_KINDS = ("straggler", "data_stall", "slow_comm", "regression", "stage_imbalance", "memory_growth", "hang",
+                "rank_lost")
+
 class _FindingsCollector(Collector):
     """On rank 0, from online detection: a score per scored rank and the findings so far by kind.
     Both carry rank 0's own labels; the rank a score is about is ``scored_rank``."""
@@ -319,7 +323,9 @@ class PrometheusSink(Sink):
 
     def findings(self, result: OnlineResult) -> None:
         self._findings.scores = dict(result.straggler_scores)
-        self._findings.counts = dict(result.counts)
+        # Once online detection has analyzed, every kind it reports has a sample (0 when none), so
+        # "nothing found" reads apart from "detection not running" (no train_findings at all).
+        self._findings.counts = {**{k: 0 for k in ONLINE_KINDS}, **result.counts}
 
     def describe(self) -> str | None:
         scheme = "https" if self.config.prometheus_certfile else "http"

@@ -48,7 +48,7 @@ NO_DATA_ON_CPU_DEMO = {
     "train_gpu_": "no GPU on this machine: NVML has nothing to read",
     "train_cuda_": "no CUDA on a CPU run: the caching allocator is never read",
     "train_mfu_ratio": "MFU needs flops_per_token (the demo sets none) and a device peak (none for a CPU)",
-    "train_findings": "online detection finds nothing in a healthy demo; the series appear with a finding",
+    "train_findings": "the series appear with online detection's first analysis (0 per kind when it finds nothing)",
 }
 
 PANEL = {

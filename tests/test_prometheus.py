@@ -253,8 +253,10 @@ def test_straggler_scores_name_the_scored_rank_and_keep_the_exporting_rank(run_d
     scores = sorted(line for line in series(text) if line.startswith("train_straggler_score{"))
     assert scores == [f'train_straggler_score{{job="scores",local_rank="0",node="{node}",rank="0",'
                       f'scored_rank="{r}"}} {v}' for r, v in (("0", 0.01), ("1", -0.02), ("3", 0.5))]
-    [findings] = [line for line in series(text) if line.startswith("train_findings{")]
-    assert findings == f'train_findings{{job="scores",kind="straggler",local_rank="0",node="{node}",rank="0"}} 1.0'
+    findings = {line.split('kind="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+                for line in series(text) if line.startswith("train_findings{")}
+    assert f'train_findings{{job="scores",kind="straggler",local_rank="0",node="{node}",rank="0"}} 1.0' in text
+    assert findings["straggler"] == "1.0" and findings["hang"] == findings["rank_lost"] == "0.0"  # none, not unknown
 
 
 def test_unknown_throughput_and_mfu_are_absent_not_zero(run_dir, tmp_path):
