@@ -390,12 +390,15 @@ scrape_configs:
 
             # what a user looks for: the straggler table's first row and the brightest heatmap row
             # (one query) are rank 2, and so is online detection's highest score
-            ratio = prom.query(substitute(panel_target(dashboards, "tt-ranks", "Stragglers: ranks by compute "
-                                                       "vs the job median")["expr"], job))
-            assert max(ratio, key=lambda x: float(x["value"][1]))["metric"]["rank"] == "2", ratio
-            scores = prom.query(substitute(panel_target(dashboards, "tt-overview", "Straggler score by rank "
-                                                        "(online detection)")["expr"], job))
-            assert max(scores, key=lambda x: float(x["value"][1]))["metric"]["scored_rank"] == "2", scores
+            # The 1-minute window still holds the demo's first seconds (four ranks on two cores: the
+            # scheduler can hold any rank back for a while), so wait for it to settle, bounded.
+            def top(label):
+                return lambda r: bool(r) and max(r, key=lambda x: float(x["value"][1]))["metric"][label] == "2"
+
+            prom.wait_for(substitute(panel_target(dashboards, "tt-ranks", "Stragglers: ranks by compute "
+                                                  "vs the job median")["expr"], job), top("rank"), timeout=45)
+            prom.wait_for(substitute(panel_target(dashboards, "tt-overview", "Straggler score by rank "
+                                                  "(online detection)")["expr"], job), top("scored_rank"), timeout=45)
 
             # exemplars: Grafana asks query_exemplars with the step-time panel's own expression
             (target,) = [x for _, x in all_queries(dashboards["job-overview.json"]) if x.get("exemplar")]
