@@ -10,6 +10,7 @@ bandwidth is bytes x the nccl-tests bus factor of the op / that time, as the exp
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -21,16 +22,23 @@ from .grid import MAX_LINE_POINTS, _blocks
 COLUMNS = ["rank", "step", "op", "calls", "seconds", "blocked_s", "bytes", "bus_bytes"]
 
 
+def _chosen(run: RunInput, steps: tuple[int, int] | None, ranks: list[int] | None) -> Iterator[dict]:
+    """The run's step records within the chosen steps (inclusive) and ranks (all when empty)."""
+    lo, hi = steps if steps is not None else (-math.inf, math.inf)
+    want = set(ranks) if ranks else None
+    for r in run.records:
+        if lo <= r["step"] <= hi and (want is None or r["rank"] in want):
+            yield r
+
+
 def per_step(run: RunInput, steps: tuple[int, int] | None = None, ranks: list[int] | None = None) -> pd.DataFrame:
     """One row per (rank, step, op) with ``calls``, ``seconds`` (issue to completion, all calls),
     ``blocked_s``, ``bytes``, ``bus_bytes``, and derived ``latency_ms`` (mean per call) and
     ``busbw_gbps`` (GB/s, 1e9 bytes). Empty when the input has no per-op records."""
-    lo, hi = steps if steps is not None else (-math.inf, math.inf)
-    want = set(ranks) if ranks else None
     rows = []
-    for r in run.records:
+    for r in _chosen(run, steps, ranks):
         ops = r.get("ops")
-        if not ops or not lo <= r["step"] <= hi or (want is not None and r["rank"] not in want):
+        if not ops:
             continue
         for op, v in ops.items():
             if len(v) >= 5:
@@ -73,12 +81,8 @@ def by_size(run: RunInput, steps: tuple[int, int] | None = None, ranks: list[int
     """Per (op, message size bucket: powers of two), from each call's span: calls, median latency
     (ms) and median bus bandwidth (GB/s; the op's bus factor from its step's totals). Empty when the
     records hold no collective spans."""
-    lo, hi = steps if steps is not None else (-math.inf, math.inf)
-    want = set(ranks) if ranks else None
     rows = []
-    for r in run.records:
-        if not lo <= r["step"] <= hi or (want is not None and r["rank"] not in want):
-            continue
+    for r in _chosen(run, steps, ranks):
         ops = r.get("ops") or {}
         for sp in r.get("spans") or ():
             if sp[0] != "collective" or len(sp) < 6 or sp[5] <= 0 or sp[3] <= sp[2]:

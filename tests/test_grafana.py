@@ -22,7 +22,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from servers import free_port_range, prometheus
+from servers import free_port_range, prometheus, training_scrape_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRAFANA = os.path.join(ROOT, "dashboards", "grafana")
@@ -331,14 +331,7 @@ def test_every_panel_query_runs_on_a_live_demo(tmp_path):
     job = "grafana"
     run_dir = tmp_path / "runs" / job
     base = free_port_range(4)
-    config = f"""
-global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-rule_files: ["{fast_rules(tmp_path)}"]
-scrape_configs:
-  - job_name: training
-    honor_labels: true
-    file_sd_configs: [{{files: ["{tmp_path}/runs/prometheus_targets/*.json"], refresh_interval: 1s}}]
-"""
+    config = training_scrape_config(tmp_path / "runs" / "prometheus_targets", (str(fast_rules(tmp_path)),))
     dashboards = load_dashboards()
     with prometheus(tmp_path, config) as prom, Receiver() as rcv:
         # OTLP on, so that steps carry trace_id exemplars (every 10th step's trace is exported)

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from servers import free_port, free_port_range, http_get, prometheus, pushgateway
+from servers import free_port, free_port_range, http_get, prometheus, pushgateway, training_scrape_config
 
 import telemetry
 
@@ -146,17 +146,7 @@ def test_real_prometheus_scrapes_every_rank_of_a_gloo_run(tmp_path):
     run_dir = tmp_path / "run"
     job = "run"  # the demo names the job after its run directory
     base = free_port_range(4)
-    config = f"""
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: training
-    honor_labels: true
-    file_sd_configs:
-      - files: ["{tmp_path}/prometheus_targets/*.json"]
-        refresh_interval: 1s
-"""
+    config = training_scrape_config(tmp_path / "prometheus_targets")
     with prometheus(tmp_path, config) as prom, Receiver() as rcv:
         env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base), "OTEL_EXPORTER_OTLP_ENDPOINT": rcv.url,
                "TELEMETRY_OTLP_SAMPLE_EVERY": "10"}
@@ -332,13 +322,7 @@ def test_real_prometheus_keeps_the_exporting_rank_and_the_scored_rank_apart(tmp_
 
     runs = tmp_path / "runs"
     port = free_port()
-    config = f"""
-global: {{scrape_interval: 1s}}
-scrape_configs:
-  - job_name: training
-    honor_labels: true
-    file_sd_configs: [{{files: ["{runs}/prometheus_targets/*.json"], refresh_interval: 1s}}]
-"""
+    config = training_scrape_config(runs / "prometheus_targets")
     with prometheus(tmp_path, config) as prom:
         session = telemetry.init(run_dir=str(runs / "sc"), job="sc", sinks=["prometheus"], prometheus_port=port,
                                  flush_interval_s=NEVER)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow  # a real Prometheus server (and, live, a real demo job)
-from servers import free_port, free_port_range, prometheus, require
+from servers import free_port, free_port_range, prometheus, require, training_scrape_config
 
 from telemetry.analysis.detectors import analyze
 from telemetry.analysis.prometheus import PROMETHEUS, list_jobs, open_prometheus
@@ -390,13 +390,7 @@ def stop_demo(demo: subprocess.Popen, run_dir) -> None:
 def test_a_live_demo_job_shows_every_rank(tmp_path):
     run_dir = tmp_path / "runs" / "live"
     base = free_port_range(4)
-    config = f"""
-global: {{scrape_interval: 1s}}
-scrape_configs:
-  - job_name: training
-    honor_labels: true
-    file_sd_configs: [{{files: ["{tmp_path}/runs/prometheus_targets/*.json"], refresh_interval: 1s}}]
-"""
+    config = training_scrape_config(tmp_path / "runs" / "prometheus_targets")
     with prometheus(tmp_path, config) as prom:
         env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base)}
         demo = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "100000",

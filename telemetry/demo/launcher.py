@@ -224,14 +224,20 @@ def _ended(result: DemoResult, codes: dict[int, int | None], watch: _Watch, now:
     return False
 
 
+def _signal_name(code: int) -> str | None:
+    """``SIGKILL`` for an exit code of -9 (a process ended by a signal), else None."""
+    if code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
 def _how(code: int) -> str:
     """``exit 1``, or ``killed by SIGKILL (exit -9)``."""
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name} (exit {code})"
-        except ValueError:
-            pass
-    return f"exit {code}"
+    name = _signal_name(code)
+    return f"killed by {name} (exit {code})" if name else f"exit {code}"
 
 
 def _record_exits(run_dir: str, codes: dict[int, int]) -> None:
@@ -245,11 +251,8 @@ def _record_exits(run_dir: str, codes: dict[int, int]) -> None:
         if os.path.exists(path):
             continue
         doc = {"rank": r, "exit_code": code, "time_s": time.time(), "seen_by": "telemetry demo launcher"}
-        if code < 0:
-            try:
-                doc["signal"] = signal.Signals(-code).name
-            except ValueError:
-                doc["signal"] = f"signal {-code}"
+        if _signal_name(code):
+            doc["signal"] = _signal_name(code)
         try:
             layout.write_json_atomic(path, doc)
         except OSError:

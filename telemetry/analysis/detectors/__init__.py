@@ -93,6 +93,7 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
                     if f.kind in ("regression", "slow_comm") or (f.kind == "data_stall" and not f.ranks
                                                                   and f.details.get("before_s") is not None))
     total = min(1.0, total + regressed / max(float(np.nansum(t)), 1e-12))
+    up = uptime(m)
     out: dict[str, Any] = {
         "ranks": m.n_ranks, "steps": m.n_steps,
         "first_step": int(m.steps[0]), "last_step": int(m.steps[-1]),
@@ -101,8 +102,8 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
         "findings": len(findings),
         "by_kind": {k: sum(f.kind == k for f in findings) for k in sorted({f.kind for f in findings})},
         "severity": max((f.severity for f in findings), key=SEVERITIES.index, default=None),
-        "goodput": _goodput(m, shift, uptime(m)),
-        "uptime": uptime(m),
+        "goodput": _goodput(m, shift, up),
+        "uptime": up,
         "straggler_score": straggler_scores(m),
     }
     if m.has_layout:
