@@ -42,6 +42,8 @@ bench: $(STAMP)
 	$(PY) bench/detectors/evaluate.py --out bench/RESULTS.md
 	$(PY) bench/dashboard.py --out bench/RESULTS.md
 	$(PY) bench/series.py --out bench/RESULTS.md
+	$(PY) bench/store.py --out bench/RESULTS.md
+	$(PY) bench/online_scale.py --out bench/RESULTS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

@@ -58,7 +58,7 @@ def load_view(path: str) -> RunView:
 
 
 def _analyzed(run: RunInput) -> RunView:
-    result = analyze(run.table, run.progress, run.world_size)
+    result = analyze(run.table, run.progress, run.world_size, ops=run.ops)
     online = compare_online(result.findings, run.online_findings) if run.online_findings else []
     return RunView(run, result, online)
 

@@ -57,8 +57,8 @@ TRACE_SAMPLER = "trace_sampler"  # run_info key of exporters.otlp (not imported:
 
 
 # The kinds online detection reports (train_findings{kind} has a sample for each after its first analysis).
-ONLINE_KINDS = ("straggler", "data_stall", "slow_comm", "regression", "stage_imbalance", "memory_growth", "hang",
-                "rank_lost")
+ONLINE_KINDS = ("straggler", "data_stall", "slow_comm", "regression", "stage_imbalance", "memory_growth",
+                "low_utilization", "hang", "rank_lost")
 
 class _FindingsCollector(Collector):
     """On rank 0, from online detection: a score per scored rank and the findings so far by kind.

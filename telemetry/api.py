@@ -80,7 +80,7 @@ class Session:
             # Starts now when the process group exists, else on the first pipeline tick that sees it.
             self.pipeline.add_listener(OnlineStarter(lambda store: OnlineDetector(
                 store, ctx.rank, ctx.world_size, c.online_every, c.online_window, c.online_wait_blocks,
-                c.online_interval_s)))
+                c.online_interval_s, c.busy_bound)))
         self.pipeline.start()
         current.set_active(self.recorder)
         if self.config.collectives:

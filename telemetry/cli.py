@@ -51,6 +51,16 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"{v}; accepted: a fraction above 0 and at most 1 (0.8 = 80%)")
+    return v
+
+
 def _wrap(text: str) -> str:
     return textwrap.fill(text, width=90)
 
@@ -74,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--hang-after", type=_seconds, help="seconds without a finished step that count as a hang "
                    "(default: 30x the median step, at least 10)")
     d.add_argument("--json", action="store_true", help="print the findings JSON instead of the report")
+    d.add_argument("--busy-bound", type=_fraction, default=0.8, metavar="FRACTION",
+                   help="low_utilization: the busy share of the job's time under which a sustained stretch is "
+                        "a finding (default 0.8)")
 
     a = sub.add_parser(
         "analyze", help="find what slows a run: stragglers, stalls, slow communication, regressions, hangs",
@@ -86,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print the findings JSON")
     a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
     a.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a finding reaches this severity")
+    a.add_argument("--steps", metavar="A:B", help="analyze steps A to B only (inclusive; either may be empty)")
+    a.add_argument("--last", type=_positive_int(1, 10**9), metavar="N", help="analyze the last N steps only")
+    a.add_argument("--window-rows", type=_positive_int(1000, 10**10), metavar="ROWS",
+                   help="a run directory larger than this many rows (ranks x steps) is analyzed in windows of "
+                        "steps and the findings merged (default 12,000,000: about 3.5 GiB at its peak)")
+    a.add_argument("--busy-bound", type=_fraction, default=0.8, metavar="FRACTION",
+                   help="low_utilization: the busy share of the job's time (compute, device-timed or wall) under "
+                        "which a sustained stretch is a finding (default 0.8)")
 
     df = sub.add_parser("diff", help="compare two runs or steps tables: regressions by phase")
     df.add_argument("base", help="the run to compare against (run directory, .csv, .parquet)")
@@ -104,6 +125,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "instead of a run directory (e.g. http://127.0.0.1:9090)")
     ds.add_argument("--job", help="with --prometheus: the training job (default: choose in the page)")
 
+    sm = sub.add_parser("simulate", help="write a simulated run directory (with its ground truth) to try the tools "
+                        "or benchmark them at scale", description=_wrap(
+                            "Simulate a synchronous data-parallel job (telemetry.demo.simulate) and write it as a run "
+                            "directory through the run store's segment writer, with the injected faults in "
+                            "RUN_DIR/truth.json. No spans; eight ranks per node."))
+    sm.add_argument("--ranks", type=_positive_int(2, 100000), required=True, help="ranks (2-100000)")
+    sm.add_argument("--steps", type=_positive_int(10, 10_000_000), required=True, help="steps (10-10000000)")
+    sm.add_argument("--out", required=True, metavar="RUN_DIR", help="the run directory to write")
+    sm.add_argument("--inject", action="append", default=[], metavar="SPEC",
+                    help="a fault, as for demo: straggler:rank=R,phase=P,factor=F[,start=S] | "
+                         "data_stall:rank=R,delay_ms=D[,start=S] | regression:factor=F,start=S[,phase=P] | "
+                         "slow_comm:factor=F[,start=S]")
+    sm.add_argument("--seed", type=_positive_int(0, 2**31), default=0, help="random seed (default 0)")
+    sm.add_argument("--overwrite", action="store_true", help="replace an existing run directory at --out")
+
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir")
     e.add_argument("--to", required=True, metavar="FILE",
@@ -112,15 +148,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: dict | None = None):
+def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: dict | None = None,
+                    busy_bound: float = 0.8, steps: tuple[int, int] | None = None, last: int | None = None,
+                    window_rows: int | None = None):
     from .analysis.load import open_input
     from .analysis.report import render
-    from .analysis.detectors import StragglerParams, analyze
+    from .analysis.detectors import StragglerParams, UtilizationParams, analyze
 
     from .analysis.findings import compare_online
+    from .analysis.windows import WINDOW_ROWS, analyze_windows, plan
+    from .store.segments import step_range
 
-    run = open_input(path)
-    result = analyze(run.table, run.progress, run.world_size, hang_after)
+    window_rows = window_rows or WINDOW_ROWS
+    util = UtilizationParams(bound=busy_bound)
+    span = step_range(path) if os.path.isdir(path) else None
+    if span is not None and steps is not None:
+        span = (max(span[0], steps[0]), min(span[1], steps[1]), span[2])
+    if span is not None and last is not None:
+        span = (max(span[0], span[1] - last + 1), span[1], span[2])
+    windows = plan(*span, rows=window_rows) if span is not None and span[0] <= span[1] else []
+    if len(windows) > 1:  # too long to hold at once: windows, findings merged
+        opened = {}
+
+        def one(w: tuple[int, int], first: bool, final: bool):
+            run = opened["run"] = open_input(path, w)
+            return analyze(run.table, run.progress if final else None, run.world_size, hang_after,
+                           straggler=None if first else StragglerParams(warmup_steps=0), utilization=util)
+
+        result = analyze_windows(windows, one)
+        run = opened["run"]
+        print(f"telemetry analyze: {span[2]:,} ranks x {span[1] - span[0] + 1:,} steps analyzed in {len(windows)} "
+              f"windows of {windows[0][1] - windows[0][0] + 1:,} steps (at most {window_rows:,} rows at once)",
+              file=sys.stderr)
+    else:
+        if span is not None:
+            window = (span[0], span[1])
+        elif steps is not None or last is not None:  # a table: its steps are known once read
+            whole = open_input(path).table
+            hi = int(whole["step"].max()) if len(whole) else 0
+            window = steps or (0, hi)
+            if last is not None:
+                window = (max(window[0], min(window[1], hi) - last + 1), window[1])
+        else:
+            window = None
+        run = open_input(path, window)
+        result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops)
     online = compare_online(result.findings, run.online_findings) if run.online_findings else None
     if as_json:
         doc = result.to_json()
@@ -169,7 +241,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 print(f"--- rank {r} log (last lines) ---\n{log_tail(run_dir, r)}", file=sys.stderr)
     print(file=out)
     _print_analysis(run_dir, args.json, result.hang_bound_s or args.hang_after,
-                    extra={"demo": {"outcome": result.outcome, "injected": args.inject, "run_dir": run_dir}})
+                    extra={"demo": {"outcome": result.outcome, "injected": args.inject, "run_dir": run_dir}},
+                    busy_bound=args.busy_bound)
     code = {"failed": EXIT_JOB_FAILED, "hang": EXIT_JOB_HUNG}.get(result.outcome, EXIT_OK)
     if code:
         print(f"telemetry demo: exit {code}: the job {'failed' if code == EXIT_JOB_FAILED else 'hung'}",
@@ -195,7 +268,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .analysis.table import TableError
 
     try:
-        result = _print_analysis(args.path, args.json, args.hang_after)
+        steps = None
+        if args.steps:
+            from .analysis.windows import parse_steps
+
+            try:
+                steps = parse_steps(args.steps)
+            except ValueError as exc:
+                print(f"telemetry analyze: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+        result = _print_analysis(args.path, args.json, args.hang_after, busy_bound=args.busy_bound, steps=steps,
+                                 last=args.last, window_rows=args.window_rows)
     except TableError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -244,6 +327,28 @@ def _exit_code(severities: Iterable[str], fail_on: str | None) -> int:
     if fail_on and any(SEVERITIES.index(s) >= SEVERITIES.index(fail_on) for s in severities):
         return EXIT_FAIL_ON
     return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .demo.faults import InjectError
+    from .demo.simrun import parse_faults, write_simulated_run
+    from .demo.simulate import Scenario
+
+    try:
+        faults = parse_faults(args.inject, args.ranks, args.steps)
+    except InjectError as exc:
+        print(f"telemetry simulate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    sc = Scenario(name="simulated", ranks=args.ranks, steps=args.steps, seed=args.seed, faults=faults)
+    try:
+        done = write_simulated_run(sc, args.out, overwrite=args.overwrite)
+    except (FileExistsError, OSError) as exc:
+        print(f"telemetry simulate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"telemetry simulate: wrote {done['records']:,} step records ({args.ranks:,} ranks x {args.steps:,} steps) "
+          f"to {args.out} in {done['seconds']:.1f} s; ground truth in {os.path.join(args.out, 'truth.json')}\n"
+          f"  analyze it with: telemetry analyze {args.out}")
+    return EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -405,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the CLI is an application
     args = build_parser().parse_args(argv)
     handler = {"demo": cmd_demo, "analyze": cmd_analyze, "diff": cmd_diff, "export": cmd_export,
-               "dashboard": cmd_dashboard}[args.command]
+               "dashboard": cmd_dashboard, "simulate": cmd_simulate}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -67,6 +67,7 @@ class Config:
     online_window: int = 200  # blocks kept for analysis
     online_wait_blocks: int = 3  # how many blocks late a rank may be before it is named missing
     online_interval_s: float = 5.0  # rank 0 analyzes at most this often
+    busy_bound: float = 0.8  # low_utilization: busy share of the job's time under which a stretch is a finding
     # Prometheus endpoint (one per rank on prometheus_port + local rank)
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 9464
@@ -173,6 +174,7 @@ class Config:
         _check_int("online_window", self.online_window, 8, 100000)
         _check_int("online_wait_blocks", self.online_wait_blocks, 1, 1000)
         _check_number("online_interval_s", self.online_interval_s, 0.05, 3600.0)
+        _check_number("busy_bound", self.busy_bound, 0.01, 1.0)
         for name in ("strict", "collectives", "handle_sigterm", "online", "announce"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")

@@ -37,7 +37,8 @@ def test_online_findings_are_shown_marked_and_checked_against_the_offline_analys
     doc = json.loads(capsys.readouterr().out)
     [online] = doc["summary"]["online_findings"]
     assert online["confirmed_offline"] is False and online["kind"] == "straggler"
-    assert doc["findings"] == []
+    # offline: no straggler; a loop of empty steps computes nothing, so its one finding is that
+    assert [f["kind"] for f in doc["findings"]] == ["low_utilization"]
 
 
 def test_a_run_without_online_findings_has_no_such_section(run_dir, capsys):

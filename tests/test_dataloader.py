@@ -40,7 +40,8 @@ def test_worker_processes_record_nothing_and_start_nothing(run_dir, tmp_path, co
     states = [p.read_text() for p in markers.iterdir()]
     assert len(states) == 2 and set(states) == {"off"}  # two workers, telemetry off in both
     assert sorted(os.listdir(os.path.join(run_dir, "ranks"))) == [
-        "rank-00000.json", "rank-00000.progress.json", "rank-00000.steps.jsonl"]
+        "rank-00000.json", "rank-00000.progress.json", "rank-00000.seg-000001.parquet",
+        "rank-00000.spans-000001.parquet"]
 
 
 def test_persistent_workers_across_epochs(run_dir):

@@ -42,7 +42,12 @@ def test_injected_straggler_is_named_by_rank_and_phase(straggler_demo):
 
 def test_healthy_run_reports_no_straggler(tmp_path):
     doc, _, run_dir = demo(tmp_path)
-    assert doc["findings"] == [], doc["findings"]
+    # no fault; but four ranks on two cores with gloo compute well under 80% of the time, and the
+    # CPU path says so from wall-clock compute (a rank a little slower for the whole run may be named at info)
+    assert [f for f in doc["findings"] if f["severity"] != "info" and f["kind"] != "low_utilization"] == [], doc
+    [gap] = [f for f in doc["findings"] if f["kind"] == "low_utilization"]
+    assert 0.15 < gap["details"]["busy_fraction"] < 0.8 and gap["details"]["largest"] in gap["details"]["idle"]
+    assert "compute" in gap["evidence"] and gap["first_step"] <= 20 and gap["last_step"] == 199
     online = os.path.join(run_dir, "findings.jsonl")  # nor did online detection, during the run
     assert not os.path.exists(online) or open(online).read().strip() == "", open(online).read()
     assert doc["summary"]["ranks"] == 4 and doc["summary"]["steps"] == 200

@@ -1,6 +1,5 @@
 """What telemetry.log does with values a person would want to hear about: NaN, inf, stray calls."""
 
-import json
 import logging
 import math
 
@@ -8,22 +7,14 @@ import telemetry
 from telemetry.analysis.load import open_input
 
 
-def _strict(text):
-    def refuse(name):
-        raise ValueError(f"not JSON: {name}")
-    return json.loads(text, parse_constant=refuse)
-
-
-def test_a_diverged_loss_is_kept_valid_json_counted_and_said_once(run_dir, caplog):
+def test_a_diverged_loss_is_kept_as_data_counted_and_said_once(run_dir, caplog):
     telemetry.init(run_dir=run_dir, job="nan", sinks=["store"])
     with caplog.at_level(logging.WARNING, logger="telemetry"):
         for loss in (1.0, float("nan"), float("inf"), float("nan")):
             with telemetry.step():
                 telemetry.log(loss=loss, tokens=float("nan"))  # a NaN count must not break the step
     stats = telemetry.shutdown()
-    lines = open(f"{run_dir}/ranks/rank-00000.steps.jsonl").read().splitlines()
-    steps = [_strict(x) for x in lines if '"step"' in x]  # every line is strict JSON
-    assert len(steps) == 4 and steps[1]["nonfinite"]["loss"] == "nan"
+    # the run store keeps NaN and infinities as they are (Parquet has them): a diverged loss is data
     loss = open_input(run_dir).table["log.loss"].tolist()
     assert loss[0] == 1.0 and math.isnan(loss[1]) and loss[2] == math.inf and math.isnan(loss[3])
     assert stats["nonfinite_values"] == 7 and stats["records"] == 4  # loss x3, tokens x4

@@ -43,7 +43,7 @@ def test_heartbeats_a_tick_apart_and_a_whole_job_killed_are_not_lost_ranks():
 def test_a_lost_rank_is_not_reported_again_as_a_hang():
     """Its peers wait in the all-reduce for a rank that is gone: one finding, rank_lost."""
     table = pd.DataFrame({"rank": [0, 1, 2] * 40, "step": sum([[s] * 3 for s in range(40)], []),
-                          "start_s": sum([[900.0 + s] * 3 for s in range(40)], []), "duration_s": 0.5})
+                          "start_s": sum([[900.0 + s] * 3 for s in range(40)], []), "duration_s": 1.0})
     progress = {0: waiting(0), 1: killed(1, time_s=NOW - 30), 2: waiting(2)}
     kinds = [f.kind for f in analyze(table, progress, 3).findings]
     assert kinds == ["rank_lost"]

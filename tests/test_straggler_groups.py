@@ -35,9 +35,24 @@ def test_without_a_node_layout_the_same_ranks_are_co_stragglers():
 def test_a_hidden_straggler_is_named_at_info_with_its_cost_in_a_quiet_job():
     sc = Scenario(ranks=256, steps=300, jitter=0.1,
                   faults=(Fault("straggler", ranks=(100,), phase="backward", factor=1.12),))
-    [f] = stragglers(sc)
-    assert f.ranks == [100] and f.severity == "info" and f.slowdown < 0.01
+    named = {tuple(f.ranks): f for f in stragglers(sc)}
+    f = named[(100,)]
+    assert f.severity == "info" and f.slowdown < 0.01
     assert f.details["if_quiet"] > 0.03 and "in a quiet job its excess would cost" in f.evidence
+    # the simulation's static differences leave another rank a steady 4% slower: named too, at info
+    assert all(g.severity == "info" for g in named.values()) and len(named) <= 3
+
+
+def test_a_small_steady_straggler_is_named_at_info():
+    """A rank 1.05x slower in forward among 64 costs 0.03% today and 1% in a quiet job: named, at
+    info, because it is slow through the whole run; a short stretch of that size is not."""
+    sc = Scenario(ranks=64, steps=300, faults=(Fault("straggler", ranks=(17,), phase="forward", factor=1.05),))
+    [f] = stragglers(sc)
+    assert (f.ranks, f.phase, f.severity) == ([17], "forward", "info")
+    assert 0.005 <= f.details["if_quiet"] < 0.03 and f.first_step <= 20 and f.last_step >= 290
+    short = Scenario(ranks=64, steps=300, faults=(Fault("straggler", ranks=(17,), phase="forward", factor=1.05,
+                                                        start=200, end=260),))
+    assert stragglers(short) == []
 
 
 def test_a_healthy_job_still_has_no_straggler():

@@ -40,7 +40,7 @@ def test_analyze_json_on_a_csv_table(tmp_path, capsys):
     simulate(sc).to_csv(path, index=False)
     assert cli(["analyze", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    [f] = doc["findings"]
+    [f] = [f for f in doc["findings"] if f["kind"] != "low_utilization"]  # the job waits for rank 3: busy < 80%
     assert set(f) >= {"kind", "ranks", "phase", "first_step", "last_step", "severity", "slowdown", "evidence"}
     assert (f["kind"], f["ranks"], f["phase"]) == ("straggler", [3], "backward")
     assert doc["summary"]["ranks"] == 8 and 0 < doc["summary"]["slowdown"] < 1

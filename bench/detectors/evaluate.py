@@ -41,8 +41,9 @@ class Expect:
     ranks: tuple[int, ...] | None = None  # None: job-wide (empty ranks) or not checked
     phase: str | None = None
     start: int = 0
-    cause: str | None = None  # the first of the finding's causes must be this kind
+    cause: str | None = None  # the first of the finding's causes must be this kind (low_utilization: its largest idle part)
     info: bool = False  # expected at info (it costs under 1% today): matched at any severity
+    end: int | None = None  # the fault's last step, for faults that end before the run
 
 
 def S(name, expect=(), **kw):
@@ -115,7 +116,55 @@ SCENARIOS = [
       faults=(Fault("data_stall", ranks=(6,), delay_s=0.01),)),
     S("healthy, one rank throttled (HwSlowdown) but not slower: a signal alone is no finding",
       faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.0, cause="gpu_hw_slowdown"),)),
+    S("small straggler: 1.05x forward among 64 ranks (info)", [Expect("straggler", (17,), "forward", info=True)],
+      ranks=64, faults=(Fault("straggler", ranks=(17,), phase="forward", factor=1.05),)),
+    # onsets and ends
+    S("intermittent straggler from step 200 (30% of steps, 2x forward)", [Expect("straggler", (6,), "forward", 200)],
+      steps=500, faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.3, start=200),)),
+    S("intermittent straggler, steps 150-350", [Expect("straggler", (6,), "forward", 150, end=350)], steps=500,
+      faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.3, start=150, end=350),)),
+    S("straggler steps 100-250", [Expect("straggler", (2,), "backward", 100, end=250)], steps=400,
+      faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4, start=100, end=250),)),
+    S("a 1% wobble from step 484, then forward 1.3x from step 750", [Expect("regression", None, "forward", 750)],
+      steps=1000, faults=(Fault("regression", phase="forward", factor=1.01, start=484),
+                          Fault("regression", phase="forward", factor=1.3, start=750))),
+    # utilization gaps, each with its largest idle part
+    S("utilization gap: input-bound (every rank waits 15 ms for data)", [
+        Expect("data_stall", None, "data"), Expect("low_utilization", cause="data_wait")], data_s=0.015),
+    S("utilization gap: exposed communication (20 ms all-reduce)", [Expect("low_utilization", cause="exposed_comm")],
+      comm_s=0.02),
+    S("utilization gap: a checkpoint every 3 steps", [Expect("low_utilization", cause="checkpoint")],
+      checkpoint_every=3, checkpoint_s=0.2),
+    S("utilization gap: 15 ms of host work between steps", [Expect("low_utilization", cause="between_steps")],
+      gap_s=0.015),
+    S("utilization gap: waiting for ranks under heavy jitter (30%)", [
+        Expect("low_utilization", cause="waiting_for_ranks")], jitter=0.3, seed=3),
 ]
+
+BUSY_BOUND = 0.8  # the low_utilization default
+
+
+def true_busy(sc: Scenario, table) -> float:
+    """The simulated job's busy share after warm-up: every rank's compute (forward, backward without
+    the all-reduce, optimizer without the checkpoint), median over ranks, over the job's time (step with data wait, plus
+    the host gap), summed over steps. The definition, taken from the simulation's own columns."""
+    t = table[table["step"] >= max(20, sc.steps // 20)]
+    compute = t["forward_s"] + t["backward_s"] - t["comm.backward_s"] + t["optimizer_s"]
+    if sc.checkpoint_every:  # the simulation runs a checkpoint in the optimizer phase: not training compute
+        compute = compute - ((t["step"] % sc.checkpoint_every == 0) * sc.checkpoint_s)
+    busy = compute.groupby(t["step"]).median()
+    step = (t["duration_s"] + t["data_s"]).groupby(t["step"]).median() + sc.gap_s
+    return float(busy.sum() / step.sum())
+
+
+def implied(sc: Scenario, table, expect: tuple[Expect, ...]) -> tuple[Expect, ...]:
+    """A job whose true busy share is under the bound has a utilization gap whatever else it has: a
+    low_utilization finding there is right (not counted in recall: not what the scenario is about);
+    within 3 points above the bound it is accepted too (the detector measures stretches, the truth
+    the whole run); above that it is a false positive."""
+    if any(e.kind == "low_utilization" for e in expect) or true_busy(sc, table) >= BUSY_BOUND + 0.03:
+        return ()
+    return (Expect("low_utilization", info=True),)
 
 
 def matches(f, e: Expect) -> bool:
@@ -125,6 +174,8 @@ def matches(f, e: Expect) -> bool:
         return False
     if e.ranks is None and e.kind not in ("imbalance",) and f["ranks"]:
         return False
+    if e.kind == "low_utilization":
+        return e.cause is None or f["details"].get("largest") == e.cause
     if e.cause is not None and not (f.get("causes") and f["causes"][0]["kind"] == e.cause):
         return False
     return e.phase is None or f["phase"] == e.phase
@@ -154,26 +205,31 @@ def score_simulated():
         found = reported(every)
         hits = [e for e in expect if any(matches(f, e) for f in (every if e.info else found))]
         found = found + [f for f in every if f not in found and any(matches(f, e) for e in expect if e.info)]
-        fps = [f for f in found if not any(matches(f, e) for e in expect)]
+        accepted = expect + implied(sc, table, expect)
+        fps = [f for f in found if not any(matches(f, e) for e in accepted)]
         delays = [delay(sc, table, e) for e in hits] if sc.ranks <= 256 else []
         # onset error: the matched finding's first step against the fault's first step (faults that
         # begin mid-run; one that starts at 0 is found after the warm-up by design)
         onsets = [next(f["first_step"] for f in found if matches(f, e)) - e.start for e in hits if e.start > 0]
+        ends = [next(f["last_step"] for f in found if matches(f, e)) - e.end for e in hits if e.end is not None]
         err = None
-        if len(expect) == 1 and hits and expect[0].kind != "memory_growth":
+        if len(expect) == 1 and hits and expect[0].kind not in ("memory_growth", "low_utilization"):
             f = next(f for f in found if matches(f, expect[0]))
             truth = true_slowdown(sc, f["first_step"], f["last_step"])
             err = abs(f["slowdown"] - truth) / truth if truth > 0 else None
             err = (err, f["slowdown"], truth)
         rows.append({"name": sc.name, "ranks": sc.ranks, "steps": sc.steps, "expected": len(expect),
                      "found": len(hits), "false_positives": [(f["kind"], f["ranks"][:4], f["severity"]) for f in fps],
-                     "delay": [d for d in delays if d is not None], "onset": onsets, "whatif": err, "seconds": secs,
+                     "delay": [d for d in delays if d is not None], "onset": onsets, "end": ends, "whatif": err, "seconds": secs,
                      "kinds": sorted({f["kind"] for f in found})})
     return rows
 
 
+# The demo computes about 45% of its time (four ranks on two cores, gloo): a low_utilization finding
+# is right in every demo run (expected in the first, where nothing else is; accepted in the others).
+GAP = Expect("low_utilization")
 DEMOS = [
-    ("no fault", [], []),
+    ("no fault", [], [GAP]),
     ("no fault (again)", [], []),
     ("straggler:rank=2,phase=forward,factor=1.5", ["--inject", "straggler:rank=2,phase=forward,factor=1.5"],
      [Expect("straggler", (2,), "forward")]),
@@ -184,7 +240,12 @@ DEMOS = [
      [Expect("regression", None, "backward", 100)]),
     ("hang:rank=1,step=60", ["--inject", "hang:rank=1,step=60", "--hang-after", "8"], [Expect("hang", (1,), "forward", 60)]),
     ("kill:rank=1,step=60", ["--inject", "kill:rank=1,step=60"], [Expect("rank_lost", (1,), None, 60)]),
+    # a process spinning on rank 2's CPU from step 50 (rank 2 pinned beside it): rank 2 is the
+    # straggler; the hog also takes a core from the whole 2-core machine, so a job-wide slow_comm or
+    # regression from step 50 is right too (accepted, not counted)
+    ("cpu_hog:rank=2,start=50", ["--inject", "cpu_hog:rank=2,start=50"], [Expect("straggler", (2,), None, 50)]),
 ]
+ACCEPTED = {"cpu_hog:rank=2,start=50": ("slow_comm", "regression")}
 # the exit status each kind of demo job ends with: 4 hung, 1 failed (a rank died), 0 otherwise
 EXIT = {"hang": 4, "rank_lost": 1}
 
@@ -206,13 +267,15 @@ def score_demos(keep: str | None = None):
         doc = json.loads(proc.stdout)
         found = reported(doc["findings"])
         hits = [e for e in expect if any(matches(f, e) for f in found)]
-        fps = [f for f in found if not any(matches(f, e) for e in expect)]
-        first = [f["first_step"] for f in found if any(matches(f, e) for e in expect)]
+        fps = [f for f in found if not any(matches(f, e) for e in expect + [GAP])
+               and f["kind"] not in ACCEPTED.get(name, ())]
+        # onset error for faults injected mid-run (one from step 0 is found after the warm-up by design)
+        onsets = [next(f["first_step"] for f in found if matches(f, e)) - e.start for e in hits if e.start > 0]
         rows.append({"name": name, "expected": len(expect), "found": len(hits), "wall_s": wall,
                      "false_positives": [(f["kind"], f["ranks"], f["severity"]) for f in fps],
                      "findings": [(f["kind"], f["ranks"], f["phase"], f["severity"], round(f["slowdown"], 3))
                                   for f in found],
-                     "delay": [s - e.start for s, e in zip(first, hits)]})
+                     "delay": onsets})
     return rows
 
 
@@ -250,14 +313,19 @@ def render(sim, demos, corpus, scale) -> str:
              f"{statistics.median(errs):.1%} (max {max(errs):.1%}) over {len(errs)} single-fault scenarios, median "
              f"detection delay {statistics.median(delays) if delays else '-'} steps (detectors rerun every 10 steps), "
              f"onset error (first step found against the fault's, for faults that begin mid-run) "
-             f"{', '.join(str(o) for r in sim for o in r['onset']) or '-'} steps.", "",
-             "| scenario | ranks x steps | expected | found | false positives | delay (steps) | onset error (steps) | what-if: ours / true (error) |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"{', '.join(str(o) for r in sim for o in r['onset']) or '-'} steps; end error (last step found against "
+             f"the fault's, for faults that end before the run) {', '.join(str(o) for r in sim for o in r['end']) or '-'} "
+             "steps. A `low_utilization` finding is also right in any scenario whose simulated busy share (compute over "
+             f"the job's time, after warm-up) is under {BUSY_BOUND:.0%}: there it is neither counted in recall nor a "
+             "false positive; elsewhere it is a false positive.", "",
+             "| scenario | ranks x steps | expected | found | false positives | delay (steps) | onset error (steps) | end error (steps) | what-if: ours / true (error) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sim:
         w = f"{r['whatif'][1]:.3f} / {r['whatif'][2]:.3f} ({r['whatif'][0]:.0%})" if r["whatif"] else "-"
         fp = ", ".join(f"{k} {rk} {sv}" for k, rk, sv in r["false_positives"]) or "0"
         lines.append(f"| {r['name']} | {r['ranks']} x {r['steps']} | {r['expected']} | {r['found']} | {fp} | "
-                     f"{', '.join(map(str, r['delay'])) or '-'} | {', '.join(map(str, r['onset'])) or '-'} | {w} |")
+                     f"{', '.join(map(str, r['delay'])) or '-'} | {', '.join(map(str, r['onset'])) or '-'} | "
+                     f"{', '.join(map(str, r['end'])) or '-'} | {w} |")
     if demos:
         d_exp = sum(r.get("expected", 0) for r in demos)
         d_got = sum(r.get("found", 0) for r in demos)

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..store import layout, read_run
 from .formats import is_per_op_trace, per_op_to_steps
-from .table import TableError, records_to_table, validate
+from .table import TableError, columns_to_table, records_to_table, validate
 
 log = logging.getLogger("telemetry")
 
@@ -45,6 +45,7 @@ class RunInput:
     records: list[dict[str, Any]] = field(default_factory=list)  # raw step records with spans (run dirs)
     warnings: list[str] = field(default_factory=list)  # what was skipped while reading
     online_findings: list[dict[str, Any]] = field(default_factory=list)  # what online detection said (run dirs)
+    ops: pd.DataFrame | None = field(default=None, repr=False)  # a per-operation trace's own rows (PER_OP_TRACE)
 
     @property
     def world_size(self) -> int | None:
@@ -55,15 +56,20 @@ class RunInput:
         return self.meta.get("hosts")
 
 
-def open_input(path: str) -> RunInput:
-    """Open ``path``; raises :class:`TableError` naming what is wrong and what is accepted."""
+def open_input(path: str, steps: tuple[int, int] | None = None) -> RunInput:
+    """Open ``path``; raises :class:`TableError` naming what is wrong and what is accepted.
+    ``steps``: only the steps first..last (inclusive), read as such from a run directory's segments."""
     path = os.fspath(path)
     if os.path.isdir(path):
         if not layout.is_run_dir(path):
             raise TableError(f"{path!r} is a directory but not a run directory (no {layout.META} or "
                              f"{layout.RANKS_DIR}/)")
-        run = read_run(path)
-        table = records_to_table(run.steps)
+        run = read_run(path, steps)
+        table = records_to_table(run.lines)
+        if run.columns is not None:
+            columns, run.columns = run.columns, None  # converted in place: the only reference
+            table = columns_to_table(columns, table)
+            del columns
         nodes = {r: info.get("node") for r, info in run.ranks.items() if info.get("node")}
         if nodes and len(table):  # the layout: ranks that share a node (a slow node is one finding)
             table["node"] = table["rank"].map(nodes).astype(object)
@@ -74,12 +80,14 @@ def open_input(path: str) -> RunInput:
         raise TableError(f"{path!r} does not exist; accepted: {ACCEPTED}")
     raw = _read_file(path)
     name = os.path.basename(path)
-    kind = STEPS_TABLE
+    kind, ops = STEPS_TABLE, None
     if is_per_op_trace(raw):
         log.info("telemetry: %s: per-operation trace (%d operations) converted to a steps table", name, len(raw))
-        raw, kind = per_op_to_steps(raw), PER_OP_TRACE
+        ops, raw, kind = raw, per_op_to_steps(raw), PER_OP_TRACE
     table = validate(raw, source=name, owned=True)
-    return RunInput(path, kind, table, warnings=_coverage(table))
+    if steps is not None:
+        table = table[(table["step"] >= steps[0]) & (table["step"] <= steps[1])].reset_index(drop=True)
+    return RunInput(path, kind, table, warnings=_coverage(table), ops=ops)
 
 
 def _coverage(table: pd.DataFrame) -> list[str]:

@@ -96,6 +96,27 @@ def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     return validate(table, source="run store", owned=True)
 
 
+def columns_to_table(columns: Any, before: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The run store's step columns (format 2, an Arrow table already named as the steps table
+    names them) -> steps table, after ``before`` (format 1's rows of the same run, which later rows
+    replace). A phase column missing from some segments took no time in their steps. ``columns``
+    is consumed: its buffers are released as they are converted (peak memory about one copy)."""
+    table = columns.to_pandas(self_destruct=True, split_blocks=True)
+    del columns
+    if before is not None and len(before):
+        table = pd.concat([before, table], ignore_index=True)
+    for name in table.columns:
+        if isinstance(name, str) and name.endswith("_s") and ("." not in name or name.startswith("comm.")) \
+                and name not in ("start_s", "duration_s"):
+            table[name] = table[name].fillna(0.0)
+    for c in ("tokens", "samples"):
+        if c in table.columns:
+            table[c] = pd.array(table[c], dtype="Int64")
+    if "ok" in table.columns:
+        table["ok"] = table["ok"].fillna(True).astype(bool)
+    return validate(table, source="run store", owned=True)
+
+
 def _empty() -> pd.DataFrame:
     return pd.DataFrame({"rank": pd.Series([], dtype="int64"), "step": pd.Series([], dtype="int64"),
                          "start_s": pd.Series([], dtype="float64"),

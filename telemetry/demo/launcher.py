@@ -22,7 +22,7 @@ from typing import Sequence, TextIO
 
 from ..analysis.detectors.hang import detect_hang, hang_bound
 from ..store import layout
-from ..store.reader import StepsTail
+from ..store.reader import TailFollower
 from .faults import Fault
 
 
@@ -133,7 +133,7 @@ class _Watch:
     """What the ranks' step files say so far: steps done per rank, recent step times, the loss."""
 
     def __init__(self, run_dir: str, ranks: int) -> None:
-        self.tails = {r: StepsTail(layout.steps_path(run_dir, r)) for r in range(ranks)}
+        self.tails = {r: TailFollower(run_dir, r) for r in range(ranks)}
         self.done = {r: 0 for r in range(ranks)}
         self.durations: list[float] = []
         self.last_progress = time.monotonic()

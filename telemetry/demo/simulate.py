@@ -13,7 +13,8 @@ A slow optimizer on one rank therefore delays its next arrival, as it does in a 
 
 Each phase time is base x static rank factor x per-step lognormal jitter, independent per phase.
 Noise traps: warm-up (first steps slower), one-off spikes on one rank (GC, page faults),
-checkpoint steps that hit every rank, static rank differences, heavy jitter, large worlds.
+checkpoint steps that hit every rank, static rank differences, heavy jitter, large worlds, host work
+between steps (``gap_s``).
 Faults (each a :class:`Fault`, the ground truth): straggler (persistent, from/to a step, or
 intermittent with a probability per step), data_stall, slow_comm, regression, moving imbalance
 (per-step work factors shared by a rank's phases), stage imbalance (pipeline groups), memory growth.
@@ -49,6 +50,7 @@ class Scenario:
     spikes: tuple[tuple[int, int, float], ...] = ()  # (rank, step, seconds)
     checkpoint_every: int = 0
     checkpoint_s: float = 0.2
+    gap_s: float = 0.0  # host work between steps (outside telemetry.step): the next step starts this much later
     stages: int = 1
     ranks_per_node: int = 0  # > 0: a node column (node0, node1, ...), consecutive ranks per node
     faults: tuple[Fault, ...] = field(default_factory=tuple)
@@ -61,29 +63,54 @@ def _active(f: Fault, s: int, coin: float) -> bool:
     return s >= f.start and (f.end is None or s <= f.end) and coin < f.probability
 
 
+CHUNK_CELLS = 20_000_000  # ranks x steps simulated at once (random draws included): about 1.5 GB
+
+
 def simulate(sc: Scenario) -> pd.DataFrame:
     """The steps table this job would write (one row per rank and step)."""
-    rng = np.random.default_rng(sc.seed)
+    return pd.concat(list(simulate_chunks(sc)), ignore_index=True)
+
+
+def simulate_chunks(sc: Scenario, chunk_steps: int | None = None):
+    """The steps table in pieces of ``chunk_steps`` steps (all ranks), rows by step then rank: a
+    job too large to hold at once is written piece by piece (``telemetry simulate``). Random draws
+    are made per piece in a fixed order, so a job that fits in one piece (every scenario of
+    ``bench/detectors``) gets the same draws however it is asked for."""
     R, S = sc.ranks, sc.steps
+    step_chunk = chunk_steps or max(1, min(S, CHUNK_CELLS // max(R, 1)))
+    rng = np.random.default_rng(sc.seed)
     stage_of = np.arange(R) * sc.stages // R
     static = 1 + rng.normal(0, sc.static, size=R)
-    jit = {p: rng.lognormal(0, sc.jitter, size=(S, R)) for p in PHASES}
-    data_jit = rng.lognormal(0, sc.jitter, size=(S, R))
-    comm_jit = rng.lognormal(0, sc.jitter / 2, size=S)
-    coins = rng.random(size=(len(sc.faults), S))
-    work = rng.lognormal(0, 0.25, size=(S, R))  # per-step work factors, used by imbalance faults
-    rows = []
-    t = 1.7e9
-    prev_opt = np.zeros(R)
-    mem = np.full(R, 8.0 * 2**30)
-    for s in range(S):
-        comp = {p: base * static * jit[p][s] for p, base in PHASES.items()}
+    state = {"t": 1.7e9, "prev_opt": np.zeros(R), "mem": np.full(R, 8.0 * 2**30)}
+    for lo in range(0, S, step_chunk):
+        n = min(step_chunk, S - lo)
+        draws = {p: rng.lognormal(0, sc.jitter, size=(n, R)) for p in PHASES}
+        draws["data"] = rng.lognormal(0, sc.jitter, size=(n, R))
+        draws["comm"] = rng.lognormal(0, sc.jitter / 2, size=n)
+        draws["coins"] = rng.random(size=(len(sc.faults), n))
+        draws["work"] = rng.lognormal(0, 0.25, size=(n, R))  # per-step work factors (imbalance faults)
+        table = _steps(sc, lo, n, static, stage_of, draws, state)
+        if any(f.cause for f in sc.faults):
+            _signals(table, sc, draws["coins"], lo)
+        yield table
+
+
+def _steps(sc: Scenario, lo: int, n: int, static: np.ndarray, stage_of: np.ndarray, draws: dict,
+           state: dict) -> pd.DataFrame:
+    """Steps lo .. lo + n - 1 of every rank, one numpy pass over the ranks per step."""
+    R = sc.ranks
+    cols = {k: np.empty((n, R)) for k in ("start_s", "duration_s", "data_s", "forward_s", "backward_s",
+                                          "optimizer_s", "comm_s", "mem")}
+    t, prev_opt, mem = state["t"], state["prev_opt"], state["mem"]
+    for i in range(n):
+        s = lo + i
+        comp = {p: base * static * draws[p][i] for p, base in PHASES.items()}
         if s < sc.warmup_steps:
             comp = {p: v * sc.warmup_factor for p, v in comp.items()}
-        data = sc.data_s * data_jit[s]
-        own_comm = sc.comm_s * comm_jit[s]
+        data = sc.data_s * draws["data"][i]
+        own_comm = sc.comm_s * draws["comm"][i]
         for fi, f in enumerate(sc.faults):
-            if not _active(f, s, coins[fi, s]):
+            if not _active(f, s, draws["coins"][fi, i]):
                 continue
             idx = list(f.ranks) if f.ranks else list(range(R))
             if f.kind == "straggler":
@@ -98,10 +125,12 @@ def simulate(sc: Scenario) -> pd.DataFrame:
                 own_comm *= f.factor
             elif f.kind == "imbalance":
                 for p in ("forward", "backward"):
-                    comp[p] *= work[s]
+                    comp[p] *= draws["work"][i]
             elif f.kind == "stage_imbalance":
                 for p in ("forward", "backward"):
                     comp[p][stage_of == f.stage] *= f.factor
+            elif f.kind == "memory_growth":
+                mem[list(f.ranks) if f.ranks else slice(None)] += 4 * 2**20
         for r, step, sec in sc.spikes:
             if step == s:
                 comp["forward"][r] += sec
@@ -111,26 +140,29 @@ def simulate(sc: Scenario) -> pd.DataFrame:
         arrival = start + data + comp["forward"] + comp["backward"]
         end = arrival.max() + own_comm
         comm = end - arrival
-        grow = [f for fi, f in enumerate(sc.faults) if f.kind == "memory_growth" and _active(f, s, coins[fi, s])]
-        for f in grow:
-            mem[list(f.ranks) if f.ranks else slice(None)] += 4 * 2**20
-        for r in range(R):
-            duration = comp["forward"][r] + comp["backward"][r] + comm[r] + comp["optimizer"][r]
-            row = {"rank": r, "step": s, "start_s": start[r] + data[r], "duration_s": duration, "data_s": data[r],
-                   "forward_s": comp["forward"][r], "backward_s": comp["backward"][r] + comm[r],
-                   "optimizer_s": comp["optimizer"][r], "comm_s": comm[r], "comm.backward_s": comm[r],
-                   "tokens": 4096, "samples": 8, "dev.cuda_memory_allocated_bytes": mem[r],
-                   "dev.gpu_memory_total_bytes": 80.0 * 2**30}
-            if sc.stages > 1:
-                row["stage"] = int(stage_of[r])
-            rows.append(row)
-        t = end
+        cols["start_s"][i] = start + data
+        cols["duration_s"][i] = comp["forward"] + comp["backward"] + comm + comp["optimizer"]
+        cols["data_s"][i] = data
+        cols["forward_s"][i] = comp["forward"]
+        cols["backward_s"][i] = comp["backward"] + comm
+        cols["optimizer_s"][i] = comp["optimizer"]
+        cols["comm_s"][i] = comm
+        cols["mem"][i] = mem
+        t = end + sc.gap_s
         prev_opt = comp["optimizer"]
-    table = pd.DataFrame(rows)
+    state.update(t=t, prev_opt=prev_opt, mem=mem)
+    table = pd.DataFrame({
+        "rank": np.tile(np.arange(R), n), "step": np.repeat(np.arange(lo, lo + n), R),
+        "start_s": cols["start_s"].ravel(), "duration_s": cols["duration_s"].ravel(),
+        "data_s": cols["data_s"].ravel(), "forward_s": cols["forward_s"].ravel(),
+        "backward_s": cols["backward_s"].ravel(), "optimizer_s": cols["optimizer_s"].ravel(),
+        "comm_s": cols["comm_s"].ravel(), "comm.backward_s": cols["comm_s"].ravel(),
+        "tokens": 4096, "samples": 8, "dev.cuda_memory_allocated_bytes": cols["mem"].ravel(),
+        "dev.gpu_memory_total_bytes": 80.0 * 2**30})
+    if sc.stages > 1:
+        table["stage"] = np.tile(stage_of, n)
     if sc.ranks_per_node:
         table["node"] = [f"node{r // sc.ranks_per_node}" for r in table["rank"]]
-    if any(f.cause for f in sc.faults):
-        _signals(table, sc, coins)
     return table
 
 
@@ -148,14 +180,15 @@ CAUSE_SIGNALS: dict[str, dict[str, tuple[float, float]]] = {
 }
 
 
-def _signals(table: pd.DataFrame, sc: Scenario, coins: np.ndarray) -> None:
+def _signals(table: pd.DataFrame, sc: Scenario, coins: np.ndarray, lo: int = 0) -> None:
     """Fill the device and host signals of each fault's ``cause`` (ground truth for cause finding):
-    the culprit ranks' values on the steps the fault is active, the healthy value elsewhere."""
+    the culprit ranks' values on the steps the fault is active, the healthy value elsewhere.
+    ``table`` holds steps lo.. (``coins``: their draws)."""
     steps, ranks = table["step"].to_numpy(), table["rank"].to_numpy()
     for fi, f in enumerate(sc.faults):
         if not f.cause:
             continue
-        on = np.array([_active(f, s, coins[fi, s]) for s in range(sc.steps)])[steps]
+        on = np.array([_active(f, lo + i, coins[fi, i]) for i in range(coins.shape[1])])[steps - lo]
         if f.ranks:
             on &= np.isin(ranks, f.ranks)
         for col, (bad, good) in CAUSE_SIGNALS[f.cause].items():

@@ -10,7 +10,9 @@ from typing import Any
 RANKS_DIR = "ranks"
 META = "meta.json"
 FINDINGS = "findings.jsonl"
-STEPS_RE = re.compile(r"^rank-(\d+)\.steps\.jsonl$")
+STEPS_RE = re.compile(r"^rank-(\d+)\.steps\.jsonl$")  # format 1: one JSON object per step (still read)
+# Format 2: per rank, a live tail of JSON lines sealed into columnar segments, numbered in order.
+SEQ_RE = re.compile(r"^rank-(\d+)\.(tail|seg|spans)-(\d+)\.(jsonl|parquet)$")
 
 
 def rank_stem(run_dir: str, rank: int) -> str:
@@ -19,6 +21,21 @@ def rank_stem(run_dir: str, rank: int) -> str:
 
 def steps_path(run_dir: str, rank: int) -> str:
     return rank_stem(run_dir, rank) + ".steps.jsonl"
+
+
+def tail_path(run_dir: str, rank: int, seq: int) -> str:
+    """The live tail: the records since the last seal, one JSON array per step."""
+    return f"{rank_stem(run_dir, rank)}.tail-{seq:06d}.jsonl"
+
+
+def segment_path(run_dir: str, rank: int, seq: int) -> str:
+    """A sealed segment's step columns (Parquet)."""
+    return f"{rank_stem(run_dir, rank)}.seg-{seq:06d}.parquet"
+
+
+def spans_path(run_dir: str, rank: int, seq: int) -> str:
+    """A sealed segment's spans (Parquet), apart from the step columns."""
+    return f"{rank_stem(run_dir, rank)}.spans-{seq:06d}.parquet"
 
 
 def progress_path(run_dir: str, rank: int) -> str:

@@ -1,7 +1,10 @@
-"""Reading a run directory, while the job runs or after it crashed.
+"""Reading a run directory, while the job runs or after it crashed: format 2 (tails and columnar
+segments, :mod:`.segments`) and format 1 (one JSON object per step line, ``rank-N.steps.jsonl``).
 
 A torn last line (the process died mid-write) is skipped with a warning; a corrupt line elsewhere
-is skipped and counted; neither is fatal, and nothing is invented in their place.
+is skipped and counted; neither is fatal, and nothing is invented in their place. The step
+columns are read eagerly; records with their spans (format 1's dicts) only when asked
+(:attr:`RunData.steps`).
 
 >>> run = read_run("runs/exp1")        # doctest: +SKIP
 >>> run.steps[0]["duration_s"]         # doctest: +SKIP
@@ -14,12 +17,38 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import layout
+from .segments import TailDecoder, rank_files, read_records, read_step_columns, record_dict
 
 log = logging.getLogger("telemetry")
+
+
+class LazyRecords(Sequence):
+    """A list of records read on first use (reading spans costs more than the steps table)."""
+
+    def __init__(self, load: Callable[[], list[dict[str, Any]]]) -> None:
+        self._load, self._items = load, None
+
+    def _all(self) -> list[dict[str, Any]]:
+        if self._items is None:
+            self._items = self._load()
+        return self._items
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self):
+        return iter(self._all())
 
 
 @dataclass
@@ -27,40 +56,83 @@ class RunData:
     run_dir: str
     meta: dict[str, Any]
     ranks: dict[int, dict[str, Any]]
-    steps: list[dict[str, Any]]
+    lines: list[dict[str, Any]]  # format 1's step lines (dicts), in file order
     progress: dict[int, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)  # written by online detection
+    columns: pa.Table | None = None  # format 2's step columns, read after format 1's lines
+
+    @property
+    def steps(self) -> LazyRecords:
+        """Every step record (dicts, spans included), format 1's lines first: read when first used."""
+        return LazyRecords(lambda: self.lines + read_records(self.run_dir, []))
 
 
-class StepsTail:
-    """Reads the complete lines appended to one steps file since the last call."""
+class TailFollower:
+    """Follows one rank's records as they are written (format 2), for a live progress display:
+    each call returns the records that appeared since the last. Records sealed away before they
+    were read come back with their step, duration and logged values only."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.offset = 0
-        self.bad_lines = 0
+    def __init__(self, run_dir: str, rank: int) -> None:
+        self.run_dir, self.rank = run_dir, rank
+        self.seq, self.offset, self.seen = 0, 0, 0  # current file, bytes read of its tail, records of it
         self._partial = b""
+        self._decoder = TailDecoder()
 
     def read_new(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for seq, kinds in sorted(rank_files(self.run_dir).get(self.rank, {}).items()):
+            if seq < self.seq:
+                continue
+            if seq > self.seq:
+                self.seq, self.offset, self.seen, self._partial = seq, 0, 0, b""
+                self._decoder = TailDecoder()
+            if "tail" in kinds and "seg" not in kinds:
+                out += self._from_tail(kinds["tail"])
+            elif "seg" in kinds:
+                out += self._from_segment(kinds["seg"])
+        return out
+
+    def _from_tail(self, path: str) -> list[dict[str, Any]]:
         try:
-            with open(self.path, "rb") as f:
+            with open(path, "rb") as f:
                 f.seek(self.offset)
                 chunk = f.read()
         except FileNotFoundError:
-            return []
+            return []  # sealed meanwhile: the next call reads the segment
         self.offset += len(chunk)
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()  # b"" when the chunk ended on a newline
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
         out = []
         for raw in lines:
-            obj = _parse(raw)
-            if obj is None:
-                self.bad_lines += 1
-            elif "step" in obj:
-                out.append(obj)
+            rec = self._decoder.feed(_parse_any(raw))
+            if rec is not None and rec is not True:
+                out.append(record_dict(rec))
+        self.seen += len(out)
         return out
+
+    def _from_segment(self, path: str) -> list[dict[str, Any]]:
+        try:
+            schema = pq.read_schema(path)
+            cols = [c for c in ("step", "duration_s") if c in schema.names] + \
+                [c for c in schema.names if c.startswith("log.")]
+            t = pq.read_table(path, columns=cols).slice(self.seen)
+        except (OSError, pa.ArrowException):
+            return []
+        self.seen += t.num_rows
+        data = t.to_pydict()
+        logs = [c for c in data if c.startswith("log.")]
+        return [{"step": data["step"][i], "duration_s": data["duration_s"][i],
+                 "scalars": {c[4:]: data[c][i] for c in logs if data[c][i] is not None}} for i in range(t.num_rows)]
+
+
+def _parse_any(raw: bytes) -> Any:
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
@@ -115,8 +187,9 @@ def _valid_step_line(obj: dict[str, Any]) -> bool:
         return False
 
 
-def read_run(run_dir: str) -> RunData:
-    """Load everything a run directory holds. Raises FileNotFoundError if it holds no run."""
+def read_run(run_dir: str, steps: tuple[int, int] | None = None) -> RunData:
+    """Load everything a run directory holds (``steps``: only the steps first..last of the step
+    records). Raises FileNotFoundError if it holds no run."""
     if not layout.is_run_dir(run_dir):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory (no {layout.META} or "
                                 f"{layout.RANKS_DIR}/ inside)")
@@ -133,15 +206,16 @@ def read_run(run_dir: str) -> RunData:
     ranks: dict[int, dict[str, Any]] = {}
     progress: dict[int, dict[str, Any]] = {}
     exits: dict[int, dict[str, Any]] = {}
-    steps: list[dict[str, Any]] = []
+    lines: list[dict[str, Any]] = []
     rdir = os.path.join(run_dir, layout.RANKS_DIR)
     names = sorted(os.listdir(rdir)) if os.path.isdir(rdir) else []
     for name in names:
         path = os.path.join(rdir, name)
         m = layout.STEPS_RE.match(name)
         if m:
-            steps.extend(read_steps_file(path, warnings))
-        elif name.endswith((".progress.json", layout.EXIT_SUFFIX)) or (name.endswith(".json") and name.startswith("rank-")):
+            lines.extend(read_steps_file(path, warnings))
+        elif name.endswith((".progress.json", layout.EXIT_SUFFIX)) or (name.endswith(".json") and name.startswith("rank-")
+                                                                         and name.count(".") == 1):
             try:
                 with open(path, encoding="utf-8") as f:
                     obj = json.load(f)
@@ -154,10 +228,13 @@ def read_run(run_dir: str) -> RunData:
                 target[obj["rank"]] = obj
     for r, e in exits.items():  # how a rank ended, with its last heartbeat (a rank may have none)
         progress[r] = {**progress.get(r, {"rank": r}), "exit": e}
+    if steps is not None:
+        lines = [r for r in lines if steps[0] <= r["step"] <= steps[1]]
+    columns = read_step_columns(run_dir, warnings, steps)
     findings = _read_findings(os.path.join(run_dir, layout.FINDINGS), warnings)
     for w in warnings:
         log.warning("telemetry: %s: %s", run_dir, w)
-    return RunData(run_dir, meta, ranks, steps, progress, warnings, findings)
+    return RunData(run_dir, meta, ranks, lines, progress, warnings, findings, columns)
 
 
 def _read_findings(path: str, warnings: list[str]) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 Order matters, because each stage explains part of the time and passes on what is left: stragglers
 first, then ranks stalled on data, then stage imbalance and moving imbalance, then lasting
-changes (regression, slow communication, data stalls that begin), memory growth, lost ranks, hangs
+changes (regression, slow communication, data stalls that begin), memory growth, low utilization (with
+what the findings before it explain), lost ranks, hangs
 (a hang whose culprits are all lost ranks is the lost ranks' finding, not a second one). Every
 finding's ``slowdown`` is a what-if over the steps it covers; the summary's is for all findings
 together, with a goodput split of the run's time.
@@ -26,11 +27,13 @@ from .causes import attach_causes
 from .hang import detect_hang
 from .lost import detect_lost_ranks
 from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
-from .matrix import StepMatrix, from_table, nan_to_zero, nanmedian, rank_median
+from .matrix import StepMatrix, from_table, gaps_after, nan_to_zero, nanmedian, rank_median
 from .memory import detect_memory_growth
 from .regression import RegressionParams, detect_regressions
+from .replay import reprice
 from .stall import detect_data_stalls
 from .straggler import StragglerParams, detect_stragglers, straggler_scores
+from .utilization import UtilizationParams, detect_low_utilization
 from .whatif import slowdown, step_savings
 
 
@@ -47,10 +50,14 @@ class Analysis:
 def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | None = None,
             world_size: int | None = None, hang_bound_s: float | None = None,
             straggler: StragglerParams | None = None, imbalance: ImbalanceParams | None = None,
-            regression: RegressionParams | None = None, step_resolution: bool = True) -> Analysis:
+            regression: RegressionParams | None = None, step_resolution: bool = True,
+            utilization: UtilizationParams | None = None, ops: pd.DataFrame | None = None) -> Analysis:
     """``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
     moving imbalance is then not looked for, since a block's median averages away the work that
-    moves from step to step and what is left between blocks is noise, not imbalance."""
+    moves from step to step and what is left between blocks is noise, not imbalance; nor are the
+    gaps between steps (a block's rows carry no start time). ``ops``: the per-operation trace the
+    table was made from; its findings are then costed by replaying the trace's dependencies
+    (:mod:`.replay`)."""
     m = from_table(table) if len(table) else None
     findings: list[Finding] = []
     shift = None
@@ -72,6 +79,7 @@ def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | Non
             shift = shift + more
         findings += detect_regressions(m, live, shift, regression)
         findings += detect_memory_growth(m, live)
+        findings += detect_low_utilization(m, live, shift, utilization, gaps=step_resolution)
     if progress:
         first = float(table["start_s"].min()) if len(table) else None
         lost = detect_lost_ranks(progress, first)
@@ -80,8 +88,11 @@ def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | Non
                                     explained={r for f in lost for r in f.ranks}))
     if m is not None and m.n_steps:
         attach_causes(m, findings)
+    summary = _summary(m, findings, shift)
+    if ops is not None:
+        findings = reprice(findings, summary, ops, m, shift)
     findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))
-    return Analysis(findings, _summary(m, findings, shift), m)
+    return Analysis(findings, summary, m)
 
 
 def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | None) -> dict[str, Any]:
@@ -127,9 +138,6 @@ def covered_seconds(m: StepMatrix, f: Finding) -> float:
     return float(np.nansum(t[mask]))
 
 
-RESTART_GAP_S = 60.0  # a gap between steps this long (and 30 median steps) is a restart or an outage
-
-
 def uptime(m: StepMatrix) -> dict[str, Any]:
     """The run's wall time from its first step's start to its last step's end, split into time in
     steps, short gaps between steps (work outside ``telemetry.step``: logging, evaluation, host
@@ -147,13 +155,10 @@ def uptime(m: StepMatrix) -> dict[str, Any]:
     first = float(start[ok][0])
     last_i = np.flatnonzero(ok)[-1]
     wall = float(start[last_i] + t[last_i] - first)
-    gaps = np.where(ok[1:] & ok[:-1], start[1:] - (start[:-1] + t[:-1]), 0.0)
-    gaps = np.clip(np.nan_to_num(gaps), 0.0, None)
-    bound = max(RESTART_GAP_S, 30.0 * float(np.median(t)) if len(t) else 0.0)
-    long = gaps > bound
+    gaps, long = gaps_after(m)
     out.update(wall_s=round(max(wall, in_steps), 3), between_steps_s=round(float(gaps[~long].sum()), 3),
                lost_s=round(float(gaps[long].sum()), 3), restarts=int(long.sum()),
-               restarted_at_steps=[int(s) for s in m.steps[1:][long]][:20])
+               restarted_at_steps=[int(s) for s in m.steps[1:][long[:-1]]][:20])
     return out
 
 
@@ -197,4 +202,5 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None 
 
 
 __all__ = ["Analysis", "Finding", "ImbalanceParams", "RegressionParams", "StepMatrix", "StragglerParams",
+           "UtilizationParams",
            "analyze", "covered_seconds", "detect_hang", "detect_stragglers", "from_table", "severity_for", "straggler_scores"]

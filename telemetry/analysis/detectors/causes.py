@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding
-from .matrix import StepMatrix, nanmedian
+from .matrix import StepMatrix, even_sample, nanmedian
 
 THERMAL = ("HwThermalSlowdown", "SwThermalSlowdown")
 POWER = ("SwPowerCap", "HwPowerBrakeSlowdown")
@@ -205,10 +205,15 @@ def _data(m: StepMatrix, f: Finding, culprits: np.ndarray, cols: np.ndarray, who
                 f"{who} waits {a * 1e3:.1f} ms per step for its next batch against {b * 1e3:.1f} ms for its peers: "
                 "its input pipeline, not its device")})]
         return []
-    busy = m.compute + m.data  # what a rank does itself; its wait in collectives is its peers' doing
+    mine = np.flatnonzero(culprits)
+    peers = even_sample(np.flatnonzero(~culprits))  # the peers' centre needs no more than 64 of them
+
+    def busy(rows: np.ndarray) -> np.ndarray:  # what a rank does itself; its wait in collectives is its peers' doing
+        return (m.compute[rows] + m.data[rows])[:, cols]
+
     with np.errstate(all="ignore"):
-        excess = float(np.nanmedian(busy[culprits][:, cols]) - np.nanmedian(busy[~culprits][:, cols]))
-        dwait = float(np.nanmedian(m.data[culprits][:, cols]) - np.nanmedian(m.data[~culprits][:, cols]))
+        excess = float(np.nanmedian(busy(mine)) - np.nanmedian(busy(peers)))
+        dwait = float(np.nanmedian(m.data[mine][:, cols]) - np.nanmedian(m.data[peers][:, cols]))
     if np.isfinite(excess) and np.isfinite(dwait) and excess > 0 and dwait >= 0.5 * excess:
         return [(0.6, {"kind": "data_loader", "evidence": (
             f"{who} waits {dwait * 1e3:.1f} ms more per step for data than its peers, half or more of its excess")})]

@@ -132,6 +132,21 @@ def _median(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 RANK_SAMPLE = 64
+RESTART_GAP_S = 60.0  # a gap between steps this long (and 30 median steps) is a restart or an outage
+
+
+def gaps_after(m: StepMatrix) -> tuple[np.ndarray, np.ndarray]:
+    """(S,) seconds from each step's end (its earliest start plus the job's step time) to the next
+    step's start, 0 where unknown and after the last; and (S,) which of them are long (over
+    ``RESTART_GAP_S`` and 30 median steps: a restart or an outage, not the running job's time)."""
+    t = nan_to_zero(m.step_time())
+    g = np.zeros(m.n_steps)
+    if m.step_start is not None and m.n_steps > 1:
+        start = m.step_start
+        ok = np.isfinite(start[1:]) & np.isfinite(start[:-1])
+        g[:-1] = np.clip(np.nan_to_num(np.where(ok, start[1:] - (start[:-1] + t[:-1]), 0.0)), 0.0, None)
+    bound = max(RESTART_GAP_S, 30.0 * float(np.median(t)) if len(t) else 0.0)
+    return g, g > bound
 
 
 def even_sample(idx: np.ndarray, k: int = RANK_SAMPLE) -> np.ndarray:

@@ -27,7 +27,8 @@ The test decides whether a rank is slow; the what-if only decides the severity. 
 one node (from the table's node/host column) are one finding ("slow node"). Stragglers that each
 cost under ``min_slowdown`` alone (the others still set the pace) are costed as a group and named
 with the group cost and their own; one that costs little only because its peers' noise hides it is
-named at info when its excess would cost ``min_quiet_cost`` in a quiet job.
+named at info when its excess would cost ``min_quiet_cost`` in a quiet job (``min_small_cost`` when it
+is slow through most of the run: a small, steady straggler, not a stretch of scheduler noise).
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ TOTAL = "__compute__"
 @dataclass(frozen=True)
 class StragglerParams:
     warmup_steps: int | None = None  # None: 5% of the steps, at least 2, at most 20
-    min_rel_excess: float = 0.05
+    min_rel_excess: float = 0.03  # the practical floor: a rank 3% slower in a series than its peers
     z_min: float = 4.0
     window: int = 31
     min_run: int = 5
     min_slowdown: float = 0.01  # below this a straggler is reported at info only (see min_quiet_cost)
-    min_quiet_cost: float = 0.03  # ... and only if its excess would cost this much in a quiet job
+    min_quiet_cost: float = 0.03  # ... and only if its excess would cost this much in a quiet job,
+    min_small_cost: float = 0.005  # or this much when it is slow through most of the run (a small straggler)
     spike_sigma: float = 4.0
     min_hot_fraction: float = 0.05
 
@@ -196,14 +198,24 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
         if runs.sum() >= p.min_run:
             lo, hi = np.flatnonzero(runs)[[0, -1]]
             if runs[lo:hi + 1].mean() >= 0.5:  # hot through most of its span: one persistent stretch
-                lo, hi = refine_edges(e[r], int(lo), int(hi), h)
                 span = np.zeros_like(runs)
                 span[lo:hi + 1] = True
-                hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
-        if hit is None:
-            others = np.delete(spike_rate, r) if len(spike_rate) > 1 else np.zeros(1)
-            if spike_rate[r] >= p.min_hot_fraction and spike_rate[r] >= 4 * max(float(np.median(others)), 0.01):
-                hit = _judge(series, e[r], spikes[r], base, sigma, p, z_min, "intermittent")
+                # judged as found first (most hot stretches of a large world are noise and fail
+                # here), then again over its edges moved to where the excess changes level
+                if _judge(series, e[r], span, base, sigma, p, z_min, "persistent") is not None:
+                    lo, hi = refine_edges(e[r], int(lo), int(hi), h)
+                    span = np.zeros_like(runs)
+                    span[lo:hi + 1] = True
+                    hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
+        others = np.delete(spike_rate, r) if len(spike_rate) > 1 else np.zeros(1)
+        if spike_rate[r] >= p.min_hot_fraction and spike_rate[r] >= 4 * max(float(np.median(others)), 0.01):
+            # slow on some steps only: when that accounts for clearly more excess time (1.5x) than a
+            # persistent stretch (whose median then sits barely above the floor), the rank is
+            # intermittent; a stretch that holds the bursts anyway stays persistent (its edges are exact)
+            bursts = _judge(series, e[r], spikes[r], base, sigma, p, z_min, "intermittent")
+            if bursts is not None and (hit is None or bursts.excess_s * bursts.mask.sum()
+                                       > 1.5 * hit.excess_s * hit.mask.sum()):
+                hit = bursts
         if hit is not None:
             hits[int(r)] = hit
     return hits
@@ -283,7 +295,8 @@ def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
                             f"{', '.join(map(str, others))}: healing them all would make those steps "
                             f"{joint:.1%} faster, this rank alone {_pct(own)} (the others still set the pace)")
             else:
-                if quiet < p.min_quiet_cost:
+                steady = c.lead.mode == "persistent" and cov.sum() >= 0.5 * (m.n_steps - p.warmup(m.n_steps))
+                if quiet < (p.min_small_cost if steady else p.min_quiet_cost):
                     shift -= _heal(m, unit, shift)[0]  # not named: not part of the what-if either
                     continue
                 f.details.update(if_quiet=quiet)

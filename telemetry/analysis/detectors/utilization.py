@@ -1,0 +1,177 @@
+"""Utilization gaps: the job's accelerators (or CPUs) busy for less than a bound of its time, sustained.
+
+Busy is each rank's own compute (device-timed when CUDA events timed the phases, wall-clock on a
+CPU run: a CPU job has a compute fraction too) over the time the job took, the median over ranks,
+per step. The time the job took is the step (data wait included) plus the short gap before the
+next step starts (work outside ``telemetry.step``: logging, evaluation); a long gap (a restart) is
+not counted. A stretch is *sustained* when the share over a running window (its busy time over its
+time, so frequent checkpoint or evaluation steps count) stays a point or more under the bound (a job
+at the bound does not flap in and out on its noise) for at least a quarter
+of the steps after warm-up (and 20 steps); the window is at most half that long, so one long step
+(a GC pause, a checkpoint) cannot make a stretch alone.
+
+The idle rest is split into what a user can act on, each a share of the stretch's time:
+
+- ``data_wait``: the typical rank waits for input;
+- ``exposed_comm``: the collectives' own time that compute does not hide (the least any rank was
+  blocked in them: the last to arrive does not wait);
+- ``waiting_for_ranks``: blocked in collectives waiting for slower ranks (jitter, imbalance);
+  ``findings``: the part of that wait the other findings explain (their what-if, healed);
+- ``checkpoint``: steps that hit every rank at once (over 3x the median: checkpoint, evaluation);
+- ``between_steps``: gaps between steps (host work outside ``telemetry.step``);
+- ``host_overhead``: the rest of the step (launches, Python, synchronization not in a phase; in a
+  pipeline-parallel trace, the bubbles).
+
+The largest part is named. ``slowdown`` is that part's share (what removing it would save, an
+upper bound); severity: ``warning``, ``critical`` under half the bound, ``info`` when the largest
+part is what other findings already explain (see those).
+GPU utilization, SM activity, MFU and tokens/s, where the table has them, go in ``details``: NVML's
+utilization counts a collective's kernel spinning as busy, so it is reported beside, not decided on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..findings import Finding
+from .matrix import StepMatrix, gaps_after, nan_to_zero, rank_median
+from .straggler import hot_mask
+from .whatif import step_savings
+
+
+@dataclass(frozen=True)
+class UtilizationParams:
+    bound: float = 0.8  # busy share of the job's time under which a sustained stretch is a finding
+    window: int = 51  # steps in the running window (at most half the shortest stretch)
+    min_fraction: float = 0.25  # a stretch covers at least this share of the steps after warm-up ...
+    min_steps: int = 20  # ... and at least this many steps
+    margin: float = 0.01  # the running share must be this far under the bound (a job at the bound is not flagged by its noise)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.bound, (int, float)) and 0.0 < self.bound <= 1.0):
+            raise ValueError(f"utilization bound={self.bound!r}; accepted: a fraction above 0 and at most 1 "
+                             "(0.8 = busy 80% of the step)")
+
+
+PARTS = {
+    "data_wait": "waiting for input",
+    "exposed_comm": "exposed communication (the collectives' own time)",
+    "waiting_for_ranks": "waiting in collectives for slower ranks",
+    "findings": "waiting for the other findings' culprits",
+    "checkpoint": "checkpoint or evaluation steps",
+    "between_steps": "between steps (host work outside telemetry.step)",
+    "host_overhead": "other time in the step (host overhead, pipeline bubbles: not in a phase)",
+}
+
+
+def running_sum(x: np.ndarray, w: int) -> np.ndarray:
+    """Centered running sum over ``w`` steps (fewer at the ends)."""
+    c = np.concatenate(([0.0], np.cumsum(x)))
+    n, half = len(x), w // 2
+    lo = np.clip(np.arange(n) - half, 0, n)
+    hi = np.clip(np.arange(n) - half + w, 0, n)
+    return c[hi] - c[lo]
+
+
+def parts_per_step(m: StepMatrix, shift: np.ndarray | None, gaps: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(S,) the job's time per step and (S,) each part of it: ``busy`` and the idle parts above."""
+    t = nan_to_zero(m.step_time())
+    med = float(np.median(t[t > 0])) if (t > 0).any() else 0.0
+    spike = t > 3 * med
+    busy = nan_to_zero(rank_median(m.compute))
+    data = nan_to_zero(rank_median(m.data))
+    zero = np.zeros(m.n_steps)
+    own = wait = found = zero
+    if m.comm is not None:
+        own = m.comm_own()
+        own = np.where(np.isfinite(own), own, 0.0)
+        comm = nan_to_zero(rank_median(m.comm))
+        found = np.clip(step_savings(m, shift), 0.0, None) if shift is not None else zero
+        wait = np.clip(comm - own, 0.0, None)
+        found = np.minimum(found, wait)
+        wait = wait - found
+    between = zero
+    if gaps:
+        g, long = gaps_after(m)
+        between = np.where(long, 0.0, g)  # lost time (a restart, an outage) is not the running job's
+    busy = np.minimum(busy, t)
+    parts = {"data_wait": data, "exposed_comm": own, "waiting_for_ranks": wait, "findings": found}
+    # medians over ranks of parts that overlap (a pipeline's transfers run beside compute) can add
+    # up to more than the idle time: they share it in proportion, never exceeding it
+    idle, known = t - busy, sum(parts.values())
+    with np.errstate(all="ignore"):
+        fit = np.where(known > idle, idle / np.where(known > 0, known, 1.0), 1.0)
+    parts = {"busy": busy, **{k: v * fit for k, v in parts.items()}}
+    parts["host_overhead"] = np.clip(idle - known * fit, 0.0, None)
+    # a step over 3x the median hits every rank at once (checkpoint, evaluation): its excess is
+    # that, whatever phase it ran in; the rest of the step keeps its parts' proportions
+    ckpt = np.where(spike, np.clip(t - med, 0.0, None), 0.0)
+    inside = sum(parts.values())
+    with np.errstate(all="ignore"):
+        keep = np.where(spike & (inside > 0), (t - ckpt) / inside, 1.0)
+    parts = {k: v * keep for k, v in parts.items()}
+    parts["checkpoint"] = ckpt
+    parts["between_steps"] = between
+    return t + between, parts
+
+
+def detect_low_utilization(m: StepMatrix, live: np.ndarray, shift: np.ndarray | None,
+                           params: UtilizationParams | None = None, gaps: bool = True) -> list[Finding]:
+    p = params or UtilizationParams()
+    idx = np.flatnonzero(live)
+    if len(idx) < p.min_steps or not np.isfinite(m.compute).any():
+        return []
+    wall, parts = parts_per_step(m, shift, gaps)
+    need = max(p.min_steps, int(np.ceil(p.min_fraction * len(idx))))
+    w = max(5, min(p.window, need // 2))
+    with np.errstate(all="ignore"):
+        low = running_sum(parts["busy"][idx], w) < (p.bound - p.margin) * running_sum(wall[idx], w)
+    runs = hot_mask(low, need)
+    if not runs.any():
+        return []
+    findings = []
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], runs.astype(np.int8), [0]))))
+    for a, b in zip(edges[::2], edges[1::2]):
+        steps = idx[a:b]
+        findings.append(_finding(m, steps, wall, parts, p))
+    return findings
+
+
+def _finding(m: StepMatrix, steps: np.ndarray, wall: np.ndarray, parts: dict[str, np.ndarray],
+             p: UtilizationParams) -> Finding:
+    total = float(wall[steps].sum())
+    shares = {k: float(v[steps].sum()) / total for k, v in parts.items()}
+    busy = shares.pop("busy")
+    idle = {k: round(v, 4) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0}
+    largest = next(iter(idle), "host_overhead")
+    if largest == "findings":
+        severity = "info"
+    else:
+        severity = "critical" if busy < p.bound / 2 else "warning"
+    first, last = int(m.steps[steps[0]]), int(m.steps[steps[-1]])
+    details: dict = {"busy_fraction": round(busy, 4), "bound": p.bound, "idle": idle, "largest": largest,
+                     "measured_by": "compute over the job's time (median over ranks)"}
+    seen = []
+    for name, col in (("gpu_utilization", "dev.gpu_utilization_ratio"), ("sm_activity", "dev.gpu_sm_activity_ratio"),
+                      ("mfu", "mfu")):
+        g = m.extra(col)
+        if g is not None:
+            v = float(np.nanmedian(g[:, steps])) if np.isfinite(g[:, steps]).any() else float("nan")
+            if np.isfinite(v):
+                details[name] = round(v, 4)
+                seen.append(f"{name.replace('_', ' ').replace('mfu', 'MFU').replace('gpu', 'GPU')} {v:.0%}")
+    if m.tokens is not None:
+        secs = float(wall[steps].sum())
+        if secs > 0 and np.nansum(m.tokens[steps]) > 0:
+            details["tokens_per_s"] = round(float(np.nansum(m.tokens[steps]) / secs), 3)
+    top = list(idle.items())[:3]
+    split = "; ".join(f"{PARTS[k]} {v:.0%}" for k, v in top)
+    also = f" ({', '.join(seen)})" if seen else ""
+    evidence = (f"over steps {first}-{last} the ranks compute {busy:.0%} of the job's time{also}, under the "
+                f"{p.bound:.0%} bound; the idle {1 - busy:.0%} is {split}; the largest part, "
+                f"{PARTS[largest]}, is {idle.get(largest, 0.0):.0%} of the time")
+    return Finding(kind="low_utilization", ranks=[], phase=None, first_step=first, last_step=last,
+                   severity=severity, slowdown=round(float(idle.get(largest, 0.0)), 6), evidence=evidence,
+                   details=details)

@@ -1,0 +1,73 @@
+"""``telemetry simulate``: a run directory written by the simulator (:mod:`.simulate`) through
+the run store's own segment writer, with the ground truth beside it (``truth.json``): for
+benchmarks, the dashboard's scale tests, and trying the tools without a cluster.
+
+The job is simulated in pieces of steps (all ranks at once, vectorized); each piece is split by
+rank and sealed as one segment per rank, as a rank's own sink would seal it (no tail, no spans:
+a simulation has no intervals to show). Eight ranks per node, named ``node0``, ``node1``, ...
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+
+import numpy as np
+import pyarrow as pa
+
+from ..store import layout
+from ..store.segments import write_columns
+from .simulate import Scenario, simulate_chunks
+
+RANKS_PER_NODE = 8
+SIMULATED = ("straggler", "data_stall", "regression", "slow_comm")  # --inject kinds the simulator models
+
+
+def write_simulated_run(sc: Scenario, out: str, overwrite: bool = False, chunk_steps: int = 2048) -> dict:
+    """Write ``sc`` as a run directory at ``out``; returns what was written (records, seconds)."""
+    if os.path.exists(out):
+        if not overwrite:
+            raise FileExistsError(f"{out!r} exists; pass --overwrite to replace it")
+        if not layout.is_run_dir(out):
+            raise FileExistsError(f"{out!r} exists and is not a run directory; not replacing it")
+        shutil.rmtree(out)
+    t0 = time.perf_counter()
+    os.makedirs(os.path.join(out, layout.RANKS_DIR))
+    node = {r: f"node{r // RANKS_PER_NODE}" for r in range(sc.ranks)}
+    for r in range(sc.ranks):
+        layout.write_json_atomic(layout.rank_meta_path(out, r), {"rank": r, "node": node[r], "simulated": True})
+    records = 0
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for seq, piece in enumerate(simulate_chunks(sc, chunk_steps), start=1):
+            table = pa.Table.from_pandas(piece, preserve_index=False)
+            order = np.argsort(piece["rank"].to_numpy(), kind="stable")  # rows by rank, then step
+            table = table.take(pa.array(order))
+            n = len(piece) // sc.ranks
+            list(pool.map(lambda r: write_columns(out, r, seq, table.slice(r * n, n)), range(sc.ranks)))
+            records += len(piece)
+    start = 1.7e9
+    meta = {"job": sc.name, "world_size": sc.ranks, "format": 2, "simulated": True, "start_time_s": start,
+            "hosts": {str(r): node[r] for r in range(sc.ranks)}, "versions": {}, "config": {}}
+    layout.write_json_atomic(os.path.join(out, layout.META), meta)
+    truth = {"scenario": {k: v for k, v in asdict(sc).items() if k != "faults"},
+             "faults": [asdict(f) for f in sc.faults], "records": records}
+    layout.write_json_atomic(os.path.join(out, "truth.json"), truth)
+    return {"records": records, "seconds": time.perf_counter() - t0}
+
+
+def parse_faults(specs: list[str], ranks: int, steps: int):
+    """``--inject`` specs (the demo's syntax) for the kinds the simulator models."""
+    from .faults import InjectError, check_against_job, parse_inject
+
+    faults = [parse_inject(s) for s in specs]
+    for f in faults:
+        if f.kind not in SIMULATED:
+            raise InjectError(f"--inject {f.kind}: not simulated; accepted here: {', '.join(SIMULATED)}")
+    check_against_job(faults, ranks, steps)
+    return tuple(faults)
+
+
+__all__ = ["parse_faults", "write_simulated_run"]

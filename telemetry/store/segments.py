@@ -1,0 +1,386 @@
+"""Format 2's files: tails (JSON lines) and sealed segments (Parquet), written and read.
+
+Per rank, files are numbered (``SEQ``) in the order they were written; a rank's records are
+read in that order, so that for a (rank, step) written twice the later file wins. Tail lines are JSON
+(:class:`TailEncoder`: a header, a shape line per new shape of record, and a short array per record
+whose numbers are packed float64: exact, NaN included, since a diverged loss is data). Segments are Parquet (zstd), the step columns and the spans in two files.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from array import array
+from typing import Any, Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from ..pipeline.records import OpStats, Span, StepRecord
+from . import layout
+from .columns import records_from_columns, spans_batch, steps_batch
+
+TAIL_FORMAT = 2
+COMPRESSION = "zstd"
+class TailEncoder:
+    """Step records -> tail lines. A record's names and shape (its phases, ops, logged names,
+    readings, spans' kinds and names) go in a ``{"shape": k, ...}`` line when first seen in this
+    tail; the record itself is ``[k, rank, step, ok, spans_dropped, "<its numbers>"]``, the numbers
+    packed as float64 and base64-encoded (exact, NaN and infinities included, and no float is
+    turned into text: that was most of format 1's cost per record)."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[tuple, int] = {}
+
+    def lines(self, r: StepRecord) -> str:
+        spans = r.spans
+        opt = (r.tokens is not None, r.samples is not None, r.mfu is not None, r.host_duration_s is not None)
+        key = (tuple(r.phases), tuple(r.phase_comm), tuple(r.ops), tuple(r.scalars),
+               tuple(r.device) if r.device else None, tuple((s.kind, s.name, s.ok) for s in spans), opt)
+        k = self.shapes.get(key)
+        head = ""
+        if k is None:
+            k = self.shapes[key] = len(self.shapes)
+            head = json.dumps({"shape": k, "phases": key[0], "phase_comm": key[1], "ops": key[2], "scalars": key[3],
+                               "device": key[4], "spans": key[5], "opt": opt}) + "\n"
+        values = [r.start_s, r.duration_s, r.comm_s, *r.phases.values(), *r.phase_comm.values(),
+                  *[x for st in r.ops.values() for x in st], *r.scalars.values()]
+        if r.device:
+            values += r.device.values()
+        values += [x for x, has in zip((r.tokens, r.samples, r.mfu, r.host_duration_s), opt) if has]
+        for s in spans:
+            values += (s.start_s, s.end_s, s.nbytes)
+        try:
+            numbers = array("d", values)
+        except TypeError:  # a value that is not a float (a bool, an int too large, None): as a float or NaN
+            numbers = array("d", [_as_float(x) for x in values])
+        packed = base64.b64encode(numbers.tobytes()).decode("ascii")
+        return f'{head}[{k},{r.rank},{r.step},{"true" if r.ok else "false"},{r.spans_dropped},"{packed}"]\n'
+
+
+def _as_float(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
+
+
+class TailDecoder:
+    """Tail lines (parsed) -> step records, with the shapes seen so far in this tail. Every count
+    and type is checked: a tail is data from disk, and a bad line is skipped here, not a failure
+    of a reader later."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[int, dict[str, Any]] = {}
+
+    def feed(self, obj: Any) -> StepRecord | None | bool:
+        """A parsed line -> its record; True for a header or shape line; None for a bad line."""
+        if isinstance(obj, dict):
+            if isinstance(obj.get("shape"), int):
+                self.shapes[obj["shape"]] = obj
+                return True
+            return True if "format" in obj else None
+        try:
+            k, rank, step, ok, dropped, packed = obj
+            shape = self.shapes[k]
+            if type(rank) is not int or type(step) is not int or type(dropped) is not int:
+                return None
+            v = array("d")
+            v.frombytes(base64.b64decode(packed, validate=True))
+            phases, pcomm, ops, scalars = shape["phases"], shape["phase_comm"], shape["ops"], shape["scalars"]
+            device, spans, opt = shape["device"] or (), shape["spans"], shape["opt"]
+            if len(v) != 3 + len(phases) + len(pcomm) + 5 * len(ops) + len(scalars) + len(device) + sum(opt) \
+                    + 3 * len(spans):
+                return None
+            i = 3
+            ph = dict(zip(phases, v[i:i + len(phases)]))
+            i += len(phases)
+            pc = dict(zip(pcomm, v[i:i + len(pcomm)]))
+            i += len(pcomm)
+            op = {}
+            for name in ops:
+                c, d, bl, nb, bus = v[i:i + 5]
+                op[name] = OpStats(int(c), d, bl, int(nb), bus)
+                i += 5
+            sc = dict(zip(scalars, v[i:i + len(scalars)]))
+            i += len(scalars)
+            dev = dict(zip(device, v[i:i + len(device)])) if device else None
+            i += len(device)
+            extra = []
+            for has in opt:
+                extra.append(v[i] if has else None)
+                i += 1 if has else 0
+            tokens, samples, mfu, host = extra
+            sp = []
+            for kind, name, span_ok in spans:
+                sp.append(Span(str(kind), str(name), v[i], v[i + 1], bool(span_ok), int(v[i + 2])))
+                i += 3
+            return StepRecord(rank, step, v[0], v[1], bool(ok), ph, pc, v[2], op,
+                              None if tokens is None else int(tokens), None if samples is None else int(samples),
+                              sc, tuple(sp), dropped, dev, mfu, host)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError):
+            return None
+
+
+def read_tail(path: str, warnings: list[str]) -> list[StepRecord]:
+    """A tail's records; a torn last line is skipped and said, a bad line elsewhere counted."""
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    torn = lines.pop()
+    name = os.path.basename(path)
+    out, bad = [], 0
+    decoder = TailDecoder()
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            obj = None
+        rec = decoder.feed(obj)
+        if rec is None:
+            bad += 1
+        elif rec is not True:
+            out.append(rec)
+    if bad:
+        warnings.append(f"{name}: {bad} invalid line(s) skipped")
+    if torn.strip():
+        warnings.append(f"{name}: torn last record ({len(torn)} bytes) skipped; the rank probably stopped "
+                        "while writing (or is writing it now)")
+    return out
+
+
+def _write_parquet(path: str, batch: pa.RecordBatch, durable: bool) -> None:
+    """Floats byte-stream-split (their bytes regrouped: zstd then finds the repetition in times and
+    readings), the rest dictionary-encoded; statistics only for ``step`` (a window of steps skips
+    the segments outside it) and no Arrow schema: about 135 bytes per demo step record with its
+    spans, against 200 with the defaults."""
+    floats = [f.name for f in batch.schema if pa.types.is_floating(f.type)]
+    others = [f.name for f in batch.schema if not pa.types.is_floating(f.type)]
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        pq.write_table(pa.Table.from_batches([batch]), f, compression=COMPRESSION,
+                       write_statistics=["step"] if "step" in batch.schema.names else False,
+                       use_dictionary=others, use_byte_stream_split=floats, store_schema=False)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_segment(run_dir: str, rank: int, seq: int, records: Sequence[StepRecord], durable: bool = False) -> None:
+    """Seal ``records`` as segment ``seq``: spans first, then the step columns (whose presence
+    marks the segment complete: a reader takes a segment's steps only once both are there).
+    ``durable``: on the disk itself before the rename (at shutdown), not only handed to the OS."""
+    _write_parquet(layout.spans_path(run_dir, rank, seq), spans_batch(records), durable)
+    _write_parquet(layout.segment_path(run_dir, rank, seq), steps_batch(records), durable)
+
+
+def write_columns(run_dir: str, rank: int, seq: int, steps: pa.Table) -> None:
+    """Segment ``seq`` of ``rank`` from step columns made elsewhere (a simulated run: no spans)."""
+    for batch in steps.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=steps.schema)]:
+        _write_parquet(layout.segment_path(run_dir, rank, seq), batch, False)
+
+
+def rank_files(run_dir: str) -> dict[int, dict[int, dict[str, str]]]:
+    """rank -> seq -> {"tail"|"seg"|"spans": path}, from the run directory's listing."""
+    rdir = os.path.join(run_dir, layout.RANKS_DIR)
+    out: dict[int, dict[int, dict[str, str]]] = {}
+    try:
+        names = os.listdir(rdir)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        m = layout.SEQ_RE.match(name)
+        if m:
+            out.setdefault(int(m.group(1)), {}).setdefault(int(m.group(3)), {})[m.group(2)] = os.path.join(rdir, name)
+    return out
+
+
+def recover_tails(run_dir: str, rank: int) -> int:
+    """Seal the tails a previous session of ``rank`` left (a crash, a kill); returns the highest
+    sequence number in use (0 when none). A tail whose segment exists (sealed, not yet deleted)
+    is deleted."""
+    files = rank_files(run_dir).get(rank, {})
+    for seq, kinds in sorted(files.items()):
+        tail = kinds.get("tail")
+        if tail is None:
+            continue
+        if "seg" not in kinds:
+            records = read_tail(tail, [])
+            if records:
+                write_segment(run_dir, rank, seq, records)
+        os.remove(tail)
+    return max(files, default=0)
+
+
+def _pieces(run_dir: str) -> list[tuple[int, int, str, str]]:
+    """(rank, seq, kind, path) of every rank's steps in reading order: a segment, or a tail
+    that has no segment."""
+    out = []
+    for rank, seqs in sorted(rank_files(run_dir).items()):
+        for seq, kinds in sorted(seqs.items()):
+            if "seg" in kinds:
+                out.append((rank, seq, "seg", kinds["seg"]))
+            elif "tail" in kinds:
+                out.append((rank, seq, "tail", kinds["tail"]))
+    return out
+
+
+def has_segments(run_dir: str) -> bool:
+    return bool(rank_files(run_dir))
+
+
+def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] | None = None) -> pa.Table | None:
+    """Every rank's step columns (no spans, no per-op columns), in reading order; None when the
+    run has no format-2 files. The segments are read in one Arrow dataset scan (its threads decode
+    in parallel) under the union of their schemas (a column a segment lacks is null there); then
+    the tails, whose numbers come after every segment's of their rank. ``steps``: only steps
+    first..last (inclusive); segments outside are skipped by their statistics."""
+    pieces = _pieces(run_dir)
+    if not pieces:
+        return None
+    segs = [p for p in pieces if p[2] == "seg"]
+    tables = []
+    readable = []
+    schemas = []
+    for _, _, _, path in segs:
+        try:
+            schema, lo, hi = footer(path)
+        except (OSError, pa.ArrowException) as exc:
+            warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
+            continue
+        if steps is not None and lo is not None and (hi < steps[0] or lo > steps[1]):
+            continue  # wholly outside the window: not opened again
+        schemas.append(schema)
+        readable.append(path)
+    if readable:
+        schema = pa.unify_schemas(schemas)
+        cols = [n for n in schema.names if not n.startswith("op.") and n != "spans_dropped"]
+        try:
+            where = None if steps is None else (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
+            tables.append(ds.dataset(readable, format="parquet", schema=schema).to_table(columns=cols, filter=where))
+        except (OSError, pa.ArrowException):  # a file damaged past its footer: read one at a time, say which
+            tables += [t for t in (_read_one(p, cols, warnings, steps) for p in readable) if t is not None]
+    for _, _, kind, path in pieces:
+        if kind == "tail":
+            try:
+                records = read_tail(path, warnings)
+            except OSError as exc:
+                warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
+                continue
+            if steps is not None:
+                records = [r for r in records if steps[0] <= r.step <= steps[1]]
+            if records:
+                t = pa.Table.from_batches([steps_batch(records)])
+                tables.append(t.drop_columns([n for n in t.column_names if n.startswith("op.") or n == "spans_dropped"]))
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="default")
+
+
+_FOOTERS: dict[str, tuple[tuple[float, int], tuple[pa.Schema, int | None, int | None]]] = {}
+_SCHEMAS: dict[tuple, pa.Schema] = {}  # segments of a run share a few schemas: held once
+
+
+def footer(path: str) -> tuple[pa.Schema, int | None, int | None]:
+    """A segment's schema and first and last step (from its statistics), read from its footer once
+    per version of the file (windows of a long run ask again for every window)."""
+    st = os.stat(path)
+    key = (st.st_mtime, st.st_size)
+    hit = _FOOTERS.get(path)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    meta = pq.read_metadata(path)
+    schema = meta.schema.to_arrow_schema()
+    schema = _SCHEMAS.setdefault((tuple(schema.names), tuple(str(t) for t in schema.types)), schema)  # one copy each
+    lo = hi = None
+    if "step" in schema.names and meta.num_row_groups:
+        i = schema.names.index("step")
+        stats = [meta.row_group(g).column(i).statistics for g in range(meta.num_row_groups)]
+        if all(s is not None and s.has_min_max for s in stats):
+            lo, hi = int(min(s.min for s in stats)), int(max(s.max for s in stats))
+    if len(_FOOTERS) > 1_000_000:
+        _FOOTERS.clear()
+        _SCHEMAS.clear()
+    _FOOTERS[path] = (key, (schema, lo, hi))
+    return schema, lo, hi
+
+
+def _read_one(path: str, cols: list[str], warnings: list[str], steps: tuple[int, int] | None) -> pa.Table | None:
+    try:
+        have = set(pq.read_schema(path).names)
+        where = None if steps is None else [("step", ">=", steps[0]), ("step", "<=", steps[1])]
+        return pq.read_table(path, columns=[c for c in cols if c in have], filters=where)
+    except (OSError, pa.ArrowException) as exc:
+        warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
+        return None
+
+
+def step_range(run_dir: str) -> tuple[int, int, int] | None:
+    """(first step, last step, ranks) of a format-2 run from each rank's first and last file
+    (segment statistics, or the tail's records); None when it has none. Cheap: two files a rank."""
+    lo, hi, ranks = None, None, 0
+    for rank, seqs in rank_files(run_dir).items():
+        ranks += 1
+        order = sorted(seqs)
+        for seq in (order[0], order[-1]):
+            kinds = seqs[seq]
+            got = None
+            if "seg" in kinds:
+                try:
+                    _, a, b = footer(kinds["seg"])
+                    if a is None:  # no statistics (written elsewhere): the step column itself
+                        col = pq.read_table(kinds["seg"], columns=["step"]).column("step").to_numpy()
+                        a, b = (int(col.min()), int(col.max())) if len(col) else (None, None)
+                    got = None if a is None else (a, b)
+                except (OSError, ValueError, pa.ArrowException):
+                    got = None
+            elif "tail" in kinds:
+                try:
+                    recs = read_tail(kinds["tail"], [])
+                except OSError:
+                    recs = []
+                got = (min(r.step for r in recs), max(r.step for r in recs)) if recs else None
+            if got is not None:
+                lo = got[0] if lo is None else min(lo, got[0])
+                hi = got[1] if hi is None else max(hi, got[1])
+    return None if lo is None else (int(lo), int(hi), ranks)
+
+
+def read_records(run_dir: str, warnings: list[str]) -> list[dict[str, Any]]:
+    """Every rank's records as the store's record dicts, spans included (trace export, the
+    dashboard's collectives view): slower than :func:`read_step_columns`, read only when asked."""
+    out: list[dict[str, Any]] = []
+    for rank, seq, kind, path in _pieces(run_dir):
+        try:
+            if kind == "tail":
+                out.extend(record_dict(r) for r in read_tail(path, warnings))
+                continue
+            steps = pq.read_table(path)
+            spans_file = layout.spans_path(run_dir, rank, seq)
+            spans = pq.read_table(spans_file) if os.path.exists(spans_file) else None
+            out.extend(records_from_columns(steps, spans))
+        except (OSError, pa.ArrowException) as exc:
+            warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
+    return out
+
+
+def record_dict(r: StepRecord) -> dict[str, Any]:
+    """A record as the store's record dict (the JSON-lines format's shape)."""
+    d: dict[str, Any] = {
+        "rank": r.rank, "step": r.step, "start_s": r.start_s, "duration_s": r.duration_s, "ok": r.ok,
+        "phases": r.phases, "phase_comm": r.phase_comm, "comm_s": r.comm_s,
+        "ops": {k: list(v) for k, v in r.ops.items()}, "tokens": r.tokens, "samples": r.samples,
+        "scalars": r.scalars, "spans": [list(s) for s in r.spans],
+    }
+    for key in ("device", "mfu", "host_duration_s"):
+        if getattr(r, key) is not None:
+            d[key] = getattr(r, key)
+    if r.spans_dropped:
+        d["spans_dropped"] = r.spans_dropped
+    return d
