@@ -248,8 +248,8 @@ def main() -> None:
             f"about {h['peak_gib']:.1f} GiB and the time grows with the windows, about {per_window:.0f} s each: "
             f"about {per_window * 10 * (h['windows']['count'] if h['windows'] else 1) / 60:.0f} minutes here; "
             f"writing them would take {h['gen_s'] * 10 / 60:.0f} minutes and {h['disk_gib'] * 10:.0f} GiB, "
-            f"in {h['files'] * 10:,} segment files (the footers of every segment are read once and cached: "
-            f"about a kilobyte each)."])
+            f"in {h['files'] * 10:,} segment files (each window lists them all and reads the footer of each once, "
+            f"cached: a few hundred bytes each)."])
         print(text)
         if args.out:
             from results import update_section

@@ -171,6 +171,7 @@ def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: d
         opened = {}
 
         def one(w: tuple[int, int], first: bool, final: bool):
+            opened.pop("run", None)  # the last window's table goes before this one is read
             run = opened["run"] = open_input(path, w)
             return analyze(run.table, run.progress if final else None, run.world_size, hang_after,
                            straggler=None if first else StragglerParams(warmup_steps=0), utilization=util)

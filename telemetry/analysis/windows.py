@@ -52,7 +52,11 @@ def analyze_windows(windows: list[tuple[int, int]], run_window: Callable[[tuple[
     window, with warm-up; ``last``: the one that gets the heartbeats). Returns one Analysis."""
     from .detectors import Analysis
 
-    results = [run_window(w, i == 0, i == len(windows) - 1) for i, w in enumerate(windows)]
+    results = []
+    for i, w in enumerate(windows):
+        r = run_window(w, i == 0, i == len(windows) - 1)
+        r.matrix = None  # the window's rank x step arrays: gone before the next window is read
+        results.append(r)
     size = windows[0][1] - windows[0][0] + 1
     findings = merge_findings([r.findings for r in results], tolerance if tolerance is not None else max(10, size // 20))
     summary = merge_summaries([r.summary for r in results], findings)
