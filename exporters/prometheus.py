@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import glob
 import json
+import errno
 import logging
 import os
 import platform
@@ -42,7 +43,7 @@ from prometheus_client.registry import Collector
 
 from telemetry.pipeline import records as rec_types
 from telemetry.pipeline.records import OnlineResult, Progress, StepRecord
-from telemetry.pipeline.sinks import Sink
+from telemetry.pipeline.sinks import Sink, SinkStartError
 from telemetry.store.layout import write_json_atomic
 
 from .device_metrics import DeviceCollector
@@ -52,6 +53,7 @@ from .tracing import trace_id_hex
 
 log = logging.getLogger("telemetry")
 BASE_LABELS = ("job", "rank", "local_rank", "node")
+PORT_TRIES = 16  # a taken port: this many of the local rank's own ports are tried
 SD_DIR_DEFAULT = "prometheus_targets"  # beside the run directory, shared by the runs there
 TRACE_SAMPLER = "trace_sampler"  # run_info key of exporters.otlp (not imported: OTel is optional)
 
@@ -166,12 +168,7 @@ class PrometheusSink(Sink):
             tls = {"certfile": config.prometheus_certfile, "keyfile": config.prometheus_keyfile}
             if config.prometheus_client_cafile:
                 tls.update(client_cafile=config.prometheus_client_cafile, client_auth_required=True)
-        try:
-            self._server, self._thread = start_http_server(self.port, addr=config.prometheus_host,
-                                                           registry=self.registry, **tls)
-        except OSError as exc:
-            raise OSError(f"cannot serve metrics on {config.prometheus_host}:{self.port}: "
-                          f"{exc.strerror or exc}") from None
+        self._server, self._thread = self._serve(config, ctx, tls)
         self.address = target_address(config.prometheus_host, self.port)
         self._run_dir = config.run_dir
         self._world = ctx.world_size
@@ -182,6 +179,37 @@ class PrometheusSink(Sink):
         self._shared_failed = False
         self._write_sd_entry()
         self._push = PushWorker(config, self.registry, self.labels) if config.pushgateway_url else None
+
+    def _serve(self, config: Any, ctx: Any, tls: dict) -> tuple[Any, Any]:
+        """Serve /metrics on this rank's port; when it is taken (a previous job's rank still
+        holding it, another service), on the next free one of this local rank's own series (port +
+        k x local ranks, so that the node's other ranks keep theirs), with one warning: the run's
+        file_sd entry lists the port actually served. With ``strict``, a taken port fails ``init``."""
+        wanted = self.port
+        step = max(1, int(getattr(ctx, "local_world_size", 1) or 1))
+        for k in range(PORT_TRIES):
+            port = wanted + k * step
+            if port > 65535:
+                break
+            try:
+                served = start_http_server(port, addr=config.prometheus_host, registry=self.registry, **tls)
+            except OSError as exc:
+                if getattr(exc, "errno", None) != errno.EADDRINUSE:
+                    raise OSError(f"cannot serve metrics on {config.prometheus_host}:{port}: "
+                                  f"{exc.strerror or exc}") from None
+                if config.strict:
+                    raise SinkStartError(
+                        f"prometheus_port: {config.prometheus_host}:{port} is in use (rank {ctx.rank} serves "
+                        f"prometheus_port + local rank); free it, or choose another prometheus_port, or leave "
+                        "strict off to fall back to the next free port") from None
+                continue
+            if port != wanted:
+                log.warning("telemetry: rank %d: port %d is in use; serving /metrics on %s:%d instead (the run's "
+                            "Prometheus targets list it)", ctx.rank, wanted, config.prometheus_host, port)
+            self.port = port
+            return served
+        raise OSError(f"cannot serve metrics on {config.prometheus_host}: ports {wanted} to "
+                      f"{wanted + (PORT_TRIES - 1) * step} (every {step}) are all in use")
 
     # ---- metric definitions -----------------------------------------------------------
     def _build_metrics(self, c: Any) -> None:

@@ -85,20 +85,12 @@ def test_series_per_rank_are_bounded_and_the_cap_is_counted(run_dir, caplog):
     assert "more than 4 distinct values of label 'phase'" in caplog.text
 
 
-def test_port_in_use_disables_the_sink_and_training_goes_on(run_dir, caplog):
-    import socket
-    blocker = socket.socket()
-    blocker.bind(("127.0.0.1", 0))
-    blocker.listen()
-    port = blocker.getsockname()[1]
-    try:
-        telemetry.init(run_dir=run_dir, job="busy", sinks=["store", "prometheus"], prometheus_port=port)
-        steps(3)
-        stats = telemetry.shutdown()
-    finally:
-        blocker.close()
+def test_an_address_that_cannot_be_served_disables_the_sink_and_training_goes_on(run_dir, caplog):
+    telemetry.init(run_dir=run_dir, job="busy", sinks=["store", "prometheus"], prometheus_host="192.0.2.1")
+    steps(3)  # an address this machine does not have (TEST-NET-1): not a taken port, no fallback
+    stats = telemetry.shutdown()
     assert stats["records"] == 3 and list(stats["sinks"]) == ["store"]
-    assert f"sink 'prometheus' disabled: OSError: cannot serve metrics on 127.0.0.1:{port}" in caplog.text
+    assert "sink 'prometheus' disabled: OSError: cannot serve metrics on 192.0.2.1:" in caplog.text
 
 
 def test_tls_with_client_certificates(run_dir, tmp_path):
@@ -333,3 +325,56 @@ def test_real_prometheus_keeps_the_exporting_rank_and_the_scored_rank_apart(tmp_
     assert sorted((x["metric"]["rank"], x["metric"]["scored_rank"], x["value"][1]) for x in res) == \
         [("0", "0", "0"), ("0", "2", "0.4"), ("0", "3", "0.01")]
     assert all("exported_rank" not in x["metric"] for x in res)
+
+
+def test_a_taken_port_falls_back_to_the_next_free_one_and_the_targets_say_which(run_dir, tmp_path, caplog):
+    """A previous job's rank (or anything) holds the port: this rank serves on its next own port
+    (port + k x local ranks), says so once, and its Prometheus target lists the port it serves."""
+    import glob
+    import socket
+    import urllib.request
+
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    sd = tmp_path / "sd"
+    try:
+        telemetry.init(run_dir=run_dir, job="fallback", sinks=["store", "prometheus"], prometheus_port=port,
+                       prometheus_sd_dir=str(sd))
+        steps(3)
+        served = telemetry.stats()["sinks"]["prometheus"]["port"]
+        assert served != port and served > port
+        with urllib.request.urlopen(f"http://127.0.0.1:{served}/metrics", timeout=5) as r:
+            assert b'train_steps_total{job="fallback"' in r.read()
+        [entry] = [json.load(open(p)) for p in glob.glob(os.path.join(run_dir, "prometheus", "rank-*.json"))]
+        assert entry[0]["targets"] == [f"127.0.0.1:{served}"]  # this rank's target, as served
+        deadline = time.monotonic() + 10
+        while not (sd / "fallback.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # rank 0 merges the job's targets on a pipeline tick
+        merged = json.load(open(sd / "fallback.json"))  # what Prometheus' file_sd reads
+        assert [t for group in merged for t in group["targets"]] == [f"127.0.0.1:{served}"]
+        stats = telemetry.shutdown()
+    finally:
+        blocker.close()
+    assert list(stats["sinks"]) == ["store", "prometheus"]
+    assert caplog.text.count(f"port {port} is in use; serving /metrics on 127.0.0.1:{served} instead") == 1
+
+
+def test_a_taken_port_fails_init_when_strict(run_dir):
+    import socket
+
+    from telemetry.pipeline.sinks import SinkStartError
+
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    try:
+        with pytest.raises(SinkStartError, match=f"prometheus_port: 127.0.0.1:{port} is in use"):
+            telemetry.init(run_dir=run_dir, job="strictport", sinks=["store", "prometheus"], prometheus_port=port,
+                           strict=True)
+    finally:
+        blocker.close()
+    telemetry.init(run_dir=run_dir, job="strictport", sinks=["store"])  # nothing half-started is left behind
+    telemetry.shutdown()

@@ -148,8 +148,14 @@ class GuardedSink:
         return out
 
 
+class SinkStartError(RuntimeError):
+    """A sink cannot start as the user asked, and they asked to be told (``strict``): raised by
+    ``init`` rather than the sink being skipped."""
+
+
 def build_sinks(config: "Config", ctx: "RankContext", run_info: dict[str, Any]) -> list[GuardedSink]:
-    """Instantiate the configured sinks; one that cannot start is skipped with one warning."""
+    """Instantiate the configured sinks; one that cannot start is skipped with one warning (or,
+    when it raises :class:`SinkStartError`, ``init`` fails with its message)."""
     out = []
     for name in config.sinks:
         try:
@@ -159,6 +165,10 @@ def build_sinks(config: "Config", ctx: "RankContext", run_info: dict[str, Any]) 
             continue
         try:
             sink = factory(config, ctx, run_info)
+        except SinkStartError:
+            for started in out:  # init fails: the sinks already started are closed, not left open
+                started.close(1.0)
+            raise
         except Exception as exc:  # noqa: BLE001 - e.g. an unwritable run dir, a port in use
             log.warning("telemetry: sink %r disabled: %s: %s; training continues without it",
                         name, type(exc).__name__, exc)
