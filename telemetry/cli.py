@@ -182,16 +182,16 @@ def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: d
               f"windows of {windows[0][1] - windows[0][0] + 1:,} steps (at most {window_rows:,} rows at once)",
               file=sys.stderr)
     else:
-        if span is not None:
+        if steps is None and last is None:
+            window = None  # everything, format 1 lines included
+        elif span is not None:
             window = (span[0], span[1])
-        elif steps is not None or last is not None:  # a table: its steps are known once read
+        else:  # a table (or format 1 lines only): its steps are known once read
             whole = open_input(path).table
             hi = int(whole["step"].max()) if len(whole) else 0
             window = steps or (0, hi)
             if last is not None:
                 window = (max(window[0], min(window[1], hi) - last + 1), window[1])
-        else:
-            window = None
         run = open_input(path, window)
         result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops)
     online = compare_online(result.findings, run.online_findings) if run.online_findings else None
