@@ -81,7 +81,7 @@ def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     ordered = sorted(extra, key=lambda k: (k.startswith(("log.", "dev.", "mfu", "host.")), k.startswith("comm.")))
     for name in ordered:
         values = extra[name]
-        if name.endswith("_s") and ("." not in name or name.startswith("comm.")):
+        if _zero_when_absent(name):
             # A phase that did not run in a step took no time in it (unlike a missing value).
             arr = np.zeros(n)
         else:
@@ -106,8 +106,7 @@ def columns_to_table(columns: Any, before: pd.DataFrame | None = None) -> pd.Dat
     if before is not None and len(before):
         table = pd.concat([before, table], ignore_index=True)
     for name in table.columns:
-        if isinstance(name, str) and name.endswith("_s") and ("." not in name or name.startswith("comm.")) \
-                and name not in ("start_s", "duration_s"):
+        if isinstance(name, str) and _zero_when_absent(name) and name not in ("start_s", "duration_s"):
             table[name] = table[name].fillna(0.0)
     for c in ("tokens", "samples"):
         if c in table.columns:
@@ -115,6 +114,12 @@ def columns_to_table(columns: Any, before: pd.DataFrame | None = None) -> pd.Dat
     if "ok" in table.columns:
         table["ok"] = table["ok"].fillna(True).astype(bool)
     return validate(table, source="run store", owned=True)
+
+
+def _zero_when_absent(name: str) -> bool:
+    """A phase's seconds (or its time blocked in collectives): a step that did not run the phase
+    took no time in it, so a missing value is 0, not unknown."""
+    return name.endswith("_s") and ("." not in name or name.startswith("comm."))
 
 
 def _empty() -> pd.DataFrame:

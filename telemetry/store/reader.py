@@ -136,12 +136,7 @@ def _parse_any(raw: bytes) -> Any:
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
-    if not raw.strip():
-        return None
-    try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    obj = _parse_any(raw)
     return obj if isinstance(obj, dict) else None
 
 

@@ -259,7 +259,7 @@ def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] 
         readable.append(path)
     if readable:
         schema = pa.unify_schemas(schemas)
-        cols = [n for n in schema.names if not n.startswith("op.") and n != "spans_dropped"]
+        cols = [n for n in schema.names if _table_column(n)]
         try:
             where = None if steps is None else (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
             tables.append(ds.dataset(readable, format="parquet", schema=schema).to_table(columns=cols, filter=where))
@@ -276,7 +276,7 @@ def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] 
                 records = [r for r in records if steps[0] <= r.step <= steps[1]]
             if records:
                 t = pa.Table.from_batches([steps_batch(records)])
-                tables.append(t.drop_columns([n for n in t.column_names if n.startswith("op.") or n == "spans_dropped"]))
+                tables.append(t.select([n for n in t.column_names if _table_column(n)]))
     tables = [t for t in tables if t.num_rows]
     if not tables:
         return None
@@ -309,6 +309,12 @@ def footer(path: str) -> tuple[pa.Schema, int | None, int | None]:
         _SCHEMAS.clear()
     _FOOTERS[path] = (key, (schema, lo, hi))
     return schema, lo, hi
+
+
+def _table_column(name: str) -> bool:
+    """A step column the steps table holds (not what only the store keeps: per-op statistics,
+    spans dropped)."""
+    return not name.startswith("op.") and name != "spans_dropped"
 
 
 def _read_one(path: str, cols: list[str], warnings: list[str], steps: tuple[int, int] | None) -> pa.Table | None:
