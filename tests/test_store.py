@@ -202,14 +202,14 @@ def test_a_rank_killed_mid_segment_then_restarted_loses_nothing_and_its_rerun_st
     seal = "import telemetry.store.writer as w; w.SEAL_RECORDS = 5\n"
     more = f"""
         import glob
-        while not glob.glob({run_dir!r} + "/ranks/*.seg-*"):  # sealed: steps 0-11 in a segment
-            time.sleep(0.05)
+        while not glob.glob({run_dir!r} + "/ranks/*.seg-*") or glob.glob({run_dir!r} + "/ranks/*.tail-000001.*"):
+            time.sleep(0.05)  # sealed: steps 0-11 in a segment, and their tail gone
         for i in range(2):  # these two stay in the tail
             with telemetry.step():
                 pass
         def tail_lines():
             return sum(open(p).read().count("\\n") for p in glob.glob({run_dir!r} + "/ranks/*.tail-*"))
-        while tail_lines() < 3:  # its header and the two records, flushed by the next tick
+        while tail_lines() < 4:  # its header, the records' shape and the two records, flushed by the next tick
             time.sleep(0.05)
         print('ready', flush=True); time.sleep(60)
         """
