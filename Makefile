@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-EXTRAS := dev,otel,dashboard,gpu
+EXTRAS := dev,otel,dashboard,gpu,hf,lightning
 
 .PHONY: demo test test-fast faults bench clean system-deps
 

@@ -42,9 +42,12 @@ def _percentiles(key: tuple, _view: D.RunView):  # noqa: ANN202 - a DataFrame, c
 
 
 def _mtime(path: str) -> float:
+    """The newest change in ``path``: its files' and its directories' (a file removed or renamed
+    changes its directory's), so a run changed in any way is read again; 0 when it is gone."""
     try:
-        return max(os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs) \
-            if os.path.isdir(path) else os.path.getmtime(path)
+        if not os.path.isdir(path):
+            return os.path.getmtime(path)
+        return max(os.path.getmtime(os.path.join(d, f)) for d, ds, fs in os.walk(path) for f in [".", *fs])
     except (OSError, ValueError):
         return 0.0
 
@@ -62,9 +65,22 @@ def _pick_run() -> tuple[str, str]:
     if path or not root:
         return path, ""
     runs = _runs(root)
+    shown = st.session_state.get("shown_run")
+    if shown and shown not in runs:
+        st.warning(f"{shown} is no longer there (deleted or moved while the page was open)"
+                   + (f"; showing {os.path.basename(runs[0])}" if runs else ""))
+    out = D.links_out(root)
+    if out:
+        st.sidebar.caption(f"Not offered: {', '.join(out)} (links to directories outside {root}; the page "
+                           "opens only runs inside it)")
     if not runs:
+        st.session_state.pop("shown_run", None)
         return "", root
-    return st.sidebar.selectbox("run", runs, format_func=os.path.basename), root
+    chosen = st.sidebar.selectbox("run", runs, format_func=os.path.basename)
+    if chosen not in runs:  # Streamlit keeps a widget's value among its options; never open another path
+        chosen = runs[0]
+    st.session_state["shown_run"] = chosen
+    return chosen, root
 
 
 def _live_marker(live: D.Liveness, poll: "callable", every_s: float) -> None:
@@ -78,6 +94,19 @@ def _live_marker(live: D.Liveness, poll: "callable", every_s: float) -> None:
                 else "no step completed yet")
         st.markdown(f":green-badge[live] {last}; checked {V.clock(time.time())}, every {every_s:.0f} s")
     marker()
+
+
+def _retry(every_s: float) -> None:
+    """After a failed query of a live source (the server restarting, unreachable a while): the page
+    is run again at the next refresh, as a live page is, so it recovers by itself. The refresh is
+    counted from the failure (a query that timed out may have taken longer than a refresh)."""
+    tick = int(time.time() // every_s)
+
+    @st.fragment(run_every=every_s)
+    def retry() -> None:
+        if int(time.time() // every_s) != tick:
+            st.rerun()
+    retry()
 
 
 def _view_key() -> str:
@@ -96,11 +125,15 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
     url = os.environ.get("TELEMETRY_DASHBOARD_PROMETHEUS", "")
     if url:
         job = os.environ.get("TELEMETRY_DASHBOARD_JOB", "")
+        refresh = D.PROMETHEUS_REFRESH_S
+        tick = int(time.time() // refresh)
+        again = f"; trying again every {refresh:.0f} s"
         if not job:
             try:
                 jobs = D.prometheus_jobs(url)
             except D.ViewError as exc:
-                st.error(f"Cannot read {url}: {exc}")
+                st.error(f"Cannot read {url}: {exc}{again}")
+                _retry(refresh)
                 return None, (), ""
             if not jobs:
                 st.error(f"No training job on {url} yet (no `train_steps_total` series): is the job's /metrics "
@@ -109,12 +142,11 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
             job = st.sidebar.selectbox("job", jobs)
         minutes = st.sidebar.selectbox("last", PROM_MINUTES, index=1, format_func=lambda m: f"{m} min")
         st.sidebar.caption(f"{url}, job {job}")
-        refresh = D.PROMETHEUS_REFRESH_S
-        tick = int(time.time() // refresh)
         try:
             view = _load_prometheus(url, job, minutes, tick)
         except D.ViewError as exc:
-            st.error(f"Cannot show job {job!r} from {url}: {exc}")
+            st.error(f"Cannot show job {job!r} from {url}: {exc}{again}")
+            _retry(refresh)
             return None, (), ""
         _live_marker(D.liveness(view.run, time.time()), lambda: int(time.time() // refresh) != tick, refresh)
         return view, (url, job, minutes, tick), ""
@@ -150,6 +182,8 @@ def _base(root: str, path: str) -> tuple[D.RunView | None, str]:
         if not others:
             return None, ""
         base = st.selectbox("base run (compared against the run in the sidebar)", others, format_func=os.path.basename)
+        if base not in others:  # never a path the page was not offered
+            return None, ""
     try:
         return _load(base, _mtime(base)), os.path.basename(base.rstrip("/"))
     except D.ViewError as exc:

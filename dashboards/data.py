@@ -88,13 +88,42 @@ def load_prometheus(url: str, job: str | None, minutes: float) -> RunView:
 
 
 def list_runs(root: str) -> list[str]:
-    """The run directories directly under ``root``, newest first."""
+    """The run directories directly under ``root``, newest first. Only those inside ``root``: an
+    entry that is a link to a directory elsewhere is not offered (the page opens nothing outside
+    the root). A run removed while this lists is left out."""
     from telemetry.store import layout
 
-    if not os.path.isdir(root):
+    try:
+        names = os.listdir(root)
+    except OSError:
         return []
-    runs = [os.path.join(root, d) for d in os.listdir(root) if layout.is_run_dir(os.path.join(root, d))]
-    return sorted(runs, key=os.path.getmtime, reverse=True)
+    real_root = os.path.realpath(root)
+    runs = []
+    for name in names:
+        path = os.path.join(root, name)
+        if not inside(path, real_root) or not layout.is_run_dir(path):
+            continue
+        try:
+            runs.append((os.path.getmtime(path), path))
+        except OSError:
+            continue
+    return [path for _, path in sorted(runs, reverse=True)]
+
+
+def links_out(root: str) -> list[str]:
+    """The names under ``root`` that link to a directory outside it (not offered by :func:`list_runs`)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    real_root = os.path.realpath(root)
+    return sorted(n for n in names
+                  if os.path.isdir(os.path.join(root, n)) and not inside(os.path.join(root, n), real_root))
+
+
+def inside(path: str, real_root: str) -> bool:
+    """Whether ``path``, links resolved, lies under the (already resolved) ``real_root``."""
+    return os.path.commonpath([os.path.realpath(path), real_root]) == real_root
 
 
 def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.DataFrame:

@@ -33,8 +33,10 @@ import logging
 import os
 import platform
 import socket
+import ssl
 import sys
 import time
+import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -112,15 +114,18 @@ class _FirstValue:
 class _DropCollector(Collector):
     """train_telemetry_dropped_total{sink}: read from the session's counters at scrape time."""
 
-    def __init__(self, labels: dict[str, str], stats: Callable[[], dict], gates: Iterable[LabelGate]) -> None:
+    def __init__(self, labels: dict[str, str], stats: Callable[[], dict], gates: Iterable[LabelGate],
+                 push_failures: Callable[[], int | None] = lambda: None) -> None:
         self._labels = labels
         self._stats = stats
         self._gates = list(gates)
+        self._push_failures = push_failures
 
     def collect(self):
         fam = CounterMetricFamily("train_telemetry_dropped", "What telemetry accepted but could not deliver, "
                                   "by sink: buffer: events (the hot-path buffer was full); otlp: spans; "
-                                  "prometheus_labels: label values over the cap; others: step records",
+                                  "prometheus_labels: label values over the cap; pushgateway: pushes that "
+                                  "failed; others: step records",
                                   labels=list(BASE_LABELS) + ["sink"])
         base = [self._labels[k] for k in BASE_LABELS]
         try:
@@ -131,7 +136,41 @@ class _DropCollector(Collector):
         for name, st in (s.get("sinks") or {}).items():
             fam.add_metric(base + [name], float(st.get("dropped", 0)))
         fam.add_metric(base + ["prometheus_labels"], float(sum(g.refused for g in self._gates)))
+        pushes = self._push_failures()
+        if pushes is not None:  # a Pushgateway is configured: its failed pushes (snapshots it never got)
+            fam.add_metric(base + ["pushgateway"], float(pushes))
         yield fam
+
+
+def _close_in_forked_children(server: Any) -> None:
+    """A forked child (a DataLoader worker) inherits the listening socket of this rank's /metrics:
+    it is closed there, so that the child serves nothing and does not hold the port after this
+    rank's shutdown (a worker that outlives it would otherwise keep the port taken). Only the
+    child's copy is closed; the parent serves on."""
+    ref = weakref.ref(server)
+
+    def after_in_child() -> None:
+        served = ref()
+        if served is not None:
+            try:
+                served.socket.close()
+            except OSError:
+                pass
+
+    os.register_at_fork(after_in_child=after_in_child)
+
+
+def _check_tls(tls: dict) -> None:
+    """Load the certificate, key and CA before binding: prometheus_client binds the port first and
+    loads them after, so a bad file would leave a socket listening, unserved, behind the error."""
+    try:
+        check = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        check.load_cert_chain(tls["certfile"], tls["keyfile"])
+        if tls.get("client_cafile"):
+            check.load_verify_locations(tls["client_cafile"])
+    except (OSError, ssl.SSLError) as exc:
+        raise OSError("cannot serve metrics over TLS (prometheus_certfile, prometheus_keyfile, "
+                      f"prometheus_client_cafile): {exc}") from None
 
 
 def target_address(host: str, port: int) -> str:
@@ -155,7 +194,9 @@ class PrometheusSink(Sink):
         self._trace_sampled: Any = None  # decided at the first write (see _exemplar)
         self._gates = {k: LabelGate(k, config.max_label_values) for k in ("phase", "op", "name")}
         self._build_metrics(config)
-        self.registry.register(_DropCollector(self.labels, run_info.get("stats", dict), self._gates.values()))
+        self._push: PushWorker | None = None
+        self.registry.register(_DropCollector(self.labels, run_info.get("stats", dict), self._gates.values(),
+                                              lambda: self._push.failures if self._push is not None else None))
         self._device: dict | None = None
         self._findings = _FindingsCollector(self.labels)
         if ctx.rank == 0:
@@ -185,6 +226,8 @@ class PrometheusSink(Sink):
         holding it, another service), on the next free one of this local rank's own series (port +
         k x local ranks, so that the node's other ranks keep theirs), with one warning: the run's
         file_sd entry lists the port actually served. With ``strict``, a taken port fails ``init``."""
+        if tls:
+            _check_tls(tls)
         wanted = self.port
         step = max(1, int(getattr(ctx, "local_world_size", 1) or 1))
         for k in range(PORT_TRIES):
@@ -207,6 +250,7 @@ class PrometheusSink(Sink):
                 log.warning("telemetry: rank %d: port %d is in use; serving /metrics on %s:%d instead (the run's "
                             "Prometheus targets list it)", ctx.rank, wanted, config.prometheus_host, port)
             self.port = port
+            _close_in_forked_children(served[0])
             return served
         raise OSError(f"cannot serve metrics on {config.prometheus_host}: ports {wanted} to "
                       f"{wanted + (PORT_TRIES - 1) * step} (every {step}) are all in use")
@@ -380,7 +424,7 @@ class PrometheusSink(Sink):
         return os.path.join(self._run_dir, "prometheus")
 
     def _write_sd_entry(self) -> None:
-        entry = [{"targets": [self.address], "labels": dict(self.labels)}]
+        entry = [{"targets": [self.address], "labels": {**self.labels, **self.ctx.placement_labels()}}]
         try:
             os.makedirs(self._sd_dir(), exist_ok=True)
             write_json_atomic(os.path.join(self._sd_dir(), f"rank-{self.ctx.rank:05d}.json"), entry)

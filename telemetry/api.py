@@ -48,7 +48,7 @@ class Session:
         self._anchor_wall_ns = time.time_ns()
         self._anchor_perf_ns = time.perf_counter_ns()
         self.recorder = build_recorder(config.buffer_events, config.device_timing, strict=config.strict,
-                                       start_step=config.start_step)
+                                       start_step=config.start_step, profiler_ranges=config.profiler_ranges)
         self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank)
         peak = config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(),
                                                    config.mfu_dtype) or 0.0

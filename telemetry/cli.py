@@ -8,6 +8,7 @@ started); 2 bad arguments or input; 3 ``--fail-on`` met (a finding at or above t
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -20,12 +21,16 @@ from .analysis.findings import SEVERITIES
 from .version import __version__
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_FAIL_ON, EXIT_JOB_HUNG, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_OUTPUT = 5
+# An output that cannot be written: a full or read-only disk, a reader that went away (`| head`).
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EROFS, errno.EFBIG)
 EXIT_CODES = """exit codes:
   0    done
   1    demo: the job failed (a rank exited with an error, or no step completed)
   2    bad arguments or input
   3    --fail-on: a finding reached that severity
   4    demo: the job hung and its watchdog stopped it
+  5    the output could not be written (disk full, read-only, a closed pipe)
   130  interrupted (Ctrl-C)"""
 
 
@@ -95,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "stalls, stage and moving imbalance, regressions, slow communication, memory "
                           "growth, hangs), each with its evidence and what-if cost."), epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("path", help="run directory, or a steps table or per-operation trace (.csv / .parquet)")
+    a.add_argument("path", help="run directory, a steps table or per-operation trace (.csv / .parquet), or "
+                   "a directory of per-rank PyTorch profiler traces (.json / .json.gz)")
     a.add_argument("--json", action="store_true", help="print the findings JSON")
     a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
     a.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a finding reaches this severity")
@@ -141,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--overwrite", action="store_true", help="replace an existing run directory at --out")
 
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
-    e.add_argument("run_dir")
+    e.add_argument("run_dir", help="run directory, or a directory of PyTorch profiler traces (steps table only)")
     e.add_argument("--to", required=True, metavar="FILE",
                    help="FILE.parquet or FILE.csv (steps table), FILE.json (Chrome/Perfetto trace)")
     e.add_argument("--steps", metavar="A:B", help="trace only steps A to B (inclusive; either may be empty)")
@@ -354,7 +360,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .analysis.exports import export_for, export_suffixes
-    from .analysis.load import RUN_DIR, open_input
+    from .analysis.load import KINETO_TRACES, RUN_DIR, open_input
     from .analysis.table import TABLE_OUTPUTS, TableError, write_table
 
     try:
@@ -364,10 +370,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         run = open_input(args.run_dir)
-        if run.kind != RUN_DIR:
-            raise TableError(f"{args.run_dir!r} is not a run directory; accepted: a run directory")
+        if run.kind not in (RUN_DIR, KINETO_TRACES):
+            raise TableError(f"{args.run_dir!r} is not a run directory; accepted: a run directory or a "
+                             "directory of PyTorch profiler traces")
         export = None if args.to.lower().endswith(TABLE_OUTPUTS) else export_for(args.to)
         if export is not None:
+            if getattr(export, "needs_records", False) and run.kind != RUN_DIR:
+                raise TableError(f"{args.to!r}: a trace export needs a run directory; a directory of "
+                                 "profiler traces is one already (open its files in ui.perfetto.dev); "
+                                 "accepted here: .csv or .parquet (steps table)")
             _check_steps_in_run(run.table, args.steps, first, last)
             print(export.write(run, args.to, first, last))
             return 0
@@ -517,6 +528,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("telemetry: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        return _output_failed(exc)
+
+
+def _output_failed(exc: OSError) -> int:
+    """The report could not be written: say so once (unless the reader simply went away), and send
+    what stdout still holds nowhere, so that the interpreter's exit does not fail on it again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    if exc.errno != errno.EPIPE:
+        try:
+            print(f"telemetry: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        except OSError:
+            pass
+    return EXIT_OUTPUT
 
 
 if __name__ == "__main__":

@@ -14,8 +14,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import numbers
+import operator
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
@@ -25,7 +28,8 @@ from .flops import DTYPES
 log = logging.getLogger("telemetry")
 
 ENV_PREFIX = "TELEMETRY_"
-_JOB_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_HOST_RE = re.compile(r"[A-Za-z0-9_.:\[\]%-]{1,253}")
+_JOB_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # fullmatch: no trailing newline
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 OTLP_TRACES_EXPORTERS = ("otlp", "console", "none")  # as the OTel SDK's OTEL_TRACES_EXPORTER
 # Log-spaced, 1 ms to 2 min: fit for step and phase times from tiny models to large ones.
@@ -54,6 +58,7 @@ class Config:
     start_step: int = 0
     handle_sigterm: bool = True
     announce: bool = True  # each process says at start where its data can be seen (one line, stderr)
+    profiler_ranges: bool = False  # every step and phase also opens a torch.profiler record_function range
     # Devices and throughput
     device_timing: str = "auto"  # cuda: CUDA events time phases and collectives; wall; auto: cuda if available
     device_interval_s: float = 1.0  # host / GPU / CUDA-memory sampling period; 0 turns it off
@@ -109,10 +114,18 @@ class Config:
                             key, ", ".join(ENV_PREFIX + n.upper() for n in sorted(names)))
                 continue
             values[name] = _parse_env(key, value, names[name])
+        from_env = set(values)
         values.update({k: v for k, v in kwargs.items() if v is not None})
+        from_env -= set(kwargs)
         sinks_given = "sinks" in values
         cfg = cls(**values)
-        cfg._validate()
+        try:
+            cfg._validate()
+        except ConfigError as exc:  # say where a bad value came from when it was the environment
+            name = next((n for n in sorted(from_env) if re.search(rf"\b{n}\b", str(exc))), None)
+            if name is None:
+                raise
+            raise ConfigError(f"{exc} (from the environment variable {ENV_PREFIX}{name.upper()})") from None
         if not cfg.run_dir:
             object.__setattr__(cfg, "run_dir", os.path.join("runs", cfg.job))
         if not cfg.otlp_endpoint:
@@ -148,67 +161,73 @@ class Config:
                 if f.compare and getattr(self, f.name) != getattr(other, f.name)]
 
     # ---- validation ---------------------------------------------------------------------
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
     def _validate(self) -> None:
-        if not isinstance(self.job, str) or not _JOB_RE.match(self.job):
+        if not isinstance(self.job, str) or not _JOB_RE.fullmatch(self.job):
             raise ConfigError(f"job={self.job!r} is invalid; accepted: 1-128 characters of "
                               "letters, digits and . _ : -")
-        if not isinstance(self.run_dir, (str, os.PathLike)):
-            raise ConfigError(f"run_dir={self.run_dir!r} must be a path string")
-        object.__setattr__(self, "run_dir", os.fspath(self.run_dir))
+        object.__setattr__(self, "run_dir", _check_path("run_dir", self.run_dir))
         sinks = self.sinks
         if isinstance(sinks, str):
             sinks = tuple(s for s in (p.strip() for p in sinks.split(",")) if s)
-        sinks = tuple(sinks)
         known = plugins.names(plugins.SINKS)
+        if not isinstance(sinks, (list, tuple)):
+            raise ConfigError(f"sinks={sinks!r}; accepted: a list of sink names from {', '.join(known) or 'none'}, "
+                              "or one comma-separated string")
         for s in sinks:
-            if s not in known:
+            if not isinstance(s, str) or s not in known:
                 raise ConfigError(f"sinks contains {s!r}; accepted: {', '.join(known) or 'none'}"
                                   + plugins.missing_hint(plugins.SINKS))
         object.__setattr__(self, "sinks", tuple(dict.fromkeys(sinks)))
-        _check_number("flush_interval_s", self.flush_interval_s, 0.01, 60.0)
-        _check_number("shutdown_timeout_s", self.shutdown_timeout_s, 0.1, 600.0)
-        _check_int("buffer_events", self.buffer_events, 1024, 1 << 26)
-        _check_int("start_step", self.start_step, 0, 1 << 62)
-        _check_int("prometheus_port", self.prometheus_port, 1, 65535)
-        _check_int("online_every", self.online_every, 1, 100000)
-        _check_int("online_window", self.online_window, 8, 100000)
-        _check_int("online_wait_blocks", self.online_wait_blocks, 1, 1000)
-        _check_number("online_interval_s", self.online_interval_s, 0.05, 3600.0)
-        _check_number("busy_bound", self.busy_bound, 0.01, 1.0)
-        for name in ("strict", "collectives", "handle_sigterm", "online", "announce"):
+        self._set("flush_interval_s", _check_number("flush_interval_s", self.flush_interval_s, 0.01, 60.0))
+        self._set("shutdown_timeout_s", _check_number("shutdown_timeout_s", self.shutdown_timeout_s, 0.1, 600.0))
+        self._set("buffer_events", _check_int("buffer_events", self.buffer_events, 1024, 1 << 26))
+        self._set("start_step", _check_int("start_step", self.start_step, 0, 1 << 62))
+        self._set("prometheus_port", _check_int("prometheus_port", self.prometheus_port, 1, 65535))
+        self._set("online_every", _check_int("online_every", self.online_every, 1, 100000))
+        self._set("online_window", _check_int("online_window", self.online_window, 8, 100000))
+        self._set("online_wait_blocks", _check_int("online_wait_blocks", self.online_wait_blocks, 1, 1000))
+        self._set("online_interval_s", _check_number("online_interval_s", self.online_interval_s, 0.05, 3600.0))
+        self._set("busy_bound", _check_number("busy_bound", self.busy_bound, 0.01, 1.0))
+        for name in ("strict", "collectives", "handle_sigterm", "online", "announce", "profiler_ranges"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
-        if not isinstance(self.prometheus_host, str) or not self.prometheus_host:
-            raise ConfigError(f"prometheus_host={self.prometheus_host!r} must be a host name or address")
-        if not (self.device_interval_s == 0 or 0.05 <= self.device_interval_s <= 3600):
+        if not isinstance(self.prometheus_host, str) or not _HOST_RE.fullmatch(self.prometheus_host):
+            raise ConfigError(f"prometheus_host={self.prometheus_host!r} must be a host name or address "
+                              "(letters, digits and . - _ : [ ] %)")
+        interval = _check_number("device_interval_s", self.device_interval_s, 0.0, 3600.0)
+        if 0 < interval < 0.05:
             raise ConfigError(f"device_interval_s={self.device_interval_s!r}; accepted: 0 (off) or "
                               "a number from 0.05 to 3600")
+        self._set("device_interval_s", interval)
         if self.device_timing not in ("auto", "cuda", "wall"):
             raise ConfigError(f"device_timing={self.device_timing!r}; accepted: auto, cuda, wall")
         if not isinstance(self.gpu, bool):
             raise ConfigError(f"gpu={self.gpu!r} must be True or False")
-        _check_number("flops_per_token", self.flops_per_token, 0.0, 1e18)
-        _check_number("peak_flops", self.peak_flops, 0.0, 1e20)
+        self._set("flops_per_token", _check_number("flops_per_token", self.flops_per_token, 0.0, 1e18))
+        self._set("peak_flops", _check_number("peak_flops", self.peak_flops, 0.0, 1e20))
         if self.mfu_dtype not in DTYPES:
             raise ConfigError(f"mfu_dtype={self.mfu_dtype!r}; accepted: {', '.join(DTYPES)}")
         for name in ("step_buckets_s", "collective_buckets_s"):
             _check_buckets(self, name)
-        _check_int("max_label_values", self.max_label_values, 1, 1024)
-        _check_number("push_interval_s", self.push_interval_s, 0.5, 3600.0)
-        _check_int("otlp_sample_every", self.otlp_sample_every, 1, 1 << 20)
-        _check_number("otlp_timeout_s", self.otlp_timeout_s, 0.1, 300.0)
+        self._set("max_label_values", _check_int("max_label_values", self.max_label_values, 1, 1024))
+        self._set("push_interval_s", _check_number("push_interval_s", self.push_interval_s, 0.5, 3600.0))
+        self._set("otlp_sample_every", _check_int("otlp_sample_every", self.otlp_sample_every, 1, 1 << 20))
+        self._set("otlp_timeout_s", _check_number("otlp_timeout_s", self.otlp_timeout_s, 0.1, 300.0))
         if self.otlp_traces_exporter and self.otlp_traces_exporter not in OTLP_TRACES_EXPORTERS:
             raise ConfigError(f"otlp_traces_exporter={self.otlp_traces_exporter!r}; accepted: "
                               f"{', '.join(OTLP_TRACES_EXPORTERS)}")
-        if not isinstance(self.prometheus_sd_dir, (str, os.PathLike)):
-            raise ConfigError(f"prometheus_sd_dir={self.prometheus_sd_dir!r} must be a directory, \"\" or off")
-        object.__setattr__(self, "prometheus_sd_dir", os.fspath(self.prometheus_sd_dir))
+        self._set("prometheus_sd_dir", _check_path("prometheus_sd_dir", self.prometheus_sd_dir))
         if self.otlp_protocol and self.otlp_protocol not in OTLP_PROTOCOLS:
             raise ConfigError(f"otlp_protocol={self.otlp_protocol!r}; accepted: {', '.join(OTLP_PROTOCOLS)}")
         for name in ("pushgateway_url", "otlp_endpoint"):
             url = getattr(self, name)
-            if not isinstance(url, str) or (url and not url.startswith(("http://", "https://"))):
-                raise ConfigError(f"{name}={url!r}; accepted: an http:// or https:// URL, or empty")
+            if not isinstance(url, str) or (url and not _is_url(url)):
+                raise ConfigError(f"{name}={url!r}; accepted: an http:// or https:// URL with a host, or empty")
+        for name in ("prometheus_certfile", "prometheus_keyfile", "prometheus_client_cafile"):
+            self._set(name, _check_path(name, getattr(self, name)))
         if bool(self.prometheus_certfile) != bool(self.prometheus_keyfile):
             raise ConfigError("prometheus_certfile and prometheus_keyfile go together; "
                               f"got certfile={self.prometheus_certfile!r}, keyfile={self.prometheus_keyfile!r}")
@@ -223,8 +242,10 @@ class Config:
 def _check_buckets(cfg: Config, name: str) -> None:
     raw = getattr(cfg, name)
     try:
+        if isinstance(raw, (str, bytes)) or any(isinstance(b, (bool, str, bytes)) for b in raw):
+            raise TypeError
         buckets = tuple(float(b) for b in raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{name}={raw!r}; accepted: increasing positive numbers (seconds)") from None
     if not buckets or any(not math.isfinite(b) or b <= 0 for b in buckets) or \
             any(a >= b for a, b in zip(buckets, buckets[1:])):
@@ -232,18 +253,66 @@ def _check_buckets(cfg: Config, name: str) -> None:
     object.__setattr__(cfg, name, buckets)
 
 
-def _check_number(name: str, value: Any, lo: float, hi: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}={value!r} is not a number; accepted: a number from {lo} to {hi}")
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise ConfigError(f"{name}={value!r} is out of range; accepted: a number from {lo} to {hi}")
+def _check_number(name: str, value: Any, lo: float, hi: float) -> float:
+    """A real number in [lo, hi] (NumPy's too), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{name}={_show(value)} is not a number; accepted: a number from {lo} to {hi}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or not lo <= number <= hi:
+        raise ConfigError(f"{name}={_show(value)} is out of range; accepted: a number from {lo} to {hi}")
+    return number
 
 
-def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name}={value!r} is not an integer; accepted: an integer from {lo} to {hi}")
-    if not lo <= value <= hi:
-        raise ConfigError(f"{name}={value!r} is out of range; accepted: an integer from {lo} to {hi}")
+def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    """An integer in [lo, hi] (NumPy's too), as an int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"{name}={_show(value)} is not an integer; accepted: an integer from {lo} to {hi}")
+    number = operator.index(value)
+    if not lo <= number <= hi:
+        raise ConfigError(f"{name}={_show(value)} is out of range; accepted: an integer from {lo} to {hi}")
+    return number
+
+
+def _show(value: Any) -> str:
+    """A value for an error message: its repr, cut at 80 characters (an int too long to print
+    says how many bits it has)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<an integer of {value.bit_length()} bits>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_path(name: str, value: Any) -> str:
+    """A path as a str that the OS can take: no NUL byte, encodable, no name over 255 bytes."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{name}={value!r} must be a path string")
+    path = os.fspath(value)
+    if not isinstance(path, str):
+        raise ConfigError(f"{name}={value!r} must be a path string, not bytes")
+    try:
+        raw = os.fsencode(path)
+    except UnicodeError:
+        raise ConfigError(f"{name}={path!r} cannot be encoded as a file name on this system") from None
+    if b"\0" in raw:
+        raise ConfigError(f"{name}={path!r} contains a NUL character; accepted: a path")
+    if any(len(part) > 255 for part in raw.split(b"/")):
+        raise ConfigError(f"{name}={path!r} has a name over 255 bytes; accepted: a path")
+    return path
+
+
+def _is_url(url: str) -> bool:
+    if not url.startswith(("http://", "https://")) or any(c.isspace() or not c.isprintable() for c in url):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError:
+        return False
+    return bool(parts.hostname)
 
 
 _TRUE = {"1", "true", "yes", "on"}

@@ -5,6 +5,11 @@ Read once at ``init`` from the launcher's environment: torchrun / torchelastic (
 ``SLURM_LOCALID``, ``SLURM_NTASKS``, ``SLURM_NTASKS_PER_NODE``, ``SLURM_NODEID``), then Open MPI
 (``OMPI_COMM_WORLD_*``). With none of them the process is rank 0 of a world of 1.
 
+The node is SLURM's name for it (``SLURMD_NODENAME``) under SLURM, else the host name. In a
+Kubernetes pod (``KUBERNETES_SERVICE_HOST`` set) the pod's name (``POD_NAME``, else the host name,
+which Kubernetes sets to it) and namespace (``POD_NAMESPACE``, else the service account's namespace
+file) are kept too: the run store's rank meta and the Prometheus targets carry them as labels.
+
 >>> RankContext.from_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}).rank
 3
 """
@@ -33,13 +38,16 @@ class RankContext(NamedTuple):
     world_size: int
     local_world_size: int
     node_rank: int
-    node: str  # host name
+    node: str  # host name (SLURM's node name under SLURM)
     launcher: str  # torchrun, slurm, openmpi or none
+    pod: str = ""  # Kubernetes pod name, "" outside Kubernetes
+    namespace: str = ""  # Kubernetes namespace, "" outside Kubernetes
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "RankContext":
         env = os.environ if environ is None else environ
-        host = socket.gethostname()
+        host = env.get("SLURMD_NODENAME") or socket.gethostname()
+        pod, namespace = _kubernetes(env, host)
         for launcher, keys in _LAUNCHERS:
             if keys[0] not in env:
                 continue
@@ -52,12 +60,35 @@ class RankContext(NamedTuple):
                 raise ConfigError(f"{keys[0]}={rank} must be below {keys[2]}={world}")
             if local_rank >= local_world:
                 raise ConfigError(f"{keys[1]}={local_rank} must be below {keys[3]}={local_world}")
-            return cls(rank, local_rank, world, local_world, node_rank, host, launcher)
-        return cls(0, 0, 1, 1, 0, host, "none")
+            return cls(rank, local_rank, world, local_world, node_rank, host, launcher, pod, namespace)
+        return cls(0, 0, 1, 1, 0, host, "none", pod, namespace)
 
     def labels(self) -> dict[str, str]:
         """The labels every per-rank series carries (besides ``job``)."""
         return {"rank": str(self.rank), "local_rank": str(self.local_rank), "node": self.node}
+
+    def placement_labels(self) -> dict[str, str]:
+        """Where the rank runs, when a scheduler says more than the node: Kubernetes' pod and
+        namespace. Target labels (Prometheus adds them to every series it scrapes from the rank)."""
+        return {k: v for k, v in (("pod", self.pod), ("namespace", self.namespace)) if v}
+
+
+_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _kubernetes(env: Mapping[str, str], host: str, namespace_file: str = _NAMESPACE_FILE) -> tuple[str, str]:
+    """(pod, namespace) inside a Kubernetes pod, else ("", "")."""
+    if "KUBERNETES_SERVICE_HOST" not in env and "POD_NAME" not in env:
+        return "", ""
+    pod = env.get("POD_NAME") or host
+    namespace = env.get("POD_NAMESPACE", "")
+    if not namespace:
+        try:
+            with open(namespace_file) as f:
+                namespace = f.read().strip()
+        except OSError:
+            namespace = ""
+    return pod, namespace
 
 
 def _int(env: Mapping[str, str], key: str, default: int, minimum: int = 0) -> int:

@@ -1,11 +1,13 @@
-"""A test OTLP/HTTP receiver that decodes real protobuf requests (opentelemetry-proto), and a
-'blackhole' that accepts connections and never answers."""
+"""A test OTLP/HTTP receiver that decodes real protobuf requests (opentelemetry-proto), optionally
+answering each request only after ``delay_s`` (a slow collector), and a 'blackhole' that accepts
+connections and never answers."""
 
 from __future__ import annotations
 
 import gzip
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
@@ -22,8 +24,9 @@ def _attrs(kvs):
 
 
 class Receiver:
-    def __init__(self, status: int = 200):
+    def __init__(self, status: int = 200, delay_s: float = 0.0):
         self.spans: list[dict] = []
+        self.delay_s = delay_s
         self.metric_names: set[str] = set()
         self.requests = 0
         self.status = status
@@ -40,6 +43,8 @@ class Receiver:
                     body = gzip.decompress(body)
                 with receiver._lock:
                     receiver.requests += 1
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)  # a slow collector: the answer comes late, then in full
                 if receiver.status != 200:
                     self.send_response(receiver.status)
                     self.end_headers()

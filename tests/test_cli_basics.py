@@ -90,3 +90,21 @@ def test_demo_progress_says_what_happens_and_never_prints_nan(tmp_path):
     assert "step   12/200  (ranks at 12-14)  median step   45.0 ms" in w.status(200, 9.0)
     w.done = {r: 200 for r in range(4)}
     assert "all 200 steps done; the ranks are flushing telemetry and exiting" in w.status(200, 17.0)
+
+
+@pytest.mark.slow
+def test_a_report_that_cannot_be_written_is_one_line_and_exit_5_never_a_traceback(tmp_path):
+    """stdout on a full disk (/dev/full): the report is lost, the user is told once, the exit code says it."""
+    import os
+    import subprocess
+    import sys
+
+    run_dir = str(tmp_path / "run")
+    record(run_dir, 30)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "telemetry", "analyze", run_dir], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 5, proc.stderr
+    assert "telemetry: cannot write the output: No space left on device" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr

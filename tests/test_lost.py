@@ -66,3 +66,20 @@ def test_a_restart_is_lost_time_in_the_uptime_and_the_goodput_split():
     assert abs(up["wall_s"] - (clean["uptime"]["wall_s"] + 300.0)) < 1.0
     assert abs(sum(g.values()) - 1.0) < 0.01 and abs(g["lost"] - 300.0 / up["wall_s"]) < 0.01
     assert "of which 5.0 min lost in 1 restart" in render(analyze(t), "run")
+
+
+def test_the_store_and_the_detector_agree_on_when_a_heartbeat_is_stale():
+    from telemetry.store.ended import STALE_AFTER_S
+
+    assert STALE_AFTER_S == LOST_AFTER_S
+
+
+def test_a_job_killed_as_a_whole_is_a_note_once_its_heartbeats_are_stale_never_while_it_runs():
+    from telemetry.store.ended import unclean_end
+
+    beats = {0: beat(0, time_s=NOW - 30, last_step=41), 1: beat(1, time_s=NOW - 31, last_step=40)}
+    [note] = unclean_end(beats, NOW)
+    assert note.startswith("ranks 0-1 ended without a clean shutdown") and "last completed steps 40-41" in note
+    assert unclean_end(beats, NOW - 28) == []  # 2 s after the last heartbeat: maybe still running
+    assert unclean_end({**beats, 1: beat(1, finished=True, open_step=None)}, NOW) == []
+    assert unclean_end({0: killed(0), 1: beats[1]}, NOW) == []  # the launcher saw it: rank_lost says it

@@ -48,9 +48,24 @@ def is_comm(optype: str) -> bool:
     return any(w in optype.lower() for w in _COMM_WORDS)
 
 
-def per_op_to_steps(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per-operation trace -> steps table (one row per rank and step)."""
-    ops = ops[np.isfinite(ops["start_ts"]) & np.isfinite(ops["duration"]) & (ops["duration"] >= 0)]
+def per_op_to_steps(ops: pd.DataFrame, source: str = "trace", warnings: list[str] | None = None) -> pd.DataFrame:
+    """Per-operation trace -> steps table (one row per rank and step). Operations with a start,
+    duration, rank or step that is not a number (or a negative duration) are skipped and counted
+    in ``warnings``."""
+    nums = {c: pd.to_numeric(ops[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+            for c in ("rank", "step", "start_ts", "duration")}
+    good = np.isfinite(nums["start_ts"]) & np.isfinite(nums["duration"]) & (nums["duration"] >= 0) \
+        & np.isfinite(nums["rank"]) & np.isfinite(nums["step"])
+    if not good.all():
+        text = (f"{int((~good).sum())} operation(s) with a missing, non-numeric or negative "
+                "rank/step/start_ts/duration skipped")
+        log.warning("telemetry: %s: %s", source, text)
+        if warnings is not None:
+            warnings.append(f"{source}: {text}")
+    ops = ops.assign(**{c: nums[c] for c in nums})[good]
+    for c in ("rank", "step"):  # integers again where they are (a non-integer one is skipped by validate)
+        if np.all(ops[c].to_numpy() == np.floor(ops[c].to_numpy())):
+            ops[c] = ops[c].astype("int64")
     keys = ["rank", "step"]
     end = ops["start_ts"] + ops["duration"]
     span = ops.assign(_end=end).groupby(keys).agg(start_s=("start_ts", "min"), _end=("_end", "max"))

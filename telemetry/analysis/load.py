@@ -1,8 +1,8 @@
 """The one loader: any input analysis accepts, opened into a steps table and what else it holds.
 
 Inputs: a run directory (the run store; also while the job still writes it, or after it crashed),
-a steps table (``.csv``, ``.parquet``/``.pq``), or a per-operation trace in either file type
-(converted by :mod:`.formats`). The CLI, the online analyzer's callers, the dashboard and the
+a steps table (``.csv``, ``.parquet``/``.pq``), a per-operation trace in either file type
+(converted by :mod:`.formats`), or a directory of per-rank PyTorch profiler traces (:mod:`.kineto`). The CLI, the online analyzer's callers, the dashboard and the
 exports all open inputs here and nowhere else, so a new input format is one branch in
 :func:`open_input` plus its converter.
 
@@ -29,7 +29,9 @@ log = logging.getLogger("telemetry")
 RUN_DIR = "run_dir"
 STEPS_TABLE = "steps_table"
 PER_OP_TRACE = "per_op_trace"
-ACCEPTED = "a run directory, a steps table or per-operation trace (.csv, .parquet)"
+KINETO_TRACES = "kineto_traces"
+ACCEPTED = ("a run directory, a steps table or per-operation trace (.csv, .parquet), or a directory of "
+            "PyTorch profiler traces (.json, .json.gz)")
 
 
 @dataclass
@@ -37,7 +39,7 @@ class RunInput:
     """What one input holds. ``table`` is always a validated steps table (maybe empty)."""
 
     source: str  # the path as given
-    kind: str  # RUN_DIR, STEPS_TABLE or PER_OP_TRACE
+    kind: str  # RUN_DIR, STEPS_TABLE, PER_OP_TRACE or KINETO_TRACES
     table: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)  # a run directory's meta.json
     ranks: dict[int, dict[str, Any]] = field(default_factory=dict)  # each rank's identity (host, device, ...)
@@ -62,13 +64,18 @@ def open_input(path: str, steps: tuple[int, int] | None = None) -> RunInput:
     path = os.fspath(path)
     if os.path.isdir(path):
         if not layout.is_run_dir(path):
-            raise TableError(f"{path!r} is a directory but not a run directory (no {layout.META} or "
-                             f"{layout.RANKS_DIR}/)")
+            from . import kineto
+
+            if kineto.is_trace_dir(path):
+                return _open_kineto(path, steps)
+            raise TableError(f"{path!r} is a directory but neither a run directory (no {layout.META} or "
+                             f"{layout.RANKS_DIR}/) nor a directory of PyTorch profiler traces (no .json or "
+                             ".json.gz file with traceEvents)")
         run = read_run(path, steps)
-        table = records_to_table(run.lines)
+        table = records_to_table(run.lines, run.warnings)
         if run.columns is not None:
             columns, run.columns = run.columns, None  # converted in place: the only reference
-            table = columns_to_table(columns, table)
+            table = columns_to_table(columns, table, run.warnings)
             del columns
         nodes = {r: info.get("node") for r, info in run.ranks.items() if info.get("node")}
         if nodes and len(table):  # the layout: ranks that share a node (a slow node is one finding)
@@ -81,13 +88,26 @@ def open_input(path: str, steps: tuple[int, int] | None = None) -> RunInput:
     raw = _read_file(path)
     name = os.path.basename(path)
     kind, ops = STEPS_TABLE, None
+    warnings: list[str] = []
     if is_per_op_trace(raw):
         log.info("telemetry: %s: per-operation trace (%d operations) converted to a steps table", name, len(raw))
-        ops, raw, kind = raw, per_op_to_steps(raw), PER_OP_TRACE
-    table = validate(raw, source=name, owned=True)
+        ops, raw, kind = raw, per_op_to_steps(raw, name, warnings), PER_OP_TRACE
+    table = validate(raw, source=name, owned=True, warnings=warnings)
     if steps is not None:
         table = table[(table["step"] >= steps[0]) & (table["step"] <= steps[1])].reset_index(drop=True)
-    return RunInput(path, kind, table, warnings=_coverage(table), ops=ops)
+    return RunInput(path, kind, table, warnings=warnings + _coverage(table), ops=ops)
+
+
+def _open_kineto(path: str, steps: tuple[int, int] | None) -> RunInput:
+    """A directory of per-rank PyTorch profiler (Kineto) traces (:mod:`.kineto`)."""
+    from .kineto import read_trace_dir
+
+    warnings: list[str] = []
+    raw, meta, ranks = read_trace_dir(path, warnings)
+    table = validate(raw, source=os.path.basename(os.path.normpath(path)), owned=True, warnings=warnings)
+    if steps is not None:
+        table = table[(table["step"] >= steps[0]) & (table["step"] <= steps[1])].reset_index(drop=True)
+    return RunInput(path, KINETO_TRACES, table, meta=meta, ranks=ranks, warnings=warnings + _coverage(table))
 
 
 def _coverage(table: pd.DataFrame) -> list[str]:
@@ -106,11 +126,11 @@ def _read_file(path: str) -> pd.DataFrame:
     if low.endswith(".csv"):
         try:
             return pd.read_csv(path)
-        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-            raise TableError(f"{path}: not a readable CSV file ({exc})") from None
+        except (ValueError, UnicodeDecodeError, pd.errors.EmptyDataError, OSError) as exc:  # ParserError too
+            raise TableError(f"{path}: not a readable CSV file ({str(exc).strip()})") from None
     if low.endswith((".parquet", ".pq")):
         try:
             return pd.read_parquet(path)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for bad files
-            raise TableError(f"{path}: not a readable Parquet file ({exc})") from None
+            raise TableError(f"{path}: not a readable Parquet file ({str(exc).strip()})") from None
     raise TableError(f"{path!r}: unknown file type; accepted: {ACCEPTED}")

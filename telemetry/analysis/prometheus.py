@@ -57,7 +57,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,7 @@ SCRAPES_PER_WINDOW = 4
 INTERVAL_LOOKBACK_S = 900.0  # how far back one rank's raw samples are read for the scrape interval
 MAX_NAMES = 20  # job names listed in a message
 WORKERS = 4  # queries in flight at once
+ANSWER_TIMEOUTS = 3  # a request's answer is read within this many timeouts (each read waits at most one)
 COLLECTIVE = "a collective"  # train_blocked_in_collective names no op
 
 _PROGRESS = {"train_last_step": "last_step", "train_last_step_timestamp_seconds": "last_step_end_s",
@@ -104,9 +105,10 @@ def open_prometheus(url: str, job: str | None = None, *, minutes: float = 30.0, 
     the Prometheus server at ``url`` (its base URL, e.g. ``http://localhost:9090``), as a
     :class:`RunInput` of kind :data:`PROMETHEUS` (see the module doc for what a step is and the
     window rule). ``job`` may be left out when the server holds exactly one training job in the
-    range. ``timeout_s`` bounds each HTTP request. Raises :class:`TableError` with a sentence for
-    the user: server unreachable, not a Prometheus API, no training job, unknown or ambiguous job,
-    more than :data:`MAX_RANKS` ranks."""
+    range. ``timeout_s`` bounds each wait on the server, and a request's answer is read within
+    :data:`ANSWER_TIMEOUTS` x ``timeout_s``; the first failed query ends the load. Raises
+    :class:`TableError` with a sentence for the user: server unreachable or silent, not a
+    Prometheus API, no training job, unknown or ambiguous job, more than :data:`MAX_RANKS` ranks."""
     api = _Api(url, timeout_s)
     range_s = _range_s(minutes)
     now = time.time() if now is None else float(now)
@@ -157,9 +159,10 @@ class _Api:
         where = f"{self.url}/api/v1/{path}"
         req = urllib.request.Request(f"{where}?{q}", headers={"Accept": "application/json"})
         status, code = None, 200
+        deadline = time.monotonic() + ANSWER_TIMEOUTS * self.timeout_s
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                body = resp.read()
+                body = _read_by(resp, deadline)
         except urllib.error.HTTPError as exc:
             status, code = f"HTTP {exc.code} {exc.reason}", exc.code
             try:
@@ -211,6 +214,19 @@ class _Api:
     def query(self, expr: str, at: float) -> list:
         data, _ = self.get("query", {"query": expr, "time": at})
         return _series_of(data, "matrix", self.url)
+
+
+def _read_by(resp: Any, deadline: float) -> bytes:
+    """The answer's body, read in chunks; TimeoutError once ``deadline`` (monotonic) has passed, so a
+    server that trickles its answer cannot hold a load forever (each read waits at most the timeout)."""
+    chunks = []
+    while True:
+        chunk = resp.read1(1 << 16)  # what has arrived (read() would wait for the whole chunk)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took too long (timed out)")
 
 
 def _base_url(url: str) -> str:
@@ -422,9 +438,15 @@ def _queries(sel: str, w: str) -> dict[str, str]:
 
 def _run_queries(api: _Api, queries: dict[str, str], first_ms: int, end_ms: int,
                  w_ms: int) -> dict[str, tuple[list, list[str]]]:
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+    """Every query's answer; the first failure is raised at once, the queries not started are
+    cancelled (a server that stopped answering costs one request's timeout, not one per query)."""
+    pool = ThreadPoolExecutor(max_workers=WORKERS)
+    try:
         futures = {name: pool.submit(api.query_range, expr, first_ms, end_ms, w_ms) for name, expr in queries.items()}
+        wait(futures.values(), return_when=FIRST_EXCEPTION)
         return {name: f.result() for name, f in futures.items()}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # those in flight end within their timeout
 
 
 class _Grid:

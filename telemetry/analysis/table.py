@@ -45,8 +45,9 @@ def phase_names(table: pd.DataFrame) -> list[str]:
     return [c[:-2] for c in phase_columns(table)]
 
 
-def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """The run store's step lines (dicts, as :mod:`telemetry.store.writer` writes them) -> steps table."""
+def records_to_table(rows: Iterable[dict[str, Any]], warnings: list[str] | None = None) -> pd.DataFrame:
+    """The run store's step lines (dicts, as :mod:`telemetry.store.writer` writes them) -> steps table.
+    What :func:`validate` skips is said in ``warnings``."""
     cols: dict[str, list] = {k: [] for k in ("rank", "step", "start_s", "duration_s", "ok",
                                               "tokens", "samples", "comm_s", "comm_bytes")}
     extra: dict[str, dict[int, Any]] = {}
@@ -93,10 +94,11 @@ def records_to_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         table[c] = pd.array(table[c], dtype="Int64")
     if n == 0:
         return _empty()
-    return validate(table, source="run store", owned=True)
+    return validate(table, source="run store", owned=True, warnings=warnings)
 
 
-def columns_to_table(columns: Any, before: pd.DataFrame | None = None) -> pd.DataFrame:
+def columns_to_table(columns: Any, before: pd.DataFrame | None = None,
+                     warnings: list[str] | None = None) -> pd.DataFrame:
     """The run store's step columns (format 2, an Arrow table already named as the steps table
     names them) -> steps table, after ``before`` (format 1's rows of the same run, which later rows
     replace). A phase column missing from some segments took no time in their steps. ``columns``
@@ -113,7 +115,7 @@ def columns_to_table(columns: Any, before: pd.DataFrame | None = None) -> pd.Dat
             table[c] = pd.array(table[c], dtype="Int64")
     if "ok" in table.columns:
         table["ok"] = table["ok"].fillna(True).astype(bool)
-    return validate(table, source="run store", owned=True)
+    return validate(table, source="run store", owned=True, warnings=warnings)
 
 
 def _zero_when_absent(name: str) -> bool:
@@ -128,37 +130,62 @@ def _empty() -> pd.DataFrame:
                          "duration_s": pd.Series([], dtype="float64")})
 
 
-def validate(table: pd.DataFrame, source: str = "table", owned: bool = False) -> pd.DataFrame:
+def validate(table: pd.DataFrame, source: str = "table", owned: bool = False,
+             warnings: list[str] | None = None) -> pd.DataFrame:
     """Check and normalize a steps table: types, missing or bad rows (reported and dropped), and
     duplicate (rank, step) rows (the last kept). ``owned``: the frame may be changed in place.
-    Row order is kept; rows are sorted by (rank, step) only when they had to be de-duplicated."""
+    Row order is kept; rows are sorted by (rank, step) only when they had to be de-duplicated.
+    What was skipped or changed is logged and, when given, appended to ``warnings`` (one line
+    each, naming ``source``, how many rows and why)."""
+
+    def said(text: str) -> None:
+        log.warning("telemetry: %s: %s", source, text)
+        if warnings is not None:
+            warnings.append(f"{source}: {text}")
+
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
         raise TableError(f"{source}: missing column(s) {', '.join(missing)}; a steps table needs "
                          f"{', '.join(REQUIRED)} (found: {', '.join(map(str, table.columns[:20]))})")
     t = table if owned else table.copy(deep=False)
     for c in REQUIRED + tuple(phase_columns(t)) + (("comm_s",) if "comm_s" in t.columns else ()):
+        if isinstance(t[c], pd.DataFrame):
+            raise TableError(f"{source}: column {c} appears more than once; accepted: each column once")
         if not pd.api.types.is_numeric_dtype(t[c]) or pd.api.types.is_bool_dtype(t[c]):
+            before = t[c].notna().to_numpy()
             try:
                 t[c] = pd.to_numeric(t[c], errors="coerce")
             except (TypeError, ValueError):
                 raise TableError(f"{source}: column {c} is not numeric") from None
+            unread = int((before & t[c].isna().to_numpy()).sum())
+            if unread:
+                said(f"{unread} value(s) in {c} are not numbers; read as missing")
+    if len(t) and not t[list(REQUIRED)].notna().any(axis=0).all():
+        empty = [c for c in REQUIRED if not t[c].notna().any()]
+        raise TableError(f"{source}: column(s) {', '.join(empty)} hold no number in any of its {len(t)} row(s); "
+                         "accepted: numbers (rank and step integers, start_s and duration_s seconds)")
     bad = np.zeros(len(t), dtype=bool)
+    odd = np.zeros(len(t), dtype=bool)
     for c in REQUIRED:
         v = t[c].to_numpy(dtype=float, na_value=np.nan)
         bad |= ~np.isfinite(v)
         if c in ("rank", "duration_s"):
             bad |= v < 0
+        if c in ("rank", "step"):
+            odd |= np.isfinite(v) & ((v != np.floor(v)) | (np.abs(v) >= 2.0 ** 63))  # int64 holds it
+    odd &= ~bad
     if bad.any():
-        log.warning("telemetry: %s: %d row(s) with missing, non-finite or negative rank/step/"
-                    "start_s/duration_s skipped", source, int(bad.sum()))
-        t = t[~bad]
+        said(f"{int(bad.sum())} row(s) with missing, non-finite or negative "
+             f"rank/step/start_s/duration_s skipped{_where(t, bad)}")
+    if odd.any():
+        said(f"{int(odd.sum())} row(s) whose rank or step is not an integer skipped{_where(t, odd)}")
+    if bad.any() or odd.any():
+        t = t[~(bad | odd)]
     for c in phase_columns(t) + ["comm_s"]:
         if c in t.columns:
             neg = (t[c] < 0).to_numpy()
             if neg.any():
-                log.warning("telemetry: %s: %d negative value(s) in %s treated as missing",
-                            source, int(neg.sum()), c)
+                said(f"{int(neg.sum())} negative value(s) in {c} treated as missing")
                 t[c] = t[c].mask(neg)
     if t["rank"].dtype != np.int64:
         t["rank"] = t["rank"].astype("int64")
@@ -166,10 +193,26 @@ def validate(table: pd.DataFrame, source: str = "table", owned: bool = False) ->
         t["step"] = t["step"].astype("int64")
     n_dup = _duplicates(t["rank"].to_numpy(), t["step"].to_numpy())
     if n_dup:
-        log.warning("telemetry: %s: %d duplicate (rank, step) row(s); the last of each kept "
-                    "(a restarted job re-ran those steps)", source, n_dup)
+        said(f"{n_dup} duplicate (rank, step) row(s); the last of each kept (a restarted job re-ran "
+             "those steps)")
         t = t[~t.duplicated(["rank", "step"], keep="last")].sort_values(["rank", "step"], kind="stable")
     return t.reset_index(drop=True)
+
+
+def _where(t: pd.DataFrame, rows: np.ndarray) -> str:
+    """Where some rows are, to find them in the input: " (rank 2, steps 200-290)"; "" when unknown."""
+    rank = t["rank"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    step = t["step"].to_numpy(dtype=float, na_value=np.nan)[rows]
+    ranks = np.unique(rank[np.isfinite(rank)])
+    steps = step[np.isfinite(step)]
+    parts = []
+    if len(ranks):
+        shown = ", ".join(f"{r:g}" for r in ranks[:5]) + (f" and {len(ranks) - 5} more" if len(ranks) > 5 else "")
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {shown}")
+    if len(steps):
+        lo, hi = steps.min(), steps.max()
+        parts.append(f"step {lo:g}" if lo == hi else f"steps {lo:g}-{hi:g}")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _duplicates(rank: np.ndarray, step: np.ndarray) -> int:

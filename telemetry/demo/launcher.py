@@ -41,10 +41,15 @@ class DemoResult:
     hang_bound_s: float | None = None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _store_socket() -> socket.socket:
+    """The socket of the process group's store (torch.distributed's TCPStore), bound to 127.0.0.1
+    and listening, for rank 0 to serve on (``master_listen_fd``): a TCPStore that binds its own
+    socket listens on every interface (``::``), whatever MASTER_ADDR says."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore's own: its closed connections'
+    sock.bind(("127.0.0.1", 0))  # TIME_WAIT does not keep the port from the next server
+    sock.listen(128)
+    return sock
 
 
 def prepare_run_dir(run_dir: str, overwrite: bool) -> None:
@@ -85,9 +90,10 @@ def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
              startup_timeout_s: float = 180.0, extra_args: dict | None = None) -> DemoResult:
     """Run the job to its end (or its hang) and return what happened."""
     prepare_run_dir(run_dir, overwrite)
-    port = free_port()
+    store_sock = _store_socket()
+    port = store_sock.getsockname()[1]
     demo_args = {"steps": steps, "run_dir": run_dir, "job": os.path.basename(os.path.abspath(run_dir)),
-                 "faults": [f.as_dict() for f in faults], **(extra_args or {})}
+                 "faults": [f.as_dict() for f in faults], "launcher_store": True, **(extra_args or {})}
     procs: list[subprocess.Popen] = []
     logs = []
     t_start = time.monotonic()
@@ -102,13 +108,20 @@ def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
                    "LOCAL_WORLD_SIZE": str(ranks), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                    "MASTER_PORT": str(port), "TRAINING_TELEMETRY_DEMO": json.dumps(demo_args),
                    "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-            log_file = open(os.path.join(run_dir, "logs", f"rank-{r}.log"), "w")
+            if r == 0:  # rank 0 serves the process group's store on this socket: 127.0.0.1 only
+                env["TRAINING_TELEMETRY_DEMO_STORE_FD"] = str(store_sock.fileno())  # worker.STORE_FD_ENV
+            # appended to (a new file each run): on a full disk every write past the end fails alike
+            log_file = open(os.path.join(run_dir, "logs", f"rank-{r}.log"), "a")
             logs.append(log_file)
             procs.append(subprocess.Popen([sys.executable, "-m", "telemetry.demo.worker"], env=env,
                                           stdout=log_file, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+                                          start_new_session=True,
+                                          pass_fds=(store_sock.fileno(),) if r == 0 else ()))
+            if r == 0:
+                store_sock.close()  # rank 0 holds it now; connections wait in its backlog until it serves
         return _follow(procs, ranks, steps, run_dir, out, t_start, hang_after_s, startup_timeout_s)
     finally:
+        store_sock.close()
         _kill(procs)
         for f in logs:
             f.close()
@@ -183,18 +196,47 @@ def _follow(procs: list[subprocess.Popen], ranks: int, steps: int, run_dir: str,
         if now - last_print >= 1.0 or all(c is not None for c in codes.values()):
             last_print = now
             line = watch.status(steps, now - t_start)
-            print(("\r" + line) if tty else line, end="" if tty else "\n", file=out, flush=True)
+            tty = _show(out, ("\r" + line) if tty else line, "" if tty else "\n") and tty
         result.hang_bound_s = hang_bound(watch.median_step_s(), hang_after_s)
         if _ended(result, codes, watch, now, t_start, run_dir, ranks, startup_timeout_s):
             break
     if tty:
-        print(file=out)
+        _show(out, "")
     for r, tail in watch.tails.items():
         watch.done[r] += len(tail.read_new())
     result.exit_codes = {r: p.poll() for r, p in enumerate(procs)}
     result.steps_done = watch.done
     result.wall_s = time.monotonic() - t_start
+    if result.outcome == "completed" and min(watch.done.values()) < steps:
+        result.message = _short_store(run_dir, steps, watch.done)
     return result
+
+
+def _show(out: TextIO, text: str, end: str = "\n") -> bool:
+    """Print a progress line; False when the output cannot be written (a full disk, a closed
+    pipe): the job goes on, only its progress is not shown."""
+    try:
+        print(text, end=end, file=out, flush=True)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _short_store(run_dir: str, steps: int, done: dict[int, int]) -> str:
+    """Why a job whose ranks all finished left fewer steps in its run directory: what the disk says."""
+    held = ", ".join(f"rank {r}: {n}" for r, n in sorted(done.items()) if n < steps)
+    why = "the ranks could not write the rest (see their telemetry warnings in logs/)"
+    try:
+        st = os.statvfs(run_dir)
+        free = st.f_bavail * st.f_frsize
+        if st.f_flag & os.ST_RDONLY:
+            why = "its file system is read-only"
+        elif free < 1 << 20:
+            why = f"its disk is full ({free // 1024} KiB free)"
+    except OSError as exc:
+        why = f"it cannot be read ({exc.strerror or exc})"
+    return (f"every rank finished its {steps} steps, but the run directory holds fewer ({held}): {why}; "
+            "the analysis below covers what was recorded")
 
 
 def _ended(result: DemoResult, codes: dict[int, int | None], watch: _Watch, now: float, t_start: float,

@@ -28,7 +28,8 @@ from .model import SyntheticTokens, TinyLM
 
 DEFAULTS = {"steps": 200, "batch": 8, "seq_len": 64, "vocab": 128, "d_model": 64, "layers": 2,
             "heads": 4, "lr": 3e-3, "run_dir": "runs/demo", "job": "demo", "faults": [],
-            "pg_timeout_s": 120, "telemetry": {}}
+            "pg_timeout_s": 120, "telemetry": {}, "launcher_store": False}
+STORE_FD_ENV = "TRAINING_TELEMETRY_DEMO_STORE_FD"  # rank 0's: the launcher's listening socket
 
 
 def _stretch(t0: float, factor: float) -> None:
@@ -115,6 +116,19 @@ def _start_cpu_hog() -> None:
     atexit.register(hog.kill)
 
 
+def _init_process_group(rank: int, world: int, timeout: timedelta, launcher_store: bool) -> None:
+    """Join the gloo process group. Started by ``telemetry demo`` (``launcher_store``), rank 0 serves
+    the group's store on the socket the launcher bound to 127.0.0.1 (its file descriptor in
+    ``STORE_FD_ENV``) and the other ranks connect to it; under torchrun, env:// as usual."""
+    if not launcher_store:
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world, timeout=timeout)
+        return
+    fd = os.environ.pop(STORE_FD_ENV, None)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=rank == 0,
+                          timeout=timeout, master_listen_fd=int(fd) if rank == 0 and fd is not None else None)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+
+
 def main() -> None:
     args = {**DEFAULTS, **json.loads(os.environ.get("TRAINING_TELEMETRY_DEMO", "{}"))}
     torch.set_num_threads(1)
@@ -122,8 +136,7 @@ def main() -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     plan = FaultPlan([Fault(**f) for f in args["faults"]], rank)
     step_ref = [0]
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=args["pg_timeout_s"]))
+    _init_process_group(rank, world, timedelta(seconds=args["pg_timeout_s"]), args["launcher_store"])
     if plan.has_slow_comm:
         _install_slow_comm(plan, step_ref)
     telemetry.init(run_dir=args["run_dir"], job=args["job"], **args["telemetry"])
@@ -165,7 +178,10 @@ def main() -> None:
                 _stretch(t0, plan.phase_factor(i, "optimizer"))
             telemetry.log(loss=loss.detach())
     stats = telemetry.shutdown()
-    print(f"rank {rank}: telemetry {json.dumps(stats, default=str)}", file=sys.stderr, flush=True)
+    try:
+        print(f"rank {rank}: telemetry {json.dumps(stats, default=str)}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # its log's disk is full: training is done all the same
     dist.barrier()
     dist.destroy_process_group()
 

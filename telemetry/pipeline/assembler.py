@@ -29,6 +29,7 @@ from ..recorder.values import PendingValue
 from .records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord
 
 MAX_SPANS_PER_STEP = 512
+_FLOAT_MAX_INT = int(1.7976931348623157e308)  # a logged int beyond this is no float: kept as inf
 
 
 class _Open:
@@ -148,6 +149,8 @@ class Assembler:
         """Count NaN and infinite logged values, and say so once per name: a diverged loss is
         worth knowing at once. They are kept (the store writes them as such), never dropped."""
         for k, v in rec.scalars.items():
+            if type(v) is int and not -_FLOAT_MAX_INT <= v <= _FLOAT_MAX_INT:  # no float holds it: infinite
+                rec.scalars[k] = v = math.inf if v > 0 else -math.inf
             if type(v) is float and not math.isfinite(v):
                 self.nonfinite_values += 1
                 self._once(k, "telemetry: rank %d step %d: telemetry.log(%s=%s) is not a finite number "

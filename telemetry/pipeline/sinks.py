@@ -60,7 +60,13 @@ class Sink:
 
 
 class GuardedSink:
-    """Wraps a sink so that its failures are counted, logged once per kind, and never propagate."""
+    """Wraps a sink so that its failures are counted, logged once per kind, and never propagate.
+
+    Every exception of the sink's work is caught, SystemExit and KeyboardInterrupt included: that
+    work runs on the pipeline (or shutdown) thread, never the training thread, so neither can be
+    the user's Ctrl-C or exit there, and one escaping (a client library that calls sys.exit) would
+    end the pipeline thread silently and with it all telemetry of the process. ``describe`` and
+    ``stats``, which the training thread calls, let those two through."""
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
@@ -85,7 +91,7 @@ class GuardedSink:
         try:
             self.sink.write(records)
             self.written_records += len(records)
-        except Exception as exc:  # noqa: BLE001 - a sink must never break the pipeline
+        except BaseException as exc:  # noqa: BLE001 - a sink must never break the pipeline (class note)
             self.dropped_records += len(records)
             self._fail("write", exc)
 
@@ -94,7 +100,7 @@ class GuardedSink:
             return
         try:
             self.sink.progress(progress)
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001
             self._fail("progress", exc)
 
     def findings(self, result: OnlineResult) -> None:
@@ -102,7 +108,7 @@ class GuardedSink:
             return
         try:
             self.sink.findings(result)
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001
             self._fail("findings", exc)
 
     def flush(self, timeout_s: float) -> None:
@@ -110,7 +116,7 @@ class GuardedSink:
             return
         try:
             self.sink.flush(timeout_s)
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001
             self._fail("flush", exc)
 
     def close(self, timeout_s: float) -> None:
@@ -119,13 +125,13 @@ class GuardedSink:
         self.closed = True
         try:
             self.sink.close(timeout_s)
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001
             self._fail("close", exc)
 
     def describe(self) -> str | None:
         try:
             return self.sink.describe()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - called at init, on the training thread: Ctrl-C passes
             self._fail("describe", exc)
             return None
 
@@ -135,7 +141,8 @@ class GuardedSink:
         except Exception:  # noqa: BLE001
             extra = {}
         sink_dropped = int(extra.pop("dropped", 0))
-        out = {"written": self.written_records, "failures": self.failures, **extra}
+        sink_failures = int(extra.pop("failures", 0))  # a sink that catches its own errors counts them
+        out = {"written": self.written_records, "failures": self.failures + sink_failures, **extra}
         if extra.get("dropped_unit", "records") == "records":
             out["dropped"] = self.dropped_records + sink_dropped
         else:  # the sink counts its losses in another unit (otlp: spans): the guard's, records, apart

@@ -106,8 +106,8 @@ class CudaRecorder(Recorder):
         self.mark = pool.mark
 
 
-def build_cuda_recorder(capacity: int, **kwargs: Any) -> CudaRecorder | None:
-    """A CudaRecorder when torch sees a CUDA device, else None."""
+def build_cuda_recorder(capacity: int, recorder_cls: type = CudaRecorder, **kwargs: Any) -> CudaRecorder | None:
+    """A CudaRecorder (or ``recorder_cls``, a subclass) when torch sees a CUDA device, else None."""
     torch = sys.modules.get("torch")
     if torch is None:
         try:
@@ -118,4 +118,4 @@ def build_cuda_recorder(capacity: int, **kwargs: Any) -> CudaRecorder | None:
     if not torch.cuda.is_available():
         return None
     pool = EventPool(lambda: torch.cuda.Event(enable_timing=True))
-    return CudaRecorder(capacity, pool, **kwargs)
+    return recorder_cls(capacity, pool, **kwargs)

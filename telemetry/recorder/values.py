@@ -7,6 +7,7 @@ event has completed, so the training thread never waits for the GPU.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -32,23 +33,44 @@ class NotANumber(TypeError):
 
 
 def convert(value: Any) -> Any:
-    """Return a float/int, or a PendingValue for a CUDA tensor. Raises NotANumber otherwise."""
+    """Return a float/int, or a PendingValue for a CUDA tensor. Raises NotANumber otherwise.
+
+    A real number only: text, bytes and complex numbers are refused (``float("nan")`` of a string
+    would turn a typo into a diverged loss), and a number too large for a float becomes an
+    infinity of its sign (then counted as non-finite), never an OverflowError in the caller."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise NotANumber(f"a tensor of shape {tuple(value.shape)}")
+        if value.is_complex():
+            raise NotANumber(f"a complex tensor ({value.dtype})")
         if value.device.type == "cpu":
-            return value.item()
+            return _real(value.item())
         v = value.detach().reshape(())
         host = v.to("cpu", non_blocking=True)
         event = torch.cuda.Event() if v.device.type == "cuda" else None
         if event is not None:
             event.record()
         return PendingValue(host, event)
+    return _real(value)
+
+
+def _real(value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
+    if type(value) is int:
+        return value if -_MAX_INT <= value <= _MAX_INT else (math.inf if value > 0 else -math.inf)
+    if isinstance(value, (str, bytes, bytearray, complex)):
+        raise NotANumber(type(value).__name__)
     try:
-        out = float(value)  # NumPy scalars, Decimal, ...
-    except (TypeError, ValueError):
+        return float(value)  # NumPy scalars, Decimal, Fraction, ...
+    except OverflowError:
+        try:
+            return math.inf if value > 0 else -math.inf
+        except Exception:  # noqa: BLE001 - a user type: whatever it raises stays out of the training loop
+            raise NotANumber(type(value).__name__) from None
+    except Exception:  # noqa: BLE001 - TypeError, ValueError, or anything a user type's __float__ raises
         raise NotANumber(type(value).__name__) from None
-    return out
+
+
+_MAX_INT = 2 ** 1023  # about the largest float; an int beyond it cannot be stored as one

@@ -116,7 +116,9 @@ class Recorder:
             self.usage.report(
                 "nested-step",
                 f"telemetry.step() entered while step {self.open_step[0] if self.open_step else '?'} "
-                "is still open; steps cannot nest (use telemetry.phase() for parts of a step)")
+                "is still open; steps cannot nest (use telemetry.phase() for parts of a step), and a "
+                "process has one step open at a time (a step entered from another thread meanwhile is "
+                "ignored too)")
             return False
         index = ctx._index
         if index is None:

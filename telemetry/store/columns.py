@@ -76,6 +76,9 @@ def _keys(dicts: Iterable[dict]) -> list[str]:
     return list(seen)
 
 
+_NOT_PHASES = ("start_s", "duration_s", "comm_s")  # step columns whose names end in _s too
+
+
 def _is_phase(name: str) -> bool:
     return name.endswith("_s") and ("." not in name or name.startswith("comm."))
 
@@ -113,11 +116,14 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
             by_step.setdefault(sp["step"][j], []).append(j)
     else:
         sp = {}
-    phases = [c for c in cols if _is_phase(c) and not c.startswith("comm.") and c != "comm_s"]
+    phases = [c for c in cols if _is_phase(c) and not c.startswith("comm.") and c not in _NOT_PHASES]
     pcomm = [c for c in cols if c.startswith("comm.") and c.endswith("_s")]
     logs = [c for c in cols if c.startswith("log.")]
     devs = [c for c in cols if c.startswith("dev.")]
     ops = sorted({c.split(".")[1] for c in cols if c.startswith("op.")})
+    for name, default in (("ok", True), ("comm_s", 0.0), ("tokens", None), ("samples", None)):
+        if name not in cols:  # a segment written by something else (a simulation): what it lacks
+            cols[name] = [default] * n
     out = []
     for i in range(n):
         start = cols["start_s"][i]

@@ -57,9 +57,16 @@ EXIT_SUFFIX = ".exit.json"
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write to a temporary file and rename, so a reader never sees half a file."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, sort_keys=True, default=str)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, sort_keys=True, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        try:  # a full or read-only disk: the old file stays whole, and no temporary is left behind
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def is_run_dir(path: str) -> bool:

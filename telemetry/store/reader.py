@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import layout
+from .ended import unclean_end
 from .segments import TailDecoder, rank_files, read_records, read_step_columns, record_dict
 
 log = logging.getLogger("telemetry")
@@ -116,7 +118,7 @@ class TailFollower:
             schema = pq.read_schema(path)
             cols = [c for c in ("step", "duration_s") if c in schema.names] + \
                 [c for c in schema.names if c.startswith("log.")]
-            t = pq.read_table(path, columns=cols).slice(self.seen)
+            t = pq.read_table(path, columns=cols, page_checksum_verification=True).slice(self.seen)
         except (OSError, pa.ArrowException):
             return []
         self.seen += t.num_rows
@@ -223,6 +225,7 @@ def read_run(run_dir: str, steps: tuple[int, int] | None = None) -> RunData:
                 target[obj["rank"]] = obj
     for r, e in exits.items():  # how a rank ended, with its last heartbeat (a rank may have none)
         progress[r] = {**progress.get(r, {"rank": r}), "exit": e}
+    warnings += unclean_end(progress, time.time())
     if steps is not None:
         lines = [r for r in lines if steps[0] <= r["step"] <= steps[1]]
     columns = read_step_columns(run_dir, warnings, steps)

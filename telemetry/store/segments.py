@@ -35,6 +35,10 @@ class TailEncoder:
         self.shapes: dict[tuple, int] = {}
 
     def lines(self, r: StepRecord) -> str:
+        return "".join(self.parts(r))
+
+    def parts(self, r: StepRecord) -> tuple[str, str]:
+        """(the shape line, when this record's shape is new in this tail, else ""; the record's line)."""
         spans = r.spans
         opt = (r.tokens is not None, r.samples is not None, r.mfu is not None, r.host_duration_s is not None)
         key = (tuple(r.phases), tuple(r.phase_comm), tuple(r.ops), tuple(r.scalars),
@@ -54,10 +58,10 @@ class TailEncoder:
             values += (s.start_s, s.end_s, s.nbytes)
         try:
             numbers = array("d", values)
-        except TypeError:  # a value that is not a float (a bool, an int too large, None): as a float or NaN
+        except (TypeError, OverflowError):  # not a float (a bool, None, an int too large): as a float or NaN
             numbers = array("d", [_as_float(x) for x in values])
         packed = base64.b64encode(numbers.tobytes()).decode("ascii")
-        return f'{head}[{k},{r.rank},{r.step},{"true" if r.ok else "false"},{r.spans_dropped},"{packed}"]\n'
+        return head, f'[{k},{r.rank},{r.step},{"true" if r.ok else "false"},{r.spans_dropped},"{packed}"]\n'
 
 
 def _as_float(x: Any) -> float:
@@ -161,14 +165,22 @@ def _write_parquet(path: str, batch: pa.RecordBatch, durable: bool) -> None:
     floats = [f.name for f in batch.schema if pa.types.is_floating(f.type)]
     others = [f.name for f in batch.schema if not pa.types.is_floating(f.type)]
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        pq.write_table(pa.Table.from_batches([batch]), f, compression=COMPRESSION,
-                       write_statistics=["step"] if "step" in batch.schema.names else False,
-                       use_dictionary=others, use_byte_stream_split=floats, store_schema=False)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(pa.Table.from_batches([batch]), f, compression=COMPRESSION,
+                           write_statistics=["step"] if "step" in batch.schema.names else False,
+                           use_dictionary=others, use_byte_stream_split=floats, store_schema=False,
+                           write_page_checksum=True)  # a flipped byte is an error, not a wrong number
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:  # a disk that filled mid-file: no half file left behind
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def write_segment(run_dir: str, rank: int, seq: int, records: Sequence[StepRecord], durable: bool = False) -> None:
@@ -255,14 +267,18 @@ def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] 
             continue
         if steps is not None and lo is not None and (hi < steps[0] or lo > steps[1]):
             continue  # wholly outside the window: not opened again
+        problem = _schema_problem(schema)
+        if problem is not None:
+            warnings.append(f"{os.path.basename(path)}: {problem}; its rows skipped")
+            continue
         schemas.append(schema)
         readable.append(path)
     if readable:
-        schema = pa.unify_schemas(schemas)
+        schema, readable = _unify(schemas, readable, warnings)
         cols = [n for n in schema.names if _table_column(n)]
         try:
             where = None if steps is None else (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
-            tables.append(ds.dataset(readable, format="parquet", schema=schema).to_table(columns=cols, filter=where))
+            tables.append(ds.dataset(readable, format=_VERIFIED, schema=schema).to_table(columns=cols, filter=where))
         except (OSError, pa.ArrowException):  # a file damaged past its footer: read one at a time, say which
             tables += [t for t in (_read_one(p, cols, warnings, steps) for p in readable) if t is not None]
     for _, _, kind, path in pieces:
@@ -283,6 +299,10 @@ def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] 
     return pa.concat_tables(tables, promote_options="default")
 
 
+# Pages written with a CRC (write_page_checksum) are checked on every read: a flipped byte in a
+# segment is then an unreadable file, said and skipped, never a wrong number.
+_VERIFIED = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
+    page_checksum_verification=True))
 _FOOTERS: dict[str, tuple[tuple[float, int], tuple[pa.Schema, int | None, int | None]]] = {}
 _SCHEMAS: dict[tuple, pa.Schema] = {}  # segments of a run share a few schemas: held once
 
@@ -311,6 +331,41 @@ def footer(path: str) -> tuple[pa.Schema, int | None, int | None]:
     return schema, lo, hi
 
 
+_STEP_TYPES = {"rank": pa.types.is_integer, "step": pa.types.is_integer,
+               "start_s": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+               "duration_s": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)}
+
+
+def _schema_problem(schema: pa.Schema) -> str | None:
+    """What keeps a segment's rows out of the steps table: a required column missing or of the
+    wrong type (a file written by something else, or damaged); None when it can be read."""
+    for name, ok in _STEP_TYPES.items():
+        if name not in schema.names:
+            return f"no {name} column"
+        if not ok(schema.field(name).type):
+            return f"column {name} is {schema.field(name).type}, not a number"
+    return None
+
+
+def _unify(schemas: list[pa.Schema], paths: list[str], warnings: list[str]) -> tuple[pa.Schema, list[str]]:
+    """The union of the segments' schemas; a segment whose column types clash with the
+    segments before it is left out and said (one Arrow call when none clash)."""
+    try:
+        return pa.unify_schemas(schemas), paths
+    except (pa.ArrowException, ValueError, TypeError):
+        pass
+    merged, kept = None, []
+    for schema, path in zip(schemas, paths):
+        try:
+            merged = schema if merged is None else pa.unify_schemas([merged, schema])
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            warnings.append(f"{os.path.basename(path)}: its columns clash with the other segments' ({exc}); "
+                            "its rows skipped")
+            continue
+        kept.append(path)
+    return merged, kept
+
+
 def _table_column(name: str) -> bool:
     """A step column the steps table holds (not what only the store keeps: per-op statistics,
     spans dropped)."""
@@ -321,7 +376,8 @@ def _read_one(path: str, cols: list[str], warnings: list[str], steps: tuple[int,
     try:
         have = set(pq.read_schema(path).names)
         where = None if steps is None else [("step", ">=", steps[0]), ("step", "<=", steps[1])]
-        return pq.read_table(path, columns=[c for c in cols if c in have], filters=where)
+        return pq.read_table(path, columns=[c for c in cols if c in have], filters=where,
+                             page_checksum_verification=True)
     except (OSError, pa.ArrowException) as exc:
         warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
         return None
@@ -367,9 +423,9 @@ def read_records(run_dir: str, warnings: list[str]) -> list[dict[str, Any]]:
             if kind == "tail":
                 out.extend(record_dict(r) for r in read_tail(path, warnings))
                 continue
-            steps = pq.read_table(path)
+            steps = pq.read_table(path, page_checksum_verification=True)
             spans_file = layout.spans_path(run_dir, rank, seq)
-            spans = pq.read_table(spans_file) if os.path.exists(spans_file) else None
+            spans = pq.read_table(spans_file, page_checksum_verification=True) if os.path.exists(spans_file) else None
             out.extend(records_from_columns(steps, spans))
         except (OSError, pa.ArrowException) as exc:
             warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")

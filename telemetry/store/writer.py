@@ -2,15 +2,24 @@
 
 Every pipeline tick (default 0.5 s) the tick's records are appended to this rank's tail
 (``rank-N.tail-SEQ.jsonl``: a header object, then one JSON array per step, the record's fields in
-order) and flushed to the operating system: readable while the job runs, and a SIGKILL loses at
-most the last tick. Every ``SEAL_RECORDS`` records (or ``SEAL_INTERVAL_S`` seconds) and at
-shutdown the records held since the last seal are written as two Parquet files, the step columns
-(``rank-N.seg-SEQ.parquet``) and the spans apart (``rank-N.spans-SEQ.parquet``), each to a temporary
-name and renamed; then the tail is deleted and the next one opened. A tail left by a crash is
-sealed by the next session of that rank (a restart) before it writes; readers read tails as they
-are. A torn last line is skipped by the reader. For a (rank, step) seen twice the reader keeps the
-one in the later file (a restarted job's re-run steps win). A seal that fails (disk full) leaves
-the tail as it is: nothing is lost, the failure is logged once and counted (``seal_failures``).
+order), opened, written and closed again (no file is held open between ticks): readable while the
+job runs. A SIGKILL loses the steps of about the last two ticks (a step is held one tick for late
+events, then written at the next; measured 0.5-1.0 s at the default 0.5 s). Every ``SEAL_RECORDS`` records (or
+``SEAL_INTERVAL_S`` seconds) and at shutdown the records held since the last seal are written as
+two Parquet files, the step columns (``rank-N.seg-SEQ.parquet``) and the spans apart
+(``rank-N.spans-SEQ.parquet``), each to a temporary name and renamed; then the tail is deleted and
+the next one opened. A tail left by a crash is sealed by the next session of that rank (a restart)
+before it writes; readers read tails as they are. A torn last line is skipped by the reader. For a
+(rank, step) seen twice the reader keeps the one in the later file (a restarted job's re-run steps
+win).
+
+A run directory that cannot be written (disk full, read-only, gone): training goes on; the first
+failure is logged once (every later one of the run store is counted, not logged); the records the
+tail could not take are held in memory, at most ``MAX_UNWRITTEN`` (the oldest beyond are dropped),
+and written, in order, at the first tick the directory takes them again. What was never written,
+by shutdown, is counted in ``stats()['sinks']['store']['dropped']`` with its steps
+(``lost_steps``) and said in shutdown's warning. A seal that fails leaves the tail as it is (its
+records are not lost) and is retried after ``SEAL_RETRY_S``.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import json
 import logging
 import os
 import time
+from collections import deque
 from typing import Any, Sequence
 
 from ..logonce import LogOnce
@@ -31,6 +41,19 @@ from .segments import TAIL_FORMAT, TailEncoder, recover_tails, write_segment
 log = logging.getLogger("telemetry")
 SEAL_RECORDS = 2048  # records per segment (a bound on what the sink holds in memory, too)
 SEAL_INTERVAL_S = 300.0  # ... or a tail this old is sealed at the next write
+SEAL_RETRY_S = 10.0  # a seal that failed is tried again after this long
+MAX_UNWRITTEN = 2048  # records held while the tail cannot be written; older ones are dropped, counted
+MAX_LOST_RANGES = 64  # lost steps are said as ranges; past this many, only counted
+
+
+class _Entry:
+    """Bytes for the tail not yet written: a record's line (after its shape line, if new), or a
+    header. ``started``: part of it is in the file already (it must be completed, not dropped)."""
+
+    __slots__ = ("record", "data", "head_len", "started")
+
+    def __init__(self, record: StepRecord | None, data: bytes, head_len: int) -> None:
+        self.record, self.data, self.head_len, self.started = record, data, head_len, False
 
 
 class RunStoreSink(Sink):
@@ -43,23 +66,33 @@ class RunStoreSink(Sink):
         self.lines = 0
         self.bytes = 0
         self.seal_failures = 0
+        self.write_failures = 0  # ticks whose records the tail could not take (all or some)
+        self.other_failures = 0  # heartbeats, findings, metadata not written
+        self.dropped = 0  # records never written (held past MAX_UNWRITTEN, or still held at shutdown)
         self.segments = 0
+        self._lost: list[list[int]] = []  # the dropped records' steps, as [first, last] ranges
+        self._error = ""  # the last write error, for the shutdown warning
         self._once = LogOnce()
+        self._queue: deque[_Entry] = deque()
+        self._unwritten = 0  # records in _queue
+        self._seal_after = 0.0
         self._session = {"format": TAIL_FORMAT, "fields": list(StepRecord._fields), "session": run_info["session"],
                          "rank": self.rank, "start_time_s": run_info["start_time_s"]}
+        self._pending: list[StepRecord] | None = []
         try:
             os.makedirs(os.path.join(self.run_dir, layout.RANKS_DIR), exist_ok=True)
             # a tail a crashed session of this rank left is sealed first, so that files stay in order
             self._seq = recover_tails(self.run_dir, self.rank) + 1
             self._open_tail()
+            if not self._drain(log_failure=False):
+                raise OSError(self._error)
         except OSError as exc:
             raise OSError(f"cannot write run directory {self.run_dir!r}: {exc.strerror or exc}") from None
-        self._pending: list[StepRecord] = []
         self._meta = {
             "job": config.job, "rank": ctx.rank, "local_rank": ctx.local_rank,
             "world_size": ctx.world_size, "local_world_size": ctx.local_world_size,
             "node_rank": ctx.node_rank, "node": ctx.node, "launcher": ctx.launcher,
-            "pid": os.getpid(), "start_time_s": run_info["start_time_s"],
+            **ctx.placement_labels(), "pid": os.getpid(), "start_time_s": run_info["start_time_s"],
             "device": run_info.get("device", {}),
         }
         layout.write_json_atomic(layout.rank_meta_path(self.run_dir, self.rank), self._meta)
@@ -72,77 +105,182 @@ class RunStoreSink(Sink):
             }
             layout.write_json_atomic(os.path.join(self.run_dir, layout.META), self._run_meta)
 
+    # -- the tail ------------------------------------------------------------------------------
+
     def _open_tail(self) -> None:
+        """Start tail ``self._seq``: its header is the first thing queued for it."""
         self._tail = layout.tail_path(self.run_dir, self.rank, self._seq)
-        self._file = open(self._tail, "a", encoding="utf-8")
         self._encoder = TailEncoder()  # each tail names its own shapes
-        self._file.write(json.dumps(self._session) + "\n")
-        self._file.flush()
+        header = (json.dumps(self._session) + "\n").encode()
+        self._queue.append(_Entry(None, header, len(header)))
         self._opened = time.monotonic()
 
+    def _drain(self, log_failure: bool = True) -> bool:
+        """Append what is queued to the tail; True when all of it was written. On a failure (disk
+        full, read-only) what was written stays written and the rest stays queued, in order."""
+        if not self._queue:
+            return True
+        data = b"".join(e.data for e in self._queue)
+        view = memoryview(data)
+        written = 0
+        ok = True
+        try:
+            fd = os.open(self._tail, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                while written < len(data):
+                    written += os.write(fd, view[written:])
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            ok = False
+            self.write_failures += 1
+            self._error = exc.strerror or str(exc)
+            if log_failure:
+                self._log_failure(self._tail, self._error)
+        self.bytes += written
+        while written and self._queue:
+            e = self._queue[0]
+            if written >= len(e.data):
+                written -= len(e.data)
+                self._queue.popleft()
+                if e.record is not None:
+                    self._unwritten -= 1
+            else:  # a line cut short by the full disk: the rest of it goes first, next time
+                e.data, e.head_len, e.started = e.data[written:], max(0, e.head_len - written), True
+                written = 0
+        return ok
+
+    def _shed(self, keep: int) -> None:
+        """Drop the oldest held records beyond ``keep`` (their shape lines stay queued: later
+        records name them), counted as lost, and not sealed either."""
+        excess = self._unwritten - keep
+        if excess <= 0:
+            return
+        kept: deque[_Entry] = deque()
+        shed: list[StepRecord] = []
+        for e in self._queue:
+            if excess > 0 and e.record is not None and not e.started:
+                shed.append(e.record)
+                excess -= 1
+                if e.head_len:
+                    kept.append(_Entry(None, e.data[:e.head_len], e.head_len))
+            else:
+                kept.append(e)
+        self._queue = kept
+        self._unwritten -= len(shed)
+        self._lose(shed)
+        if self._pending:
+            gone = {id(r) for r in shed}
+            self._pending = [r for r in self._pending if id(r) not in gone]
+
+    def _lose(self, records: Sequence[StepRecord]) -> None:
+        self.dropped += len(records)
+        for r in records:
+            if self._lost and r.step == self._lost[-1][1] + 1:
+                self._lost[-1][1] = r.step
+            elif len(self._lost) < MAX_LOST_RANGES:
+                self._lost.append([r.step, r.step])
+
+    def lost_steps(self) -> str:
+        """The steps of the records never written, e.g. ``120-199`` (empty when none)."""
+        text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in self._lost)
+        return text + (", ..." if len(self._lost) >= MAX_LOST_RANGES else "")
+
+    # -- the sink ------------------------------------------------------------------------------
+
     def write(self, records: Sequence[StepRecord]) -> None:
-        text = "".join([self._encoder.lines(r) for r in records])
-        self._file.write(text)
+        for r in records:
+            head, body = self._encoder.parts(r)
+            hb = head.encode()
+            self._queue.append(_Entry(r, hb + body.encode(), len(hb)))
+        self._unwritten += len(records)
         self.lines += len(records)
-        self.bytes += len(text)
         if self._pending is not None:
             self._pending.extend(records)
             if len(self._pending) >= SEAL_RECORDS or time.monotonic() - self._opened >= SEAL_INTERVAL_S:
                 self._seal()
+        if not self._drain():
+            self._shed(MAX_UNWRITTEN)
 
-    def _seal(self, reopen: bool = True) -> None:
+    def _seal(self, reopen: bool = True) -> bool:
         """The held records -> a segment; then the next tail. On failure the tail keeps them."""
         if not self._pending:
-            return
-        self._file.flush()
+            return False
+        if reopen and time.monotonic() < self._seal_after:
+            return False
         try:
             write_segment(self.run_dir, self.rank, self._seq, self._pending, durable=not reopen)
         except OSError as exc:
             self.seal_failures += 1
-            self._once("seal", "telemetry: run store: a segment could not be written (%s); the records stay in "
-                       "%s, readable; further failures counted", exc, self._tail)
-            if len(self._pending) >= 4 * SEAL_RECORDS:  # stop holding them: the tail has them all
+            self._seal_after = time.monotonic() + SEAL_RETRY_S
+            self._once("io", "telemetry: run store: a segment could not be written (%s); the records stay in "
+                       "%s, readable; further run-store failures are counted, not logged",
+                       exc.strerror or exc, self._tail)
+            if len(self._pending) >= 4 * SEAL_RECORDS:  # stop holding them: the tail has them
                 self._pending = None
-            return
+            return False
         self.segments += 1
-        self._file.close()
         try:
             os.remove(self._tail)
         except OSError:
             pass  # the reader prefers the segment over a tail of the same number
+        self._queue.clear()  # whatever the tail had not taken yet is in the segment
+        self._unwritten = 0
         self._seq += 1
         self._pending = []
         if reopen:
             self._open_tail()
+        return True
 
     def flush(self, timeout_s: float) -> None:
-        self._file.flush()
+        self._drain()
+
+    def _log_failure(self, what: str, error: str) -> None:
+        self._once("io", "telemetry: run store: cannot write %s (%s); training goes on; up to %d step records "
+                   "the run directory does not take are held in memory and written when it takes them again "
+                   "(older ones are dropped, and what is lost is counted and said at shutdown); further "
+                   "run-store failures are counted, not logged", what, error, MAX_UNWRITTEN)
+
+    def _other(self, what: str, exc: OSError) -> None:
+        self.other_failures += 1
+        self._log_failure(what, exc.strerror or str(exc))
 
     def progress(self, progress: Progress) -> None:
-        layout.write_json_atomic(layout.progress_path(self.run_dir, self.rank), progress._asdict())
+        try:
+            layout.write_json_atomic(layout.progress_path(self.run_dir, self.rank), progress._asdict())
+        except OSError as exc:
+            self._other(layout.progress_path(self.run_dir, self.rank), exc)
 
     def findings(self, result: OnlineResult) -> None:
         if self.rank != 0 or not result.findings:
             return
-        with open(os.path.join(self.run_dir, layout.FINDINGS), "a", encoding="utf-8") as f:
-            f.write("".join(json.dumps(x, default=str) + "\n" for x in result.findings))
+        try:
+            with open(os.path.join(self.run_dir, layout.FINDINGS), "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(x, default=str) + "\n" for x in result.findings))
+        except OSError as exc:
+            self._other(os.path.join(self.run_dir, layout.FINDINGS), exc)
 
     def close(self, timeout_s: float) -> None:
-        self._file.flush()
-        if self._pending:
-            self._seal(reopen=False)  # the last records into a segment, and no tail left
-        elif self._pending is not None and not self._file.closed:
-            self._file.close()  # nothing since the last seal: the tail holds only its header
-            try:
+        self._drain()
+        sealed = self._seal(reopen=False)  # the last records into a segment, and no tail left
+        if not sealed and self._pending == [] and self._unwritten == 0:
+            try:  # nothing since the last seal: the tail holds only its header
                 os.remove(self._tail)
             except OSError:
                 pass
-        if not self._file.closed:  # sealing failed: the tail keeps the records
-            try:
-                os.fsync(self._file.fileno())
+        elif not sealed:
+            if self._unwritten:  # the tail never took them, nor did a segment: lost
+                self._lose([e.record for e in self._queue if e.record is not None])
+                self._unwritten = 0
+            self._queue.clear()
+            try:  # the tail keeps the records: on the disk itself, not only handed to the OS
+                fd = os.open(self._tail, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             except OSError:
                 pass
-            self._file.close()
         if self.rank == 0:
             # Every rank wrote its identity at start; gather the hosts now.
             hosts = {}
@@ -155,12 +293,20 @@ class RunStoreSink(Sink):
                     continue
             self._run_meta["hosts"] = dict(sorted(hosts.items(), key=lambda kv: int(kv[0])))
             self._run_meta["end_time_s"] = time.time()
-            layout.write_json_atomic(os.path.join(self.run_dir, layout.META), self._run_meta)
+            try:
+                layout.write_json_atomic(os.path.join(self.run_dir, layout.META), self._run_meta)
+            except OSError as exc:
+                self._other(os.path.join(self.run_dir, layout.META), exc)
 
     def stats(self) -> dict[str, Any]:
-        return {"lines": self.lines, "bytes": self.bytes, "segments": self.segments,
-                "seal_failures": self.seal_failures}
+        out = {"lines": self.lines, "bytes": self.bytes, "segments": self.segments,
+               "seal_failures": self.seal_failures, "write_failures": self.write_failures,
+               "failures": self.write_failures + self.seal_failures + self.other_failures,
+               "unwritten": self._unwritten, "dropped": self.dropped, "lost_steps": self.lost_steps()}
+        if self.dropped:
+            out["dropped_detail"] = (f"{self.dropped} step record(s) not written to {self.run_dir} "
+                                     f"(steps {self.lost_steps()}): {self._error or 'the run directory failed'}")
+        return out
 
     def describe(self) -> str | None:
         return f"run directory {self.run_dir}" if self.rank == 0 else None
-

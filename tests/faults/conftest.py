@@ -15,7 +15,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TABLE_PATH = os.path.join(ROOT, "build", "faults.json")
-AREAS = ("backends", "storage", "processes", "user code", "dashboard", "bad input", "security")
+AREAS = ("baseline", "backends", "storage", "processes", "user code", "dashboard", "bad input", "security")
 
 
 class FaultTable:

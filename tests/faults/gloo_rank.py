@@ -61,12 +61,13 @@ def main() -> int:
                 f.write(str(i))
     stats_before = telemetry.stats()
     t0 = time.perf_counter()
+    final = None  # shutdown's final counters: what a sink could not deliver is only known then
     if not spec.get("skip_shutdown"):
-        telemetry.shutdown()
+        final = telemetry.shutdown()
     shutdown_s = time.perf_counter() - t0
     with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
         json.dump({"rank": rank, "times": times, "init_s": init_s, "shutdown_s": shutdown_s,
-                   "stats": stats_before}, f, default=str)
+                   "stats": stats_before, "final_stats": final}, f, default=str)
     dist.barrier()
     dist.destroy_process_group()
     return 0

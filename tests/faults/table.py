@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BEGIN, END = "<!-- faults-table:begin -->", "<!-- faults-table:end -->"
-ORDER = ("backends", "storage", "processes", "user code", "dashboard", "bad input", "security")
+ORDER = ("baseline", "backends", "storage", "processes", "user code", "dashboard", "bad input", "security")
+
+
+_TMP = re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s]+/")  # a test's own temporary directory
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return _TMP.sub("", str(text)).replace("|", "\\|").replace("\n", " ")
 
 
 def markdown(rows: list[dict]) -> str:

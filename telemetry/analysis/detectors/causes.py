@@ -32,6 +32,9 @@ ranks after the onset with before: clocks that fell, throttle reasons that appea
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import numpy as np
 
 from ..findings import Finding
@@ -79,6 +82,15 @@ def _causes(m: StepMatrix, f: Finding) -> list[tuple[float, dict[str, str]]]:
     return out
 
 
+
+@contextlib.contextmanager
+def _quiet():
+    """All-NaN slices (a rank with no device readings in the range) give NaN, without numpy's
+    floating-point or "All-NaN slice" warnings on the user's terminal."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
 class _Pair:
     """One signal, the culprit's against its peers' over the steps (or, job-wide: the median over
     ranks after the change against before)."""
@@ -98,7 +110,7 @@ class _Pair:
         v = self.values(name)
         if v is None:
             return None
-        with np.errstate(all="ignore"):
+        with _quiet():
             a, b = float(np.nanmedian(v[0])), float(np.nanmedian(v[1]))
         return (a, b) if np.isfinite(a) and np.isfinite(b) else None
 
@@ -107,7 +119,7 @@ class _Pair:
         v = self.values(name)
         if v is None:
             return None
-        with np.errstate(all="ignore"):
+        with _quiet():
             a, b = v
             if self.before is None:
                 sa = float(np.nanmax(np.nanmean(a > 0.5, axis=1)))
@@ -121,7 +133,7 @@ class _Pair:
         v = self.values(name)
         if v is None:
             return None
-        with np.errstate(all="ignore"):
+        with _quiet():
             a, b = v
             if self.before is None:
                 ga = float(np.nanmax(np.nanmax(a, axis=1) - np.nanmin(a, axis=1)))
@@ -197,7 +209,7 @@ def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
 def _data(m: StepMatrix, f: Finding, culprits: np.ndarray, cols: np.ndarray, who: str) -> list[tuple[float, dict[str, str]]]:
     if f.kind == "data_stall" or f.phase == "data":
         d = m.data
-        with np.errstate(all="ignore"):
+        with _quiet():
             a = float(np.nanmedian(d[culprits][:, cols]))
             b = float(np.nanmedian(d[~culprits][:, cols]))
         if np.isfinite(a) and np.isfinite(b):
@@ -211,7 +223,7 @@ def _data(m: StepMatrix, f: Finding, culprits: np.ndarray, cols: np.ndarray, who
     def busy(rows: np.ndarray) -> np.ndarray:  # what a rank does itself; its wait in collectives is its peers' doing
         return (m.compute[rows] + m.data[rows])[:, cols]
 
-    with np.errstate(all="ignore"):
+    with _quiet():
         excess = float(np.nanmedian(busy(mine)) - np.nanmedian(busy(peers)))
         dwait = float(np.nanmedian(m.data[mine][:, cols]) - np.nanmedian(m.data[peers][:, cols]))
     if np.isfinite(excess) and np.isfinite(dwait) and excess > 0 and dwait >= 0.5 * excess:

@@ -8,7 +8,11 @@ rank's process ended: ``rank-N.exit.json``). A rank is lost when it never shut d
 - a peer reported, or finished, at least ``LOST_AFTER_S`` after the rank's last heartbeat (heartbeats
   come every pipeline tick, 0.5 s by default, so a live rank is never that late).
 A job whose ranks all stop at once (killed as a whole) has no lost rank: nothing says which one
-went first.
+went first; the run store's reader says so (telemetry/store/ended.py) once every heartbeat is stale.
+
+The evidence says a rank *ended* without a clean shutdown when its launcher saw it end or a peer
+shut down after it, else that it *stopped reporting* without one: a SIGSTOPped rank, or one stuck
+with the interpreter's lock held, looks the same as a dead one while its peers wait for it.
 
 The finding covers the steps from the rank's last heartbeat to the furthest step its peers reached
 (a heartbeat comes every pipeline tick, so the step it died in is known to within a tick), and
@@ -51,12 +55,19 @@ def detect_lost_ranks(progress: Mapping[int, Mapping[str, Any]], first_start_s: 
     out = []
     job_last_step = max((int(p["last_step"]) for p in beats.values() if p.get("last_step") is not None), default=None)
     for r in sorted(lost):
-        out.append(_finding(r, beats[r], times, last_report, job_last_step, first_start_s))
+        seen = times.get(r)
+        peers_finished = any(q != r and b.get("finished") and seen is not None and times.get(q, 0.0) > seen
+                             for q, b in beats.items())
+        waiting = {q: b["collective"] for q, b in beats.items()
+                   if q != r and q not in lost and b.get("collective") and not b.get("finished")}
+        out.append(_finding(r, beats[r], times, last_report, job_last_step, first_start_s, peers_finished,
+                            waiting))
     return out
 
 
 def _finding(r: int, p: Mapping[str, Any], times: dict[int, float], last_report: float | None,
-             job_last_step: int | None, first_start_s: float | None) -> Finding:
+             job_last_step: int | None, first_start_s: float | None, peers_finished: bool = False,
+             waiting: Mapping[int, str] | None = None) -> Finding:
     exit_ = p.get("exit") or {}
     seen = times.get(r)
     gone_at = seen if seen is not None else exit_.get("time_s")
@@ -73,8 +84,13 @@ def _finding(r: int, p: Mapping[str, Any], times: dict[int, float], last_report:
     else:
         how = "it never shut down (the process was killed, crashed or stopped responding, or its node went away)"
     peers = f"; its peers reported for {gap:.1f} s more" if gap and gap > 0 else ""
+    # ended: its launcher saw the process end, or its peers shut down after it; else it may be stopped
+    ended = exit_.get("exit_code") not in (None, 0) or peers_finished
     if job_last_step is not None and last is not None and job_last_step > last:
         peers += f" and got as far as step {job_last_step}"
+    if waiting and not ended:  # alive and stopped, or gone: either way the job waits for it
+        peers += (f"; rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, sorted(waiting)))} "
+                  f"wait{'' if len(waiting) > 1 else 's'} for it in {', '.join(sorted(set(waiting.values())))}")
     after = None
     if first_start_s is not None and gone_at is not None and last_report is not None and last_report > first_start_s:
         after = round(max(0.0, min(1.0, (last_report - gone_at) / (last_report - first_start_s))), 6)
@@ -83,8 +99,9 @@ def _finding(r: int, p: Mapping[str, Any], times: dict[int, float], last_report:
         first_step=int(step), last_step=int(max(step, job_last_step or step)),
         severity=severity_for(1.0),
         slowdown=1.0,
-        evidence=(f"rank {r} stopped reporting: last heard of {where} at {when}"
-                  + (f" (last completed step {last})" if last is not None else " before its first step")
+        evidence=(f"rank {r} {'ended' if ended else 'stopped reporting'} without a clean shutdown "
+                  f"(last heartbeat at {when}, {where}"
+                  + (f"; last completed step {last})" if last is not None else ", before its first step)")
                   + f": {how}{peers}"),
         details={"last_step": last, "last_report_s": seen, "exit": exit_ or None,
                  "peers_last_report_s": last_report, "after_loss": after})

@@ -1,0 +1,84 @@
+"""Hugging Face ``transformers``: ``Trainer(..., callbacks=[TelemetryCallback()])``.
+
+Records every optimizer step (``on_step_begin`` .. ``on_step_end``, numbered by the Trainer's
+``global_step``), its ``optimizer`` phase (``on_pre_optimizer_step`` .. ``on_optimizer_step``),
+``forward`` and ``backward`` through hooks on the model (the Trainer does not expose them; a
+gradient-accumulation micro-step ends at ``on_substep_end``), tokens (the Trainer's
+``num_input_tokens_seen`` when it counts them, else the ``input_ids`` the model was called with),
+and the Trainer's logged scalars (``on_log``: loss, learning rate, grad norm, ...). The Trainer logs
+after a step has ended, so those values are recorded with the step that follows.
+
+``telemetry.init`` is called at ``on_train_begin`` with the keyword arguments given here, unless the
+user started telemetry already; the session it started is shut down at ``on_train_end``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from transformers import TrainerCallback
+except ImportError as exc:  # pragma: no cover - exercised where transformers is absent
+    raise ImportError("telemetry.integrations.huggingface needs transformers: "
+                      "pip install 'training-telemetry[hf]'") from exc
+
+import telemetry
+
+from .loop import OPTIMIZER, LoopTracker, guarded, numeric
+
+
+class TelemetryCallback(TrainerCallback):
+    """A ``TrainerCallback`` recording the Trainer's steps; ``**init_kwargs`` go to ``telemetry.init``.
+
+    ``split_forward_backward=False`` leaves the model unhooked (no forward/backward phases).
+    """
+
+    def __init__(self, *, split_forward_backward: bool = True, **init_kwargs: Any) -> None:
+        self.tracker = LoopTracker(init_kwargs, split_forward_backward)
+        self._tokens_seen = 0
+        self.logs_after_last_step = 0  # the Trainer's logs with no step after them: not recorded
+
+    @guarded
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self.tracker.start(start_step=int(state.global_step))
+        self.tracker.hook(model)
+        self._tokens_seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+
+    @guarded
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.tracker.begin_step(int(state.global_step))
+
+    @guarded
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.tracker.end_phase()  # a micro-step's backward
+
+    @guarded
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.tracker.begin_phase(OPTIMIZER)
+
+    @guarded
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.tracker.end_phase(OPTIMIZER)
+
+    @guarded
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        tokens = seen - self._tokens_seen if seen > self._tokens_seen else None  # else: counted from input_ids
+        self._tokens_seen = seen
+        self.tracker.end_step(ok=True, tokens=tokens)
+
+    @guarded
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        # Logged after a step ended, so recorded with the next step; after the last step there is
+        # none (the final loss and the run summary): counted here, not recorded.
+        values = numeric(logs)
+        if not values:
+            return
+        if state.max_steps and state.global_step >= state.max_steps:
+            self.logs_after_last_step += 1
+            return
+        telemetry.log(**values)
+
+    @guarded
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.tracker.finish()

@@ -1,0 +1,121 @@
+"""PyTorch Lightning: ``Trainer(..., callbacks=[TelemetryCallback()])``, from ``lightning`` or
+``pytorch_lightning``, whichever is installed.
+
+A telemetry step is one optimizer step, numbered by ``trainer.global_step``: it begins at the first
+``on_train_batch_start`` after the last optimizer step and ends at the ``on_train_batch_end`` of the
+batch whose optimizer stepped, so with gradient accumulation (batches that skip the optimizer) the
+step numbers stay the Trainer's. Phases: ``forward`` from the batch's start to
+``on_before_backward`` (the training_step and its loss), ``backward`` to ``on_after_backward``,
+``optimizer`` from ``on_before_optimizer_step`` to ``on_before_zero_grad`` (or the batch's end).
+Tokens and samples are counted from the batch (``input_ids``, else its first integer tensor: shapes
+only). Values the module logs with ``self.log`` are recorded from ``trainer.callback_metrics`` at
+each step's end.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+try:
+    import lightning.pytorch as pl
+except ImportError:  # pragma: no cover - the older package name
+    try:
+        import pytorch_lightning as pl
+    except ImportError as exc:
+        raise ImportError("telemetry.integrations.lightning needs Lightning: "
+                          "pip install 'training-telemetry[lightning]'") from exc
+
+import telemetry
+
+from .loop import BACKWARD, FORWARD, OPTIMIZER, LoopTracker, guarded, numeric
+
+
+class TelemetryCallback(pl.Callback):
+    """A Lightning ``Callback`` recording the Trainer's steps; ``**init_kwargs`` go to ``telemetry.init``."""
+
+    def __init__(self, *, log_metrics: bool = True, **init_kwargs: Any) -> None:
+        super().__init__()
+        self.tracker = LoopTracker(init_kwargs, split_forward_backward=False)
+        self.log_metrics = log_metrics
+        self._step_at_start = -1
+
+    @guarded
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        launcher_environment(trainer)
+        self.tracker.start(start_step=int(trainer.global_step))
+
+    @guarded
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        t = self.tracker
+        if not t.in_step:
+            t.begin_step(int(trainer.global_step))
+            self._step_at_start = int(trainer.global_step)
+        tokens, samples = batch_counts(batch)
+        t.count(tokens, samples)
+        t.begin_phase(FORWARD)
+
+    @guarded
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        self.tracker.begin_phase(BACKWARD)
+
+    @guarded
+    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+        self.tracker.end_phase(BACKWARD)
+
+    @guarded
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        self.tracker.begin_phase(OPTIMIZER)
+
+    @guarded
+    def on_before_zero_grad(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        self.tracker.end_phase(OPTIMIZER)
+
+    @guarded
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        t = self.tracker
+        if int(trainer.global_step) == self._step_at_start:
+            t.end_phase()  # an accumulation batch: the optimizer did not step, the step goes on
+            return
+        if self.log_metrics:
+            values = numeric(dict(trainer.callback_metrics))
+            if values:
+                telemetry.log(**values)
+        t.end_step(ok=True)
+
+    @guarded
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.tracker.finish()  # the open step ended as failed; Lightning re-raises, on_train_end never comes
+
+    @guarded
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.tracker.finish()
+
+
+def launcher_environment(trainer: Any, environ: Any = None) -> None:
+    """Lightning's own DDP launcher starts the other ranks without torchrun's variables: say where
+    this process sits the torchrun way (RANK, WORLD_SIZE, ...), where no launcher said it already."""
+    environ = os.environ if environ is None else environ
+    if any(k in environ for k in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")) or trainer.world_size <= 1:
+        return
+    environ.update({"RANK": str(trainer.global_rank), "WORLD_SIZE": str(trainer.world_size),
+                    "LOCAL_RANK": str(trainer.local_rank), "LOCAL_WORLD_SIZE": str(trainer.num_devices),
+                    "GROUP_RANK": str(trainer.node_rank)})
+
+
+def batch_counts(batch: Any) -> tuple[int, int]:
+    """(tokens, samples) of a batch from its tensors' shapes: ``input_ids`` of a dict, else the first
+    tensor; tokens only when that tensor holds integers (token ids)."""
+    first = None
+    if isinstance(batch, dict):
+        first = batch.get("input_ids")
+        if first is None:
+            first = next((v for v in batch.values() if hasattr(v, "shape")), None)
+    elif isinstance(batch, (list, tuple)):
+        first = next((v for v in batch if hasattr(v, "shape")), None)
+    elif hasattr(batch, "shape"):
+        first = batch
+    if first is None or not getattr(first, "shape", None):
+        return 0, 0
+    tokens = 0 if first.is_floating_point() else int(first.numel())
+    return tokens, int(first.shape[0])
