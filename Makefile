@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(PY) bench/series.py --out bench/RESULTS.md
 	$(PY) bench/store.py --out bench/RESULTS.md
 	$(PY) bench/online_scale.py --out bench/RESULTS.md
+	$(PY) bench/profiler_ranges.py --out bench/RESULTS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

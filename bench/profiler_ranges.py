@@ -7,7 +7,7 @@ same inside a running ``torch.profiler.profile`` (``on, profiling``: what a prof
 profiler's own per-range cost included). ``--root DIR`` imports ``telemetry`` from another tree
 (e.g. an ``git archive`` of the last commit) to compare the default recorder before and after.
 
-    python bench/profiler_ranges.py [--steps 20000] [--rounds 7] [--root DIR]
+    python bench/profiler_ranges.py [--steps 20000] [--rounds 7] [--root DIR] [--out bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ap.add_argument("--off-only", action="store_true", help="the default recorder only (for --root)")
+    ap.add_argument("--out", default=None, help="write the section of bench/RESULTS.md")
     args = ap.parse_args()
     sys.path.insert(0, args.root)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from results import update_section
     import telemetry
     from telemetry.recorder import build_recorder
 
@@ -73,6 +76,15 @@ def main() -> None:
           "median over rounds (min-max):")
     for name, vals in results.items():
         print(f"  {name:15s} {statistics.median(vals):9.0f}   ({min(vals):.0f}-{max(vals):.0f})")
+    if args.out:
+        rows = "\n".join(f"| {name} | {statistics.median(v):,.0f} | {min(v):,.0f}-{max(v):,.0f} |"
+                         for name, v in results.items())
+        body = (f"`python bench/profiler_ranges.py --rounds {args.rounds} --out bench/RESULTS.md`: one step with "
+                f"three phases, {n:,} steps per round ({min(n, 2000):,} inside the profiler), {args.rounds} "
+                "rounds interleaved, the empty loop subtracted. `on`: `init(profiler_ranges=True)`, no profiler "
+                "running; `on, profiling`: inside `torch.profiler.profile` (its own cost per range included).\n\n"
+                "| recorder | ns per step (median) | min-max over rounds |\n|---|---|---|\n" + rows)
+        update_section(args.out, "Profiler ranges (bench/profiler_ranges.py)", body)
 
 
 if __name__ == "__main__":
