@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -83,6 +85,19 @@ def running(cmd: list[str], ready_url: str, log_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    """End a process started with ``start_new_session=True`` and everything it started: SIGTERM to
+    its group, SIGKILL if it has not ended within ``timeout``."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 class Prometheus:

@@ -54,4 +54,9 @@ def _ranges(ranks: list[int]) -> str:
             out[-1][1] = r
         else:
             out.append([r, r])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+    return ranges_text(out)
+
+
+def ranges_text(ranges: list[list[int]]) -> str:
+    """[[0, 3], [7, 7]] -> ``0-3, 7`` (ranks, or steps: the run store's lost steps too)."""
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)

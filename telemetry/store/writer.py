@@ -36,6 +36,7 @@ from ..logonce import LogOnce
 from ..pipeline.records import OnlineResult, Progress, StepRecord
 from ..pipeline.sinks import Sink
 from . import layout
+from .ended import ranges_text
 from .segments import TAIL_FORMAT, TailEncoder, recover_tails, write_segment
 
 log = logging.getLogger("telemetry")
@@ -183,7 +184,7 @@ class RunStoreSink(Sink):
 
     def lost_steps(self) -> str:
         """The steps of the records never written, e.g. ``120-199`` (empty when none)."""
-        text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in self._lost)
+        text = ranges_text(self._lost)
         return text + (", ..." if len(self._lost) >= MAX_LOST_RANGES else "")
 
     # -- the sink ------------------------------------------------------------------------------

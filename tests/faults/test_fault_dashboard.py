@@ -97,7 +97,7 @@ def _in_a_real_browser(healthy_job, tmp_path) -> str:
     import sys
 
     import browser
-    from servers import free_port, wait_http
+    from servers import free_port, stop_group, wait_http
 
     if browser.chromium() is None:
         return "skipped, no chromium"
@@ -123,12 +123,7 @@ def _in_a_real_browser(healthy_job, tmp_path) -> str:
         assert "does not exist" in dom and run in dom and 'data-testid="stException"' not in dom
         return f"the message, no stException element, page read in {time.perf_counter() - t0:.1f} s"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 def test_a_run_cut_while_the_page_is_open_shows_what_is_readable_and_warns(healthy_job, fault_table, monkeypatch,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import psutil
 import pytest
 
 import telemetry
-from servers import free_port
+from servers import free_port, stop_group
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NEVER = 60.0  # the longest flush interval: nothing is delivered during a test
@@ -63,16 +62,6 @@ def _dashboard(table: str, *args: str) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 @pytest.mark.slow
 def test_the_dashboard_binds_loopback_unless_host_says_otherwise(tmp_path, fault_table):
     from telemetry.demo.simulate import Scenario, simulate
@@ -85,7 +74,7 @@ def test_the_dashboard_binds_loopback_unless_host_says_otherwise(tmp_path, fault
         try:
             found[name] = listening(port)
         finally:
-            _stop(proc)
+            stop_group(proc)
     assert found["default"] == {"127.0.0.1"}, found
     assert found["--host 0.0.0.0"] and found["--host 0.0.0.0"] <= {"0.0.0.0", "::"}, found
     fault_table.add("security", "who can reach `telemetry dashboard`: the listening socket of the real server "

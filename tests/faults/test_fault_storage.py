@@ -39,17 +39,7 @@ def tmpfs(path, size: str):
 def fill(disk: str) -> str:
     """Write a filler file until the disk says ENOSPC; returns its path."""
     path = os.path.join(disk, "filler")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        for chunk in (b"\0" * 65536, b"\0" * 512):
-            while True:
-                try:
-                    os.write(fd, chunk)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    break
-    finally:
-        os.close(fd)
+    _write_until_full(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644), (b"\0" * 65536, b"\0" * 512))
     return path
 
 
@@ -204,9 +194,13 @@ def test_disk_full_for_a_while_then_freed_loses_nothing(tmp_path, healthy_job, f
 
 def pad(path: str) -> None:
     """Append to ``path`` until the full disk refuses even a byte: its last page is full too."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    _write_until_full(os.open(path, os.O_WRONLY | os.O_APPEND), (b"\n" * 512, b"\n"))
+
+
+def _write_until_full(fd: int, chunks: tuple[bytes, ...]) -> None:
+    """Write each chunk (largest first) until the disk refuses it (ENOSPC), then close ``fd``."""
     try:
-        for chunk in (b"\n" * 512, b"\n"):
+        for chunk in chunks:
             while True:
                 try:
                     os.write(fd, chunk)
