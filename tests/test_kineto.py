@@ -16,7 +16,7 @@ import pytest
 import torch.multiprocessing as mp
 from servers import free_port
 
-from telemetry.analysis import kineto
+from telemetry.analysis import kineto, tracefile
 from telemetry.analysis.load import KINETO_TRACES, open_input
 from telemetry.analysis.table import TableError
 from telemetry.cli import main as cli
@@ -197,7 +197,7 @@ def test_streaming_reader_matches_json_load_at_every_chunk_boundary(tmp_path, mo
     with open(path, "w", encoding="utf-8") as f:
         json.dump(trace, f, indent=1, ensure_ascii=False)
     for chunk in (1, 3, 7, 64, 1 << 20):
-        monkeypatch.setattr(kineto, "_CHUNK", chunk)
+        monkeypatch.setattr(tracefile, "_CHUNK", chunk)
         top = {}
         events = list(kineto.iter_trace(path, top))
         assert events == trace["traceEvents"], chunk
