@@ -14,8 +14,6 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY telemetry ./telemetry
-COPY exporters ./exporters
-COPY dashboards ./dashboards
 RUN pip install ".[otel,dashboard]" \
     && useradd --create-home --uid 10001 telemetry \
     && mkdir /runs && chown telemetry /runs

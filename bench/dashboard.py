@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "detectors"))
 from results import update_section  # noqa: E402
 from scale import make_table  # noqa: E402
 
-APP = os.path.join(ROOT, "dashboards", "app.py")
+from telemetry.dashboards.serve import APP  # noqa: E402 - after the path set-up
 
 
 VIEWS = ("overview", "ranks", "findings", "collectives", "devices", "compare")
@@ -35,7 +35,7 @@ def measure(ranks: int, steps: int) -> dict:
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from dashboards.serve import warm_up
+    from telemetry.dashboards.serve import warm_up
 
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -47,7 +47,7 @@ def prometheus_render(tmp: str) -> dict[str, float]:
     from prometheus_client import generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as generate_om
 
-    from exporters.prometheus import PrometheusSink
+    from telemetry.exporters.prometheus import PrometheusSink
     from servers import free_port
 
     cfg = Config.resolve({"run_dir": tmp, "job": "bench", "prometheus_port": free_port(),
@@ -80,7 +80,7 @@ def prometheus_render(tmp: str) -> dict[str, float]:
 def otlp_cost() -> dict[str, float]:
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from exporters.otlp import OtlpSink
+    from telemetry.exporters.otlp import OtlpSink
 
     class Null:
         def export(self, batch):

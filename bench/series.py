@@ -69,7 +69,7 @@ def at_caps(caps: int = 32) -> dict:
 
     from prometheus_client import generate_latest
 
-    from exporters.prometheus import PrometheusSink
+    from telemetry.exporters.prometheus import PrometheusSink
     from servers import free_port
     from telemetry.config import Config
     from telemetry.pipeline.records import OpStats, StepRecord

@@ -435,11 +435,12 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         env[name] = os.path.abspath(given)
     if not args.path and not args.prometheus:
         env["TELEMETRY_DASHBOARD_ROOT"] = os.path.abspath("runs")
-    # dashboards.serve imports and exercises the app's modules before it serves (a plain `streamlit
-    # run` makes the first visitor wait for them), then runs `streamlit run dashboards/app.py`.
-    cmd = [sys.executable, "-m", "dashboards.serve", "--server.headless", "true", "--server.address",
-           args.host, "--server.port", str(args.port), "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
+    # serve.py imports and exercises the app's modules before it serves (a plain `streamlit run` makes
+    # the first visitor wait for them), then runs the app's script; see serve.command for why isolated.
+    from .dashboards.serve import command
+
+    cmd = command(["--server.headless", "true", "--server.address", args.host, "--server.port", str(args.port),
+                   "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"])
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
     what = (f"job {args.job or '(choose in the page)'} on {args.prometheus}" if args.prometheus
             else args.path or "runs under runs/")

@@ -22,8 +22,8 @@ from servers import free_port, free_port_range, http_get, prometheus, require, r
 pytestmark = pytest.mark.slow  # a real demo, Prometheus and Alertmanager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RULES = os.path.join(ROOT, "dashboards", "prometheus")
-ALERTMANAGER_CONFIG = os.path.join(ROOT, "dashboards", "alertmanager", "alertmanager.yml")
+RULES = os.path.join(ROOT, "telemetry", "dashboards", "prometheus")
+ALERTMANAGER_CONFIG = os.path.join(ROOT, "telemetry", "dashboards", "alertmanager", "alertmanager.yml")
 
 
 def fast(text: str) -> str:

@@ -24,9 +24,9 @@ from servers import free_port, http_get, prometheus, require
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
-PROMETHEUS_YML = os.path.join(ROOT, "dashboards", "prometheus", "prometheus.yml")
-ALERTMANAGER_YML = os.path.join(ROOT, "dashboards", "alertmanager", "alertmanager.yml")
-COLLECTOR_YML = os.path.join(ROOT, "dashboards", "otel", "collector.yml")
+PROMETHEUS_YML = os.path.join(ROOT, "telemetry", "dashboards", "prometheus", "prometheus.yml")
+ALERTMANAGER_YML = os.path.join(ROOT, "telemetry", "dashboards", "alertmanager", "alertmanager.yml")
+COLLECTOR_YML = os.path.join(ROOT, "telemetry", "dashboards", "otel", "collector.yml")
 
 # The UIs and APIs a user opens, by the container port each service publishes.
 PUBLISHED = {"prometheus": 9090, "alertmanager": 9093, "pushgateway": 9091, "grafana": 3000,
@@ -211,7 +211,7 @@ def test_trainer_settings_are_real_and_wired(compose, prom_config, monkeypatch):
     file_sd looks, and name an address Prometheus can reach from its own container."""
     import dataclasses
 
-    from exporters import prometheus as prom_exporter
+    from telemetry.exporters import prometheus as prom_exporter
     from telemetry.config import ENV_PREFIX, Config
 
     services = compose["services"]
@@ -292,8 +292,8 @@ def test_mounted_configs_are_the_repository_files(compose):
     otel = flags(services["otel-collector"]["command"])
     assert host_path(services["otel-collector"], otel["config"]) == COLLECTOR_YML
     grafana = services["grafana"]
-    assert host_path(grafana, "/etc/grafana/provisioning") == os.path.join(ROOT, "dashboards", "grafana", "provisioning")
-    assert host_path(grafana, "/var/lib/grafana/dashboards") == os.path.join(ROOT, "dashboards", "grafana", "dashboards")
+    assert host_path(grafana, "/etc/grafana/provisioning") == os.path.join(ROOT, "telemetry", "dashboards", "grafana", "provisioning")
+    assert host_path(grafana, "/var/lib/grafana/dashboards") == os.path.join(ROOT, "telemetry", "dashboards", "grafana", "dashboards")
     assert str(grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"]).lower() == "true"
     assert grafana["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
 

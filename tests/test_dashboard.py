@@ -9,11 +9,11 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dashboards import data as D  # noqa: E402
+from telemetry.dashboards import data as D  # noqa: E402
 from telemetry.analysis.load import open_input  # noqa: E402
 from telemetry.demo.simulate import Fault, Scenario, simulate  # noqa: E402
 
-APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dashboards", "app.py")
+from telemetry.dashboards.serve import APP  # noqa: E402 - after the path set-up
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_a_run_still_being_written_is_marked_live_and_a_finished_one_is_not(monk
 
 
 def test_gpu_signals_and_throttle_reasons_are_shown_per_rank():
-    from dashboards import devices
+    from telemetry.dashboards import devices
     from telemetry.analysis.detectors.matrix import from_table
 
     t = simulate(Scenario(ranks=4, steps=100))

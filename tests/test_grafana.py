@@ -25,11 +25,11 @@ import pytest
 from servers import free_port_range, prometheus, training_scrape_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRAFANA = os.path.join(ROOT, "dashboards", "grafana")
+GRAFANA = os.path.join(ROOT, "telemetry", "dashboards", "grafana")
 DASHBOARD_FILES = sorted(glob.glob(os.path.join(GRAFANA, "dashboards", "*.json")))
 DATASOURCES = os.path.join(GRAFANA, "provisioning", "datasources", "prometheus.yml")
 PROVIDER = os.path.join(GRAFANA, "provisioning", "dashboards", "training.yml")
-RECORDING_RULES = os.path.join(ROOT, "dashboards", "prometheus", "recording.rules.yml")
+RECORDING_RULES = os.path.join(ROOT, "telemetry", "dashboards", "prometheus", "recording.rules.yml")
 MOUNT = "/var/lib/grafana/dashboards"  # where docker-compose mounts dashboards/grafana/dashboards/
 
 DEPRECATED = {"graph", "singlestat", "table-old", "grafana-piechart-panel", "grafana-singlestat-panel",
@@ -272,7 +272,7 @@ def test_step_time_panel_has_exemplars_linked_to_jaeger():
     assert sum(bool(ds.get("isDefault")) for ds in doc["datasources"]) == 1
     dest = prom["jsonData"]["exemplarTraceIdDestinations"]
     # the exemplar's label, as the exporter sets it on a step whose trace is exported
-    from exporters.prometheus import PrometheusSink
+    from telemetry.exporters.prometheus import PrometheusSink
 
     sink = SimpleNamespace(_trace_sampled=lambda r: True, _run_info={}, job="j")
     (label,) = PrometheusSink._exemplar(sink, SimpleNamespace(step=7))

@@ -11,7 +11,7 @@ from servers import free_port
 
 import telemetry
 from telemetry.store import read_run
-from exporters.tracing import step_root_span_id, trace_id
+from telemetry.exporters.tracing import step_root_span_id, trace_id
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,7 +65,7 @@ def test_sampling_every_nth_step_and_always_anomalous_ones(run_dir):
 
 
 def test_the_sampling_rule_on_exact_step_times():
-    from exporters.otlp import StepSampler
+    from telemetry.exporters.otlp import StepSampler
     from telemetry.pipeline.records import StepRecord
 
     def rec(step, duration, ok=True):
@@ -200,7 +200,7 @@ def test_spans_are_accounted_for_by_reason_of_loss(run_dir, monkeypatch):
     """The queue fills behind a collector that never answers: each span is either delivered or
     dropped for a named reason (the queue was full; still undelivered at shutdown), never both,
     never neither."""
-    import exporters.otlp as otlp_mod
+    import telemetry.exporters.otlp as otlp_mod
 
     monkeypatch.setattr(otlp_mod, "QUEUE_SPANS", 8)
     with Blackhole() as hole:
@@ -303,7 +303,7 @@ def test_make_span_exporter_follows_the_sdk_variable():
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-    from exporters.otlp import make_span_exporter
+    from telemetry.exporters.otlp import make_span_exporter
     from telemetry.config import Config, ConfigError
 
     ep = {"otlp_endpoint": "http://127.0.0.1:4318", "otlp_timeout_s": 1.0}

@@ -12,7 +12,7 @@ from telemetry.config import Config, ConfigError
 
 def test_built_in_sinks_and_exports_are_entry_points():
     assert set(plugins.names(plugins.SINKS)) >= {"store", "prometheus", "otlp"}
-    from exporters.perfetto import PerfettoExport
+    from telemetry.exporters.perfetto import PerfettoExport
     from telemetry.store.writer import RunStoreSink
 
     assert plugins.load(plugins.SINKS, "store") is RunStoreSink

@@ -204,7 +204,7 @@ def test_dead_pushgateway_is_counted_and_harmless(run_dir, caplog):
 def test_exemplars_link_only_to_traces_the_otlp_sink_exports(run_dir):
     from otlp_receiver import Receiver
 
-    from exporters.tracing import trace_id_hex
+    from telemetry.exporters.tracing import trace_id_hex
 
     port = free_port()
     with Receiver() as rcv:

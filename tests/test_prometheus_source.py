@@ -257,7 +257,7 @@ def test_the_dashboard_shows_a_job_from_prometheus(backfilled, monkeypatch):
     """`telemetry dashboard --prometheus URL`: the same views, from the server, marked live."""
     streamlit_testing = pytest.importorskip("streamlit.testing.v1")
     url, truth = backfilled
-    app = os.path.join(ROOT, "dashboards", "app.py")
+    from telemetry.dashboards.serve import APP as app
     monkeypatch.setenv("TELEMETRY_DASHBOARD_PROMETHEUS", url)
     at = streamlit_testing.AppTest.from_file(app, default_timeout=60)
     at.run()  # no --job and two jobs there: the sidebar offers them

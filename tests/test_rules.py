@@ -15,12 +15,12 @@ from servers import require
 yaml = pytest.importorskip("yaml")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RULES = os.path.join(ROOT, "dashboards", "prometheus")
+RULES = os.path.join(ROOT, "telemetry", "dashboards", "prometheus")
 ALERTS = os.path.join(RULES, "alerts.rules.yml")
 RECORDS = os.path.join(RULES, "recording.rules.yml")
 TESTS = os.path.join(RULES, "tests")
 RUNBOOK = os.path.join(ROOT, "docs", "runbook.md")
-ALERTMANAGER = os.path.join(ROOT, "dashboards", "alertmanager", "alertmanager.yml")
+ALERTMANAGER = os.path.join(ROOT, "telemetry", "dashboards", "alertmanager", "alertmanager.yml")
 
 
 def rules(path: str) -> list[dict]:
@@ -110,9 +110,9 @@ def test_counters_that_never_reset_are_alerted_on_their_increase():
 
 
 def test_the_rules_only_read_metrics_the_exporter_writes():
-    """Every train_* name in the rules is exported (exporters/) or recorded by a rule."""
-    source = "".join(open(os.path.join(ROOT, "exporters", f)).read()
-                     for f in os.listdir(os.path.join(ROOT, "exporters")) if f.endswith(".py"))
+    """Every train_* name in the rules is exported (telemetry/exporters/) or recorded by a rule."""
+    source = "".join(open(os.path.join(ROOT, "telemetry", "exporters", f)).read()
+                     for f in os.listdir(os.path.join(ROOT, "telemetry", "exporters")) if f.endswith(".py"))
     recorded = {r["record"] for r in rules(RECORDS)}
     for path in (RECORDS, ALERTS):
         for r in rules(path):

@@ -219,7 +219,7 @@ def _server_pid(url: str) -> int:
 
 def test_a_prometheus_that_stops_answering_is_a_message_within_a_bound(backfilled, fault_table,  # noqa: F811
                                                                        monkeypatch):
-    from dashboards import data as D
+    from telemetry.dashboards import data as D
 
     url, _ = backfilled
     monkeypatch.setattr(D, "PROMETHEUS_REFRESH_S", 1.0)  # re-query at every rerun a second apart

@@ -16,8 +16,8 @@ import time
 
 import streamlit as st
 
-from dashboards import data as D
-from dashboards import views as V
+from telemetry.dashboards import data as D
+from telemetry.dashboards import views as V
 
 st.set_page_config(page_title="training-telemetry", layout="wide")
 

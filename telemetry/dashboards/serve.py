@@ -1,5 +1,10 @@
-"""The dashboard's server process: ``python -m dashboards.serve [streamlit run flags]``, started by
-``telemetry dashboard``.
+"""The dashboard's server process, started by ``telemetry dashboard`` as
+``python -I -c "from telemetry.dashboards.serve import main; ..." [streamlit run flags]``.
+
+Isolated mode (``-I``): neither the current directory nor PYTHONPATH is on ``sys.path``, so a folder
+that holds its own ``telemetry/`` or ``streamlit/`` can never run its code as the user who opens the
+dashboard (``python -m`` puts the current directory first). Streamlit puts the folder of the script it
+runs first on ``sys.path``: the script lives alone in ``script/`` so that nothing but it is there.
 
 Streamlit runs the app's script only when a browser connects, so a plain ``streamlit run`` makes
 the first visitor wait for every import (pandas, pyarrow, Altair, the detectors: about 2 s here)
@@ -15,7 +20,15 @@ import sys
 import tempfile
 import time
 
-APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "app.py")
+APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "script", "app.py")
+# Streamlit's developer chrome (the Deploy button, the developer menu) is not for a user of the page.
+CHROME_OFF = ("--client.toolbarMode", "viewer")
+
+
+def command(flags: list[str]) -> list[str]:
+    """The server process's command line: this interpreter, isolated, then Streamlit's ``flags``."""
+    return [sys.executable, "-I", "-c", "import sys; from telemetry.dashboards.serve import main; main(sys.argv[1:])",
+            *CHROME_OFF, *flags]
 
 
 def warm_up() -> float:
@@ -24,7 +37,7 @@ def warm_up() -> float:
     import altair  # noqa: F401
     import streamlit  # noqa: F401
 
-    from dashboards import charts, comm, data, devices, views  # noqa: F401
+    from telemetry.dashboards import charts, comm, data, devices, views  # noqa: F401
     from telemetry.demo.simulate import Scenario, simulate
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -44,5 +57,5 @@ def main(argv: list[str]) -> None:
     stcli.main()
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m telemetry.dashboards.serve (not how telemetry dashboard starts it)
     main(sys.argv[1:])
