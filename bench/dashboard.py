@@ -27,7 +27,6 @@ from scale import make_table  # noqa: E402
 
 from telemetry.dashboards.serve import APP  # noqa: E402 - after the path set-up
 
-
 VIEWS = ("overview", "ranks", "findings", "collectives", "devices", "compare")
 
 
@@ -89,18 +88,24 @@ def main() -> None:
         if name.startswith("server start"):
             rows.append(f"| {name} | {v:.2f} s | - |")
         elif isinstance(v, float):
-            target = "<= 3 s" if name.startswith("first") else "<= 1 s"  # noqa: SIM108
+            target = "<= 3 s" if name.startswith("first") else "<= 1 s"
             met = "met" if v <= (3.0 if name.startswith("first") else 1.0) else "MISSED"
             rows.append(f"| {name} | {v:.2f} s | {target} ({met}) |")
-    body = "\n".join([
-        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, 2 cores, Python {platform.python_version()} "
-        f"(`python bench/dashboard.py`), {args.ranks} ranks x {args.steps} steps, Streamlit's AppTest "
-        "(the server-side work of a render: loading, analysis, building every element; the browser's drawing "
-        "is not in it).", "",
-        "| step | time | target |", "|---|---|---|", *rows, "",
-        f"Straggler (one injected at rank {(args.ranks * 3) // 4}, forward) named on the Ranks view: "
-        f"{r.get('straggler named on Ranks')}.",
-    ])
+    body = "\n".join(
+        [
+            f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, 2 cores, Python {platform.python_version()} "
+            f"(`python bench/dashboard.py`), {args.ranks} ranks x {args.steps} steps, Streamlit's AppTest "
+            "(the server-side work of a render: loading, analysis, building every element; the browser's drawing "
+            "is not in it).",
+            "",
+            "| step | time | target |",
+            "|---|---|---|",
+            *rows,
+            "",
+            f"Straggler (one injected at rank {(args.ranks * 3) // 4}, forward) named on the Ranks view: "
+            f"{r.get('straggler named on Ranks')}.",
+        ]
+    )
     print(body)
     if args.out:
         update_section(args.out, "Dashboard (bench/dashboard.py)", body)

@@ -26,34 +26,48 @@ from results import update_section  # noqa: E402
 
 import telemetry  # noqa: E402
 from telemetry.config import Config  # noqa: E402
-from telemetry.rank import RankContext  # noqa: E402
 from telemetry.pipeline.records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord  # noqa: E402
+from telemetry.rank import RankContext  # noqa: E402
 
 
 def record(step: int) -> StepRecord:
     t = 1.8e9 + step * 0.015
-    spans = (Span(SPAN_DATA, "data", t - 0.001, t), Span(SPAN_PHASE, "forward", t, t + 0.004),
-             Span(SPAN_PHASE, "backward", t + 0.004, t + 0.012),
-             Span(SPAN_COLLECTIVE, "all_reduce", t + 0.009, t + 0.012, True, 4 << 20),
-             Span(SPAN_PHASE, "optimizer", t + 0.012, t + 0.015))
-    return StepRecord(rank=0, step=step, start_s=t, duration_s=0.015, ok=True,
-                      phases={"data": 0.001, "forward": 0.004, "backward": 0.008, "optimizer": 0.003},
-                      phase_comm={"backward": 0.003}, comm_s=0.003,
-                      ops={"all_reduce": OpStats(1, 0.003, 0.003, 4 << 20, 1.5 * (4 << 20))},
-                      tokens=4096, samples=8, scalars={"loss": 2.5, "lr": 1e-3}, spans=spans)
+    spans = (
+        Span(SPAN_DATA, "data", t - 0.001, t),
+        Span(SPAN_PHASE, "forward", t, t + 0.004),
+        Span(SPAN_PHASE, "backward", t + 0.004, t + 0.012),
+        Span(SPAN_COLLECTIVE, "all_reduce", t + 0.009, t + 0.012, True, 4 << 20),
+        Span(SPAN_PHASE, "optimizer", t + 0.012, t + 0.015),
+    )
+    return StepRecord(
+        rank=0,
+        step=step,
+        start_s=t,
+        duration_s=0.015,
+        ok=True,
+        phases={"data": 0.001, "forward": 0.004, "backward": 0.008, "optimizer": 0.003},
+        phase_comm={"backward": 0.003},
+        comm_s=0.003,
+        ops={"all_reduce": OpStats(1, 0.003, 0.003, 4 << 20, 1.5 * (4 << 20))},
+        tokens=4096,
+        samples=8,
+        scalars={"loss": 2.5, "lr": 1e-3},
+        spans=spans,
+    )
 
 
 def prometheus_render(tmp: str) -> dict[str, float]:
     from prometheus_client import generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as generate_om
-
-    from telemetry.exporters.prometheus import PrometheusSink
     from servers import free_port
 
-    cfg = Config.resolve({"run_dir": tmp, "job": "bench", "prometheus_port": free_port(),
-                          "prometheus_sd_dir": "off"}, environ={})
+    from telemetry.exporters.prometheus import PrometheusSink
+
+    cfg = Config.resolve(
+        {"run_dir": tmp, "job": "bench", "prometheus_port": free_port(), "prometheus_sd_dir": "off"}, environ={}
+    )
     # every step traced, so that the OpenMetrics page carries an exemplar on each bucket it fills
-    sink = PrometheusSink(cfg, RankContext.from_env({}), {"stats": dict, "trace_sampler": lambda: (lambda r: True)})
+    sink = PrometheusSink(cfg, RankContext.from_env({}), {"stats": dict, "trace_sampler": lambda: lambda r: True})
     try:
         for i in range(200):
             sink.write([record(i)])
@@ -73,8 +87,12 @@ def prometheus_render(tmp: str) -> dict[str, float]:
         write_us = (time.perf_counter() - t0) / 1000 * 1e6
     finally:
         sink.close(1.0)
-    return {"series": n_series, "render_ms": statistics.median(times) * 1e3,
-            "render_om_ms": statistics.median(om_times) * 1e3, "write_us": write_us}
+    return {
+        "series": n_series,
+        "render_ms": statistics.median(times) * 1e3,
+        "render_om_ms": statistics.median(om_times) * 1e3,
+        "write_us": write_us,
+    }
 
 
 def otlp_cost() -> dict[str, float]:
@@ -107,8 +125,14 @@ def loop_with_endpoint(url: str, steps: int, tmp: str, tag: str) -> float:
     from overhead import build_loop
 
     _, instrumented = build_loop()
-    telemetry.init(run_dir=os.path.join(tmp, tag), job=f"bench-{tag}", sinks=["store", "otlp"],
-                   otlp_endpoint=url, shutdown_timeout_s=1.0, flush_interval_s=0.1)
+    telemetry.init(
+        run_dir=os.path.join(tmp, tag),
+        job=f"bench-{tag}",
+        sinks=["store", "otlp"],
+        otlp_endpoint=url,
+        shutdown_timeout_s=1.0,
+        flush_interval_s=0.1,
+    )
     instrumented(5)
     t0 = time.perf_counter()
     instrumented(steps)
@@ -127,8 +151,11 @@ def blackhole_vs_healthy(tmp: str, rounds: int, steps: int) -> dict[str, float]:
             for tag, url in order:
                 t = loop_with_endpoint(url, steps, tmp, f"{tag}{r}")
                 (healthy if tag == "ok" else dead).append(t)
-    return {"healthy_ms": statistics.median(healthy) * 1e3, "blackhole_ms": statistics.median(dead) * 1e3,
-            "ratio": statistics.median(dead) / statistics.median(healthy)}
+    return {
+        "healthy_ms": statistics.median(healthy) * 1e3,
+        "blackhole_ms": statistics.median(dead) * 1e3,
+        "ratio": statistics.median(dead) / statistics.median(healthy),
+    }
 
 
 def main() -> None:

@@ -33,9 +33,9 @@ def main() -> int:
     import torch.distributed as dist
 
     import telemetry
-    from telemetry.flops import transformer_flops_per_token
-    from telemetry.devices.nvml import open_nvml
     from telemetry.analysis.load import open_input
+    from telemetry.devices.nvml import open_nvml
+    from telemetry.flops import transformer_flops_per_token
 
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device; nothing to check")
@@ -56,17 +56,24 @@ def main() -> int:
     result: dict = {"device": name, "params": n_params}
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")
-        telemetry.init(run_dir=run_dir, job="gpucheck", sinks=["store"], device_timing="cuda",
-                       flops_per_token=fpt, device_interval_s=0.25, flush_interval_s=0.2)
+        telemetry.init(
+            run_dir=run_dir,
+            job="gpucheck",
+            sinks=["store"],
+            device_timing="cuda",
+            flops_per_token=fpt,
+            device_interval_s=0.25,
+            flush_interval_s=0.2,
+        )
         hand = []
-        for i in range(5):  # warm-up outside the checked region (cuBLAS, NCCL set-up)
+        for _i in range(5):  # warm-up outside the checked region (cuBLAS, NCCL set-up)
             model(x).float().square().mean().backward()
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
         error = None
         t0 = time.perf_counter()
         try:
-            for i in range(args.steps):
+            for _i in range(args.steps):
                 with telemetry.step(tokens=batch * seq, samples=batch):
                     h0, h1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     with telemetry.phase("forward"):
@@ -102,7 +109,9 @@ def main() -> int:
         result["forward_rel_diff_median"] = statistics.median(rel) if rel else None
         result["comm_ms_median"] = float(table["comm_s"].median() * 1e3)
         result["step_ms_median"] = float(table["duration_s"].median() * 1e3)
-        result["host_step_ms_median"] = float(table["host.duration_s"].median() * 1e3) if "host.duration_s" in table else None
+        result["host_step_ms_median"] = (
+            float(table["host.duration_s"].median() * 1e3) if "host.duration_s" in table else None
+        )
         result["mfu_median"] = float(table["mfu"].median()) if "mfu" in table else None
         result["loss_logged"] = int(table["log.loss"].notna().sum()) if "log.loss" in table else 0
         dev_cols = sorted(c for c in table.columns if c.startswith("dev."))
@@ -110,21 +119,33 @@ def main() -> int:
     src = open_nvml(0)
     result["nvml"] = src.read() if src is not None else None
     dist.destroy_process_group()
-    ok = (error is None and result["forward_rel_diff_median"] is not None
-          and result["forward_rel_diff_median"] < 0.05 and result["comm_ms_median"] > 0)
-    lines = [f"Run on {name} ({time.strftime('%Y-%m-%d')}, `python bench/gpu_check.py`): "
-             f"**{'PASS' if ok else 'FAIL'}**", "",
-             "| check | result | target |", "|---|---|---|",
-             f"| synchronizations under set_sync_debug_mode('error'), {args.steps} steps | "
-             f"{'none' if error is None else error[:120]} | none |",
-             f"| forward, CUDA events by hand (median) | {result['forward_ms_hand_median']:.3f} ms | |",
-             f"| forward, telemetry (median) | {result['forward_ms_telemetry_median']:.3f} ms | |",
-             f"| median relative difference | {result['forward_rel_diff_median']:.2%} | < 5% |",
-             f"| NCCL all_reduce comm_s (median) | {result['comm_ms_median']:.3f} ms | > 0 |",
-             f"| GPU step / host step (median) | {result['step_ms_median']:.2f} / {result['host_step_ms_median']} ms | |",
-             f"| MFU (median) | {result['mfu_median']} | |",
-             f"| records, events dropped, losses read | {result['records']}, {result['events_dropped']}, {result['loss_logged']} | |",
-             "", "NVML readings:", "", "```", json.dumps(result["nvml"], indent=1, sort_keys=True), "```"]
+    ok = (
+        error is None
+        and result["forward_rel_diff_median"] is not None
+        and result["forward_rel_diff_median"] < 0.05
+        and result["comm_ms_median"] > 0
+    )
+    lines = [
+        f"Run on {name} ({time.strftime('%Y-%m-%d')}, `python bench/gpu_check.py`): **{'PASS' if ok else 'FAIL'}**",
+        "",
+        "| check | result | target |",
+        "|---|---|---|",
+        f"| synchronizations under set_sync_debug_mode('error'), {args.steps} steps | "
+        f"{'none' if error is None else error[:120]} | none |",
+        f"| forward, CUDA events by hand (median) | {result['forward_ms_hand_median']:.3f} ms | |",
+        f"| forward, telemetry (median) | {result['forward_ms_telemetry_median']:.3f} ms | |",
+        f"| median relative difference | {result['forward_rel_diff_median']:.2%} | < 5% |",
+        f"| NCCL all_reduce comm_s (median) | {result['comm_ms_median']:.3f} ms | > 0 |",
+        f"| GPU step / host step (median) | {result['step_ms_median']:.2f} / {result['host_step_ms_median']} ms | |",
+        f"| MFU (median) | {result['mfu_median']} | |",
+        f"| records, events dropped, losses read | {result['records']}, {result['events_dropped']}, {result['loss_logged']} | |",
+        "",
+        "NVML readings:",
+        "",
+        "```",
+        json.dumps(result["nvml"], indent=1, sort_keys=True),
+        "```",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     print(json.dumps(result, default=str))

@@ -55,8 +55,14 @@ print(json.dumps({"phase enter/exit": bench(phase) - e, "step enter/exit": bench
 
 
 def probe(tree: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", _PROBE], cwd=tree, capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": tree}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": tree},
+    ).stdout
     return json.loads(out)
 
 
@@ -82,9 +88,14 @@ else:
 
 def instructions(tree: str, what: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", sys.executable,
-                            "-c", _COUNT, what], cwd=tree, capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONPATH": tree})
+        p = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", sys.executable, "-c", _COUNT, what],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": tree},
+        )
     return int(re.search(r"Collected : (\d+)", p.stderr).group(1))
 
 

@@ -141,8 +141,9 @@ def run(impl, ranks: int, blocks: int, window: int, posters: int, straggler: int
     pipes, procs = [], []
     for i in range(posters):
         here, there = ctx.Pipe()
-        p = ctx.Process(target=poster, args=(server.port, int(bounds[i]), int(bounds[i + 1]), straggler, there),
-                        daemon=True)
+        p = ctx.Process(
+            target=poster, args=(server.port, int(bounds[i]), int(bounds[i + 1]), straggler, there), daemon=True
+        )
         p.start()
         pipes.append(here)
         procs.append(p)
@@ -150,8 +151,7 @@ def run(impl, ranks: int, blocks: int, window: int, posters: int, straggler: int
         assert here.recv() == "ready"
 
     store = Counting(dist.PrefixStore("telemetry/", server))
-    det = impl.OnlineDetector(store, rank=0, world=ranks, every=EVERY, window=window, wait_blocks=3,
-                              min_interval_s=0.0)
+    det = impl.OnlineDetector(store, rank=0, world=ranks, every=EVERY, window=window, wait_blocks=3, min_interval_s=0.0)
     prefill = max(0, window - blocks)
     for b in range(prefill):  # the window as it stands in a long run: filled, straight into the detector
         m = summaries(b, np.arange(ranks), straggler, seed=0)
@@ -196,9 +196,18 @@ def run(impl, ranks: int, blocks: int, window: int, posters: int, straggler: int
             table = timing.get("table", 0.0)
             analysis = timing["analyze"] - table
             results.extend(det.poll())
-            rows.append({"block": b, "burst_s": max(g[0] for g in got), "set_med_us": float(np.median(lat)) * 1e6,
-                         "set_p99_us": float(np.percentile(lat, 99)) * 1e6, "gather_s": gather, "table_s": table,
-                         "analysis_s": analysis, "requests": {k: v for k, v in calls.items() if v}})
+            rows.append(
+                {
+                    "block": b,
+                    "burst_s": max(g[0] for g in got),
+                    "set_med_us": float(np.median(lat)) * 1e6,
+                    "set_p99_us": float(np.percentile(lat, 99)) * 1e6,
+                    "gather_s": gather,
+                    "table_s": table,
+                    "analysis_s": analysis,
+                    "requests": {k: v for k, v in calls.items() if v},
+                }
+            )
         deleter = getattr(store, "deleter", None)
         if deleter is not None:  # let the background deletes finish, to count them
             deadline = time.monotonic() + 60
@@ -212,10 +221,15 @@ def run(impl, ranks: int, blocks: int, window: int, posters: int, straggler: int
         for p in procs:
             p.join(10)
     findings = [f for r in results for f in r.findings]
-    return {"ranks": ranks, "rows": rows, "findings": findings,
-            "deletes": dict(deleter.calls) if deleter is not None else {},
-            "delete_s": dict(deleter.secs) if deleter is not None else {}, "keys_left": left,
-            "found": any(f["kind"] == "straggler" and f["ranks"] == [straggler] for f in findings)}
+    return {
+        "ranks": ranks,
+        "rows": rows,
+        "findings": findings,
+        "deletes": dict(deleter.calls) if deleter is not None else {},
+        "delete_s": dict(deleter.secs) if deleter is not None else {},
+        "keys_left": left,
+        "found": any(f["kind"] == "straggler" and f["ranks"] == [straggler] for f in findings),
+    }
 
 
 def fmt_requests(req: dict) -> str:
@@ -223,23 +237,33 @@ def fmt_requests(req: dict) -> str:
 
 
 def report(res: dict, window: int) -> str:
-    lines = [f"**{res['ranks']:,} ranks posting**, window {window} blocks ({res['ranks'] * window:,} rows), "
-             f"online_every {EVERY}:", "",
-             "| block | post: burst of all ranks' sets (ms) | one set: median / p99 (µs) | gather (ms) | table (ms) "
-             "| analysis (ms) | gather + table + analysis (ms) | rank 0's store requests |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"**{res['ranks']:,} ranks posting**, window {window} blocks ({res['ranks'] * window:,} rows), "
+        f"online_every {EVERY}:",
+        "",
+        "| block | post: burst of all ranks' sets (ms) | one set: median / p99 (µs) | gather (ms) | table (ms) "
+        "| analysis (ms) | gather + table + analysis (ms) | rank 0's store requests |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in res["rows"]:
         total = r["gather_s"] + r["table_s"] + r["analysis_s"]
-        lines.append(f"| {r['block']} | {r['burst_s'] * 1e3:.0f} | {r['set_med_us']:.0f} / {r['set_p99_us']:.0f} "
-                     f"| {r['gather_s'] * 1e3:.0f} | {r['table_s'] * 1e3:.0f} | {r['analysis_s'] * 1e3:.0f} "
-                     f"| {total * 1e3:.0f} | {fmt_requests(r['requests'])} |")
+        lines.append(
+            f"| {r['block']} | {r['burst_s'] * 1e3:.0f} | {r['set_med_us']:.0f} / {r['set_p99_us']:.0f} "
+            f"| {r['gather_s'] * 1e3:.0f} | {r['table_s'] * 1e3:.0f} | {r['analysis_s'] * 1e3:.0f} "
+            f"| {total * 1e3:.0f} | {fmt_requests(r['requests'])} |"
+        )
     n = len(res["rows"])
     deletes = res["deletes"].get("delete_key", 0)
     if deletes:
-        lines += ["", f"Background deletes (own connection): {deletes / n:,.0f} delete_key per block, "
-                      f"{res['delete_s'].get('delete_key', 0.0) / n * 1e3:.0f} ms per block."]
-    lines.append(f"Summary keys left in the store at the end: {res['keys_left']}. Straggler found: "
-                 f"{'yes' if res['found'] else 'NO'}.")
+        lines += [
+            "",
+            f"Background deletes (own connection): {deletes / n:,.0f} delete_key per block, "
+            f"{res['delete_s'].get('delete_key', 0.0) / n * 1e3:.0f} ms per block.",
+        ]
+    lines.append(
+        f"Summary keys left in the store at the end: {res['keys_left']}. Straggler found: "
+        f"{'yes' if res['found'] else 'NO'}."
+    )
     return "\n".join(lines)
 
 
@@ -279,10 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         from results import update_section
 
-        body = (f"Measured {date.today().isoformat()} on {platform.machine()}, {os.cpu_count()} cores, Python "
-                f"{platform.python_version()} (`python bench/online_scale.py`): one TCPStore on 127.0.0.1, "
-                f"{args.posters} processes posting for the ranks, rank 0's detector in the process hosting the "
-                "store.\n\n" + "\n\n".join(out))
+        body = (
+            f"Measured {date.today().isoformat()} on {platform.machine()}, {os.cpu_count()} cores, Python "
+            f"{platform.python_version()} (`python bench/online_scale.py`): one TCPStore on 127.0.0.1, "
+            f"{args.posters} processes posting for the ranks, rank 0's detector in the process hosting the "
+            "store.\n\n" + "\n\n".join(out)
+        )
         update_section(args.out, "Online detection at scale (bench/online_scale.py)", body)
     return 0 if ok else 1
 

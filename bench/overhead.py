@@ -23,10 +23,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from results import update_section  # noqa: E402
+from results import update_section
 
-import telemetry  # noqa: E402
-from telemetry.recorder import Recorder  # noqa: E402
+import telemetry
+from telemetry.recorder import Recorder
 
 
 def ns_per_call(fn, rec: Recorder, n: int = 1000, reps: int = 200) -> float:
@@ -87,8 +87,14 @@ def micro(repeats: int = 9) -> dict[str, float]:
             with Floor():
                 pass
 
-    fns = {"empty": empty, "phase enter/exit": phase, "step enter/exit": step, "log(1 value)": log,
-           "watch next()": watch, "floor: minimal timing context manager": floor}
+    fns = {
+        "empty": empty,
+        "phase enter/exit": phase,
+        "step enter/exit": step,
+        "log(1 value)": log,
+        "watch next()": watch,
+        "floor: minimal timing context manager": floor,
+    }
     samples: dict[str, list[float]] = {k: [] for k in fns}
     prev = active.active()
     active.set_active(rec)  # watch() appends to the active recorder
@@ -125,8 +131,8 @@ def collective_cost(repeats: int = 9, n: int = 20_000) -> dict[str, float]:
 
 def _collective_cost(dist, torch, repeats: int, n: int) -> dict[str, float]:
 
-    from telemetry.recorder import current as active
     from telemetry.hooks.collectives import _wrap
+    from telemetry.recorder import current as active
 
     def noop(tensor, op=None, group=None, async_op=False):
         return None
@@ -161,8 +167,7 @@ def build_loop(with_comm: bool = False):
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(),
-                          nn.Linear(1024, 512))
+    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 512))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(64, 512)
     batches = [x] * 1000
@@ -175,7 +180,7 @@ def build_loop(with_comm: bool = False):
             dist.all_reduce(_flatten_dense_tensors([p.grad for p in model.parameters()]))
 
     def bare(n):
-        for i, b in zip(range(n), batches):
+        for _i, b in zip(range(n), batches):
             loss = model(b).square().mean()
             loss.backward()
             sync()
@@ -183,7 +188,7 @@ def build_loop(with_comm: bool = False):
             opt.zero_grad(set_to_none=True)
 
     def instrumented(n):
-        for i, b in zip(range(n), telemetry.watch(batches)):
+        for _i, b in zip(range(n), telemetry.watch(batches)):
             with telemetry.step(samples=64):
                 with telemetry.phase("forward"):
                     loss = model(b).square().mean()
@@ -207,12 +212,18 @@ def loop(rounds: int, steps_per_round: int, every_hook: bool = False) -> dict[st
     with tempfile.TemporaryDirectory() as tmp:
         if every_hook:
             import torch.distributed as dist
+
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
             from servers import free_port
 
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-            telemetry.init(run_dir=os.path.join(tmp, "run"), job="bench-all", sinks=["store", "prometheus"],
-                           prometheus_port=free_port(), device_interval_s=1.0)
+            telemetry.init(
+                run_dir=os.path.join(tmp, "run"),
+                job="bench-all",
+                sinks=["store", "prometheus"],
+                prometheus_port=free_port(),
+                device_interval_s=1.0,
+            )
         else:
             telemetry.init(run_dir=os.path.join(tmp, "run"), job="bench", sinks=["store"], collectives=False)
 
@@ -243,9 +254,15 @@ def loop(rounds: int, steps_per_round: int, every_hook: bool = False) -> dict[st
             dist.destroy_process_group()
     ratios.sort()
     q = len(ratios) // 4
-    return {"median ratio": statistics.median(ratios), "ratio q1": ratios[q], "ratio q3": ratios[-q - 1],
-            "bare step ms": statistics.median(bare_ms), "instrumented step ms": statistics.median(inst_ms),
-            "records": stats["records"], "dropped": stats["events_dropped"]}
+    return {
+        "median ratio": statistics.median(ratios),
+        "ratio q1": ratios[q],
+        "ratio q3": ratios[-q - 1],
+        "bare step ms": statistics.median(bare_ms),
+        "instrumented step ms": statistics.median(inst_ms),
+        "records": stats["records"],
+        "dropped": stats["events_dropped"],
+    }
 
 
 def main() -> None:
@@ -269,16 +286,25 @@ def main() -> None:
         "| hot-path call | ns per call (median of 9 rounds x 200k calls, empty loop subtracted) | target |",
         "|---|---|---|",
     ]
-    for name in ("phase enter/exit", "step enter/exit", "log(1 value)", "watch next()",
-                 "collective wrapper (all_reduce)", "floor: minimal timing context manager"):
+    for name in (
+        "phase enter/exit",
+        "step enter/exit",
+        "log(1 value)",
+        "watch next()",
+        "collective wrapper (all_reduce)",
+        "floor: minimal timing context manager",
+    ):
         target = {"phase enter/exit": "<= 1000", "collective wrapper (all_reduce)": "<= 2000"}.get(name, "")
         lines.append(f"| {name} | {m[name]:.0f} | {target} |")
     floor = m["floor: minimal timing context manager"]
     ratio = m["phase enter/exit"] / floor
-    lines += ["", f"phase enter/exit costs {ratio:.2f}x the floor measured beside it (the least a timing context "
-              f"manager can do in Python). This VM's speed drifts by up to 2x over minutes (the floor has read "
-              f"480-970 ns here), so the ratio is the steadier figure: at the 260 ns that ENVIRONMENT.md measured "
-              f"for the same construct, phase enter/exit is about {ratio * 260:.0f} ns."]
+    lines += [
+        "",
+        f"phase enter/exit costs {ratio:.2f}x the floor measured beside it (the least a timing context "
+        f"manager can do in Python). This VM's speed drifts by up to 2x over minutes (the floor has read "
+        f"480-970 ns here), so the ratio is the steadier figure: at the 260 ns that ENVIRONMENT.md measured "
+        f"for the same construct, phase enter/exit is about {ratio * 260:.0f} ns.",
+    ]
     lines += [
         "",
         f"Training loop ({args.rounds} interleaved rounds x {args.steps} steps, one thread, run store on):",

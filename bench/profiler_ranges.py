@@ -30,6 +30,7 @@ def main() -> None:
     sys.path.insert(0, args.root)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from results import update_section
+
     import telemetry
     from telemetry.recorder import build_recorder
 
@@ -72,18 +73,23 @@ def main() -> None:
                 m = min(n, 2000)  # the profiler keeps every range: fewer steps
                 results["on, profiling"].append((loop(recs["on"], m) - empty(m)) / m)
     where = os.path.dirname(os.path.dirname(telemetry.__file__))
-    print(f"telemetry from {where}; {n} steps x {args.rounds} rounds; ns per step (step + 3 phases), "
-          "median over rounds (min-max):")
+    print(
+        f"telemetry from {where}; {n} steps x {args.rounds} rounds; ns per step (step + 3 phases), "
+        "median over rounds (min-max):"
+    )
     for name, vals in results.items():
         print(f"  {name:15s} {statistics.median(vals):9.0f}   ({min(vals):.0f}-{max(vals):.0f})")
     if args.out:
-        rows = "\n".join(f"| {name} | {statistics.median(v):,.0f} | {min(v):,.0f}-{max(v):,.0f} |"
-                         for name, v in results.items())
-        body = (f"`python bench/profiler_ranges.py --rounds {args.rounds} --out bench/RESULTS.md`: one step with "
-                f"three phases, {n:,} steps per round ({min(n, 2000):,} inside the profiler), {args.rounds} "
-                "rounds interleaved, the empty loop subtracted. `on`: `init(profiler_ranges=True)`, no profiler "
-                "running; `on, profiling`: inside `torch.profiler.profile` (its own cost per range included).\n\n"
-                "| recorder | ns per step (median) | min-max over rounds |\n|---|---|---|\n" + rows)
+        rows = "\n".join(
+            f"| {name} | {statistics.median(v):,.0f} | {min(v):,.0f}-{max(v):,.0f} |" for name, v in results.items()
+        )
+        body = (
+            f"`python bench/profiler_ranges.py --rounds {args.rounds} --out bench/RESULTS.md`: one step with "
+            f"three phases, {n:,} steps per round ({min(n, 2000):,} inside the profiler), {args.rounds} "
+            "rounds interleaved, the empty loop subtracted. `on`: `init(profiler_ranges=True)`, no profiler "
+            "running; `on, profiling`: inside `torch.profiler.profile` (its own cost per range included).\n\n"
+            "| recorder | ns per step (median) | min-max over rounds |\n|---|---|---|\n" + rows
+        )
         update_section(args.out, "Profiler ranges (bench/profiler_ranges.py)", body)
 
 

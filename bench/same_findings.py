@@ -43,8 +43,13 @@ for i, (sc, _) in enumerate(SCENARIOS):
 
 
 def run(tree: str, args: list[str]) -> str:
-    p = subprocess.run([sys.executable, *args], cwd=tree, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": tree, "PYTHONHASHSEED": "0"})
+    p = subprocess.run(
+        [sys.executable, *args],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": tree, "PYTHONHASHSEED": "0"},
+    )
     return f"exit {p.returncode}\n{p.stdout}\n--- stderr ---\n{p.stderr}"
 
 

@@ -39,18 +39,24 @@ def main() -> None:
     args = ap.parse_args()
 
     torch.set_num_threads(1)
-    config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=64,
-                        bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(config)
     training = TrainingArguments(
-        output_dir=tempfile.mkdtemp(prefix="hf-example-"), max_steps=args.steps,
-        per_device_train_batch_size=4, gradient_accumulation_steps=args.accumulate, logging_steps=5,
-        save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
-        ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None)
-    telemetry_cb = TelemetryCallback(run_dir=args.run_dir, job="hf-example",
-                                     prometheus_port=int(os.environ.get("EXAMPLE_PROMETHEUS_PORT", "9464")))
-    trainer = Trainer(model=model, args=training, train_dataset=RandomTokens(512, 32, 256),
-                      callbacks=[telemetry_cb])
+        output_dir=tempfile.mkdtemp(prefix="hf-example-"),
+        max_steps=args.steps,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=args.accumulate,
+        logging_steps=5,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None,
+    )
+    telemetry_cb = TelemetryCallback(
+        run_dir=args.run_dir, job="hf-example", prometheus_port=int(os.environ.get("EXAMPLE_PROMETHEUS_PORT", "9464"))
+    )
+    trainer = Trainer(model=model, args=training, train_dataset=RandomTokens(512, 32, 256), callbacks=[telemetry_cb])
     trainer.train()
 
 

@@ -48,11 +48,23 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(2048, 64, generator=g), torch.randn(2048, 1, generator=g))
     trainer = pl.Trainer(
-        max_steps=args.steps, accumulate_grad_batches=args.accumulate, accelerator="cpu", devices=args.devices,
-        strategy="ddp" if args.devices > 1 else "auto", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[TelemetryCallback(run_dir=args.run_dir, job="pl-example",
-                                     prometheus_port=int(os.environ.get("EXAMPLE_PROMETHEUS_PORT", "9464")))])
+        max_steps=args.steps,
+        accumulate_grad_batches=args.accumulate,
+        accelerator="cpu",
+        devices=args.devices,
+        strategy="ddp" if args.devices > 1 else "auto",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[
+            TelemetryCallback(
+                run_dir=args.run_dir,
+                job="pl-example",
+                prometheus_port=int(os.environ.get("EXAMPLE_PROMETHEUS_PORT", "9464")),
+            )
+        ],
+    )
     trainer.fit(Regression(), torch.utils.data.DataLoader(data, batch_size=16))
 
 

@@ -29,8 +29,12 @@ def main() -> None:
 
     dist.init_process_group("gloo")  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
     rank = dist.get_rank()
-    telemetry.init(run_dir=os.path.join(args.out, "run"), job="prof", profiler_ranges=True,
-                   prometheus_port=int(os.environ.get("EXAMPLE_PROMETHEUS_PORT", "9464")))
+    telemetry.init(
+        run_dir=os.path.join(args.out, "run"),
+        job="prof",
+        profiler_ranges=True,
+        prometheus_port=int(os.environ.get("EXAMPLE_PROMETHEUS_PORT", "9464")),
+    )
     torch.set_num_threads(1)
     torch.manual_seed(rank)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256)))
@@ -38,8 +42,9 @@ def main() -> None:
     batch = torch.randn(32, 256)
 
     handler = tensorboard_trace_handler(os.path.join(args.out, "traces"), worker_name=f"rank{rank}")
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=10),
-                 on_trace_ready=handler) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=10), on_trace_ready=handler
+    ) as prof:
         for _ in range(args.steps):
             with telemetry.step(samples=len(batch)):
                 with telemetry.phase("forward"):

@@ -25,8 +25,11 @@ def main() -> None:
     args = ap.parse_args()
 
     dist.init_process_group("gloo")  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-    telemetry.init(run_dir=args.run_dir, job=os.path.basename(args.run_dir.rstrip("/")) or "example",
-                   prometheus_port=int(os.environ.get("EXAMPLE_PROMETHEUS_PORT", "9464")))
+    telemetry.init(
+        run_dir=args.run_dir,
+        job=os.path.basename(args.run_dir.rstrip("/")) or "example",
+        prometheus_port=int(os.environ.get("EXAMPLE_PROMETHEUS_PORT", "9464")),
+    )
     torch.manual_seed(dist.get_rank())
     model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -15,20 +15,20 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .recorder import current as _current
-from .recorder.current import step_decorator
 from .api import init, session, shutdown, stats
 from .config import Config, ConfigError
 from .hooks.collectives import instrument_collectives, uninstrument_collectives
 from .hooks.dataloader import watch
 from .hooks.ddp import ddp_comm_hook, instrument_ddp
+from .recorder import current as _current
+from .recorder.current import step_decorator
 from .usage import TelemetryUsageError
 from .version import __version__ as __version__  # re-exported: telemetry.__version__
 
 
-
-def step(fn: Callable | None = None, /, *, tokens: int | None = None, samples: int | None = None,
-         index: int | None = None) -> Any:
+def step(
+    fn: Callable | None = None, /, *, tokens: int | None = None, samples: int | None = None, index: int | None = None
+) -> Any:
     """One training step: ``with telemetry.step(tokens=n):`` or ``@telemetry.step``.
 
     ``tokens`` and ``samples`` count the work done (for throughput); ``index`` overrides the step
@@ -36,8 +36,10 @@ def step(fn: Callable | None = None, /, *, tokens: int | None = None, samples: i
     """
     if fn is not None:
         if not callable(fn):
-            raise TypeError("telemetry.step takes keyword arguments only (tokens=, samples=, index=), "
-                            f"or is used bare as a decorator; got {fn!r}")
+            raise TypeError(
+                "telemetry.step takes keyword arguments only (tokens=, samples=, index=), "
+                f"or is used bare as a decorator; got {fn!r}"
+            )
         return step_decorator(fn)
     return _current._active.step(tokens, samples, index)
 
@@ -56,7 +58,19 @@ def log(**values: Any) -> None:
 
 
 __all__ = [
-    "Config", "ConfigError", "TelemetryUsageError", "ddp_comm_hook", "init", "instrument_collectives",
-    "instrument_ddp", "log",
-    "phase", "session", "shutdown", "stats", "step", "uninstrument_collectives", "watch",
+    "Config",
+    "ConfigError",
+    "TelemetryUsageError",
+    "ddp_comm_hook",
+    "init",
+    "instrument_collectives",
+    "instrument_ddp",
+    "log",
+    "phase",
+    "session",
+    "shutdown",
+    "stats",
+    "step",
+    "uninstrument_collectives",
+    "watch",
 ]

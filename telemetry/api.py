@@ -21,8 +21,8 @@ import time
 from typing import Any
 
 from .config import Config, ConfigError
-from .flops import peak_flops_for
 from .devices.sampler import build_sampler
+from .flops import peak_flops_for
 from .hooks import collectives as _collectives
 from .hooks.ddp import auto_instrument_ddp, undo_auto_instrument_ddp
 from .pipeline.sinks import build_sinks
@@ -47,24 +47,41 @@ class Session:
         self.start_time_s = time.time()
         self._anchor_wall_ns = time.time_ns()
         self._anchor_perf_ns = time.perf_counter_ns()
-        self.recorder = build_recorder(config.buffer_events, config.device_timing, strict=config.strict,
-                                       start_step=config.start_step, profiler_ranges=config.profiler_ranges)
+        self.recorder = build_recorder(
+            config.buffer_events,
+            config.device_timing,
+            strict=config.strict,
+            start_step=config.start_step,
+            profiler_ranges=config.profiler_ranges,
+        )
         self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank)
-        peak = config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(),
-                                                   config.mfu_dtype) or 0.0
+        peak = (
+            config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(), config.mfu_dtype) or 0.0
+        )
         self.run_info = {
             "start_time_s": self.start_time_s,
             "session": f"{self._anchor_wall_ns}-{os.getpid()}",
             "versions": _versions(),
-            "device": {**device, "peak_flops": peak or None, "mfu_dtype": config.mfu_dtype,
-                       "flops_per_token": config.flops_per_token or None},
+            "device": {
+                **device,
+                "peak_flops": peak or None,
+                "mfu_dtype": config.mfu_dtype,
+                "flops_per_token": config.flops_per_token or None,
+            },
             "stats": lambda: self.stats(),  # for sinks that export telemetry's own health
         }
         self.sinks = build_sinks(config, ctx, self.run_info)
         pool = getattr(self.recorder, "pool", None)
-        self.pipeline = Pipeline(self.recorder, self.sinks, ctx.rank, self.to_epoch_s,
-                                 config.flush_interval_s, config.flops_per_token, peak,
-                                 release_events=pool.release if pool is not None else None)
+        self.pipeline = Pipeline(
+            self.recorder,
+            self.sinks,
+            ctx.rank,
+            self.to_epoch_s,
+            config.flush_interval_s,
+            config.flops_per_token,
+            peak,
+            release_events=pool.release if pool is not None else None,
+        )
         self._instrumented = False
         self._ddp_auto = False
         self._prev_sigterm: Any = None
@@ -78,9 +95,20 @@ class Session:
 
             c, ctx = self.config, self.ctx
             # Starts now when the process group exists, else on the first pipeline tick that sees it.
-            self.pipeline.add_listener(OnlineStarter(lambda store: OnlineDetector(
-                store, ctx.rank, ctx.world_size, c.online_every, c.online_window, c.online_wait_blocks,
-                c.online_interval_s, c.busy_bound)))
+            self.pipeline.add_listener(
+                OnlineStarter(
+                    lambda store: OnlineDetector(
+                        store,
+                        ctx.rank,
+                        ctx.world_size,
+                        c.online_every,
+                        c.online_window,
+                        c.online_wait_blocks,
+                        c.online_interval_s,
+                        c.busy_bound,
+                    )
+                )
+            )
         self.pipeline.start()
         current.set_active(self.recorder)
         if self.config.collectives:
@@ -96,8 +124,9 @@ class Session:
         application configured logging, else on stderr (a library's INFO would otherwise vanish)."""
         where = [d for d in (s.describe() for s in self.sinks) if d]
         ctx = self.ctx
-        line = (f"telemetry: rank {ctx.rank} of {ctx.world_size} ({ctx.node}): "
-                + ("; ".join(where) if where else "no sink is running (see the warnings above)"))
+        line = f"telemetry: rank {ctx.rank} of {ctx.world_size} ({ctx.node}): " + (
+            "; ".join(where) if where else "no sink is running (see the warnings above)"
+        )
         if log.hasHandlers():
             log.info(line)
         else:
@@ -135,17 +164,27 @@ class Session:
             listener.stop()
         stats = self.stats()
         if stats["unattributed_events"]:
-            log.warning("telemetry: rank %d: %d phase/log/data event(s) came after the last step, or with no "
-                        "step at all, and belong to no step: they were not recorded (wrap the work in "
-                        "telemetry.step())", self.ctx.rank, stats["unattributed_events"])
-        lost = [f"buffer: {stats['events_dropped']} event(s) (the hot-path buffer was full)"] \
-            if stats["events_dropped"] else []
+            log.warning(
+                "telemetry: rank %d: %d phase/log/data event(s) came after the last step, or with no "
+                "step at all, and belong to no step: they were not recorded (wrap the work in "
+                "telemetry.step())",
+                self.ctx.rank,
+                stats["unattributed_events"],
+            )
+        lost = (
+            [f"buffer: {stats['events_dropped']} event(s) (the hot-path buffer was full)"]
+            if stats["events_dropped"]
+            else []
+        )
         for name, s in stats["sinks"].items():
             if s.get("dropped") or s.get("records_dropped"):
                 lost.append(f"{name}: " + (s.get("dropped_detail") or f"{s['dropped']} step record(s)"))
         if lost:
-            log.warning("telemetry: rank %d: not delivered: %s (see telemetry.shutdown()'s return value)",
-                        self.ctx.rank, "; ".join(lost))
+            log.warning(
+                "telemetry: rank %d: not delivered: %s (see telemetry.shutdown()'s return value)",
+                self.ctx.rank,
+                "; ".join(lost),
+            )
         return stats
 
     def stats(self) -> dict[str, Any]:
@@ -160,9 +199,11 @@ def _check_against_rank(config: Config, ctx: RankContext) -> None:
     """Settings that are valid alone but not on this rank."""
     port = config.prometheus_port + ctx.local_rank
     if "prometheus" in config.sinks and port > 65535:
-        raise ConfigError(f"prometheus_port={config.prometheus_port} + local rank {ctx.local_rank} = {port} is "
-                          f"above 65535; accepted: a port of at most {65535 - ctx.local_rank} on this rank "
-                          f"(each rank serves on prometheus_port + its local rank)")
+        raise ConfigError(
+            f"prometheus_port={config.prometheus_port} + local rank {ctx.local_rank} = {port} is "
+            f"above 65535; accepted: a port of at most {65535 - ctx.local_rank} on this rank "
+            f"(each rank serves on prometheus_port + its local rank)"
+        )
 
 
 def _torch_device_name() -> str | None:
@@ -176,8 +217,7 @@ def _torch_device_name() -> str | None:
 
 
 def _versions() -> dict[str, str]:
-    out = {"telemetry": __version__, "python": platform.python_version(),
-           "platform": platform.platform()}
+    out = {"telemetry": __version__, "python": platform.python_version(), "platform": platform.platform()}
     torch = sys.modules.get("torch")
     if torch is not None:
         out["torch"] = str(getattr(torch, "__version__", "?"))
@@ -231,8 +271,10 @@ def init(**kwargs: Any) -> Session:
             if diff:
                 old, new = _session.config, config
                 detail = "; ".join(f"{k}: {getattr(old, k)!r} now {getattr(new, k)!r}" for k in diff)
-                raise ConfigError(f"telemetry.init() was already called with other settings ({detail}); "
-                                  "call telemetry.shutdown() first to change them")
+                raise ConfigError(
+                    f"telemetry.init() was already called with other settings ({detail}); "
+                    "call telemetry.shutdown() first to change them"
+                )
             return _session
         ctx = RankContext.from_env()
         _check_against_rank(config, ctx)

@@ -43,6 +43,7 @@ def _positive_int(lo: int, hi: int):
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"{v} is out of range; accepted: {lo} to {hi}")
         return v
+
     return parse
 
 
@@ -71,10 +72,16 @@ def _wrap(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="telemetry", description=_wrap(
-        "Telemetry for distributed PyTorch training: run the instrumented demo job, analyze a run for "
-        "stragglers, data stalls, slow communication, regressions, memory growth and hangs, compare two "
-        "runs, export a run."), epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="telemetry",
+        description=_wrap(
+            "Telemetry for distributed PyTorch training: run the instrumented demo job, analyze a run for "
+            "stragglers, data stalls, slow communication, regressions, memory growth and hangs, compare two "
+            "runs, export a run."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"telemetry {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -82,37 +89,67 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--ranks", type=_positive_int(2, 16), default=4, help="ranks (processes), 2-16 (default 4)")
     d.add_argument("--steps", type=_positive_int(20, 100000), default=200, help="training steps (default 200)")
     d.add_argument("--run-dir", help="run directory (default runs/demo-<date>-<time>)")
-    d.add_argument("--inject", action="append", default=[], metavar="SPEC",
-                   help="a fault: straggler:rank=R,phase=P,factor=F[,start=S] | data_stall:rank=R,delay_ms=D[,start=S] "
-                        "| regression:factor=F,start=S[,phase=P] | slow_comm:factor=F[,start=S] | hang:rank=R,step=S")
+    d.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fault: straggler:rank=R,phase=P,factor=F[,start=S] | data_stall:rank=R,delay_ms=D[,start=S] "
+        "| regression:factor=F,start=S[,phase=P] | slow_comm:factor=F[,start=S] | hang:rank=R,step=S",
+    )
     d.add_argument("--overwrite", action="store_true", help="replace an existing --run-dir")
-    d.add_argument("--hang-after", type=_seconds, help="seconds without a finished step that count as a hang "
-                   "(default: 30x the median step, at least 10)")
+    d.add_argument(
+        "--hang-after",
+        type=_seconds,
+        help="seconds without a finished step that count as a hang (default: 30x the median step, at least 10)",
+    )
     d.add_argument("--json", action="store_true", help="print the findings JSON instead of the report")
-    d.add_argument("--busy-bound", type=_fraction, default=0.8, metavar="FRACTION",
-                   help="low_utilization: the busy share of the job's time under which a sustained stretch is "
-                        "a finding (default 0.8)")
+    d.add_argument(
+        "--busy-bound",
+        type=_fraction,
+        default=0.8,
+        metavar="FRACTION",
+        help="low_utilization: the busy share of the job's time under which a sustained stretch is "
+        "a finding (default 0.8)",
+    )
 
     a = sub.add_parser(
-        "analyze", help="find what slows a run: stragglers, stalls, slow communication, regressions, hangs",
-        description=_wrap("Analyze a run directory, a steps table or a per-operation trace: a per-rank, "
-                          "per-phase table, then the findings (stragglers named by rank and phase, data "
-                          "stalls, stage and moving imbalance, regressions, slow communication, memory "
-                          "growth, hangs), each with its evidence and what-if cost."), epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("path", help="run directory, a steps table or per-operation trace (.csv / .parquet), or "
-                   "a directory of per-rank PyTorch profiler traces (.json / .json.gz)")
+        "analyze",
+        help="find what slows a run: stragglers, stalls, slow communication, regressions, hangs",
+        description=_wrap(
+            "Analyze a run directory, a steps table or a per-operation trace: a per-rank, "
+            "per-phase table, then the findings (stragglers named by rank and phase, data "
+            "stalls, stage and moving imbalance, regressions, slow communication, memory "
+            "growth, hangs), each with its evidence and what-if cost."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    a.add_argument(
+        "path",
+        help="run directory, a steps table or per-operation trace (.csv / .parquet), or "
+        "a directory of per-rank PyTorch profiler traces (.json / .json.gz)",
+    )
     a.add_argument("--json", action="store_true", help="print the findings JSON")
     a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
     a.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a finding reaches this severity")
     a.add_argument("--steps", metavar="A:B", help="analyze steps A to B only (inclusive; either may be empty)")
     a.add_argument("--last", type=_positive_int(1, 10**9), metavar="N", help="analyze the last N steps only")
-    a.add_argument("--window-rows", type=_positive_int(1000, 10**10), metavar="ROWS",
-                   help="a run directory larger than this many rows (ranks x steps) is analyzed in windows of "
-                        "steps and the findings merged (default 12,000,000: about 3.5 GiB at its peak)")
-    a.add_argument("--busy-bound", type=_fraction, default=0.8, metavar="FRACTION",
-                   help="low_utilization: the busy share of the job's time (compute, device-timed or wall) under "
-                        "which a sustained stretch is a finding (default 0.8)")
+    a.add_argument(
+        "--window-rows",
+        type=_positive_int(1000, 10**10),
+        metavar="ROWS",
+        help="a run directory larger than this many rows (ranks x steps) is analyzed in windows of "
+        "steps and the findings merged (default 12,000,000: about 3.5 GiB at its peak)",
+    )
+    a.add_argument(
+        "--busy-bound",
+        type=_fraction,
+        default=0.8,
+        metavar="FRACTION",
+        help="low_utilization: the busy share of the job's time (compute, device-timed or wall) under "
+        "which a sustained stretch is a finding (default 0.8)",
+    )
 
     df = sub.add_parser("diff", help="compare two runs or steps tables: regressions by phase")
     df.add_argument("base", help="the run to compare against (run directory, .csv, .parquet)")
@@ -122,46 +159,74 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a regression reaches this severity")
 
     ds = sub.add_parser("dashboard", help="open the Streamlit dashboard on a run (no argument: choose among runs/)")
-    ds.add_argument("path", nargs="?", help="run directory or steps table (default: pick one of the run "
-                    "directories under runs/ in the page)")
+    ds.add_argument(
+        "path",
+        nargs="?",
+        help="run directory or steps table (default: pick one of the run directories under runs/ in the page)",
+    )
     ds.add_argument("--port", type=_positive_int(1, 65535), default=8501, help="port (default 8501)")
     ds.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    ds.add_argument("--base", metavar="BASE", help="a second run or steps table for the Compare view (PATH against BASE)")
-    ds.add_argument("--prometheus", metavar="URL", help="show a live job from this Prometheus server's HTTP API "
-                    "instead of a run directory (e.g. http://127.0.0.1:9090)")
+    ds.add_argument(
+        "--base", metavar="BASE", help="a second run or steps table for the Compare view (PATH against BASE)"
+    )
+    ds.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="show a live job from this Prometheus server's HTTP API "
+        "instead of a run directory (e.g. http://127.0.0.1:9090)",
+    )
     ds.add_argument("--job", help="with --prometheus: the training job (default: choose in the page)")
 
-    sm = sub.add_parser("simulate", help="write a simulated run directory (with its ground truth) to try the tools "
-                        "or benchmark them at scale", description=_wrap(
-                            "Simulate a synchronous data-parallel job (telemetry.demo.simulate) and write it as a run "
-                            "directory through the run store's segment writer, with the injected faults in "
-                            "RUN_DIR/truth.json. No spans; eight ranks per node."))
+    sm = sub.add_parser(
+        "simulate",
+        help="write a simulated run directory (with its ground truth) to try the tools or benchmark them at scale",
+        description=_wrap(
+            "Simulate a synchronous data-parallel job (telemetry.demo.simulate) and write it as a run "
+            "directory through the run store's segment writer, with the injected faults in "
+            "RUN_DIR/truth.json. No spans; eight ranks per node."
+        ),
+    )
     sm.add_argument("--ranks", type=_positive_int(2, 100000), required=True, help="ranks (2-100000)")
     sm.add_argument("--steps", type=_positive_int(10, 10_000_000), required=True, help="steps (10-10000000)")
     sm.add_argument("--out", required=True, metavar="RUN_DIR", help="the run directory to write")
-    sm.add_argument("--inject", action="append", default=[], metavar="SPEC",
-                    help="a fault, as for demo: straggler:rank=R,phase=P,factor=F[,start=S] | "
-                         "data_stall:rank=R,delay_ms=D[,start=S] | regression:factor=F,start=S[,phase=P] | "
-                         "slow_comm:factor=F[,start=S]")
+    sm.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fault, as for demo: straggler:rank=R,phase=P,factor=F[,start=S] | "
+        "data_stall:rank=R,delay_ms=D[,start=S] | regression:factor=F,start=S[,phase=P] | "
+        "slow_comm:factor=F[,start=S]",
+    )
     sm.add_argument("--seed", type=_positive_int(0, 2**31), default=0, help="random seed (default 0)")
     sm.add_argument("--overwrite", action="store_true", help="replace an existing run directory at --out")
 
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir", help="run directory, or a directory of PyTorch profiler traces (steps table only)")
-    e.add_argument("--to", required=True, metavar="FILE",
-                   help="FILE.parquet or FILE.csv (steps table), FILE.json (Chrome/Perfetto trace)")
+    e.add_argument(
+        "--to",
+        required=True,
+        metavar="FILE",
+        help="FILE.parquet or FILE.csv (steps table), FILE.json (Chrome/Perfetto trace)",
+    )
     e.add_argument("--steps", metavar="A:B", help="trace only steps A to B (inclusive; either may be empty)")
     return p
 
 
-def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: dict | None = None,
-                    busy_bound: float = 0.8, steps: tuple[int, int] | None = None, last: int | None = None,
-                    window_rows: int | None = None):
+def _print_analysis(
+    path: str,
+    as_json: bool,
+    hang_after: float | None,
+    extra: dict | None = None,
+    busy_bound: float = 0.8,
+    steps: tuple[int, int] | None = None,
+    last: int | None = None,
+    window_rows: int | None = None,
+):
+    from .analysis.detectors import StragglerParams, UtilizationParams, analyze
+    from .analysis.findings import compare_online
     from .analysis.load import open_input
     from .analysis.report import render
-    from .analysis.detectors import StragglerParams, UtilizationParams, analyze
-
-    from .analysis.findings import compare_online
     from .analysis.windows import WINDOW_ROWS, analyze_windows, plan
     from .store.segments import step_range
 
@@ -179,14 +244,22 @@ def _print_analysis(path: str, as_json: bool, hang_after: float | None, extra: d
         def one(w: tuple[int, int], first: bool, final: bool):
             opened.pop("run", None)  # the last window's table goes before this one is read
             run = opened["run"] = open_input(path, w)
-            return analyze(run.table, run.progress if final else None, run.world_size, hang_after,
-                           straggler=None if first else StragglerParams(warmup_steps=0), utilization=util)
+            return analyze(
+                run.table,
+                run.progress if final else None,
+                run.world_size,
+                hang_after,
+                straggler=None if first else StragglerParams(warmup_steps=0),
+                utilization=util,
+            )
 
         result = analyze_windows(windows, one)
         run = opened["run"]
-        print(f"telemetry analyze: {span[2]:,} ranks x {span[1] - span[0] + 1:,} steps analyzed in {len(windows)} "
-              f"windows of {windows[0][1] - windows[0][0] + 1:,} steps (at most {window_rows:,} rows at once)",
-              file=sys.stderr)
+        print(
+            f"telemetry analyze: {span[2]:,} ranks x {span[1] - span[0] + 1:,} steps analyzed in {len(windows)} "
+            f"windows of {windows[0][1] - windows[0][0] + 1:,} steps (at most {window_rows:,} rows at once)",
+            file=sys.stderr,
+        )
     else:
         if steps is None and last is None:
             window = None  # everything, format 1 lines included
@@ -229,31 +302,44 @@ def cmd_demo(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
     out = sys.stderr if args.json else sys.stdout
     what = ", ".join(args.inject) if args.inject else "no fault injected"
-    print(f"telemetry demo: {args.ranks} ranks (gloo on 127.0.0.1), {args.steps} steps, {what}\n"
-          f"  run directory: {run_dir}", file=out, flush=True)
+    print(
+        f"telemetry demo: {args.ranks} ranks (gloo on 127.0.0.1), {args.steps} steps, {what}\n"
+        f"  run directory: {run_dir}",
+        file=out,
+        flush=True,
+    )
     try:
-        result = run_demo(args.ranks, args.steps, run_dir, faults, overwrite=args.overwrite, out=out,
-                          hang_after_s=args.hang_after)
+        result = run_demo(
+            args.ranks, args.steps, run_dir, faults, overwrite=args.overwrite, out=out, hang_after_s=args.hang_after
+        )
     except DemoError as exc:
         print(f"telemetry demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"\ntelemetry demo: interrupted; the ranks were stopped. {_kept(run_dir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"  job {result.outcome} in {result.wall_s:.1f} s"
-          + (f": {result.message}" if result.message else ""), file=out, flush=True)
+    print(
+        f"  job {result.outcome} in {result.wall_s:.1f} s" + (f": {result.message}" if result.message else ""),
+        file=out,
+        flush=True,
+    )
     if result.outcome == "failed":
         for r, code in sorted(result.exit_codes.items()):
             if code not in (0, None):
                 print(f"--- rank {r} log (last lines) ---\n{log_tail(run_dir, r)}", file=sys.stderr)
     print(file=out)
-    _print_analysis(run_dir, args.json, result.hang_bound_s or args.hang_after,
-                    extra={"demo": {"outcome": result.outcome, "injected": args.inject, "run_dir": run_dir}},
-                    busy_bound=args.busy_bound)
+    _print_analysis(
+        run_dir,
+        args.json,
+        result.hang_bound_s or args.hang_after,
+        extra={"demo": {"outcome": result.outcome, "injected": args.inject, "run_dir": run_dir}},
+        busy_bound=args.busy_bound,
+    )
     code = {"failed": EXIT_JOB_FAILED, "hang": EXIT_JOB_HUNG}.get(result.outcome, EXIT_OK)
     if code:
-        print(f"telemetry demo: exit {code}: the job {'failed' if code == EXIT_JOB_FAILED else 'hung'}",
-              file=sys.stderr)
+        print(
+            f"telemetry demo: exit {code}: the job {'failed' if code == EXIT_JOB_FAILED else 'hung'}", file=sys.stderr
+        )
     return code
 
 
@@ -267,8 +353,10 @@ def _kept(run_dir: str) -> str:
     except (TableError, OSError):
         return f"Nothing was recorded in {run_dir}."
     ranks = t["rank"].nunique() if len(t) else 0
-    return (f"Kept: {run_dir} with {len(t)} step record{'s' if len(t) != 1 else ''} from {ranks} "
-            f"rank{'s' if ranks != 1 else ''}; see them with: telemetry analyze {run_dir}")
+    return (
+        f"Kept: {run_dir} with {len(t)} step record{'s' if len(t) != 1 else ''} from {ranks} "
+        f"rank{'s' if ranks != 1 else ''}; see them with: telemetry analyze {run_dir}"
+    )
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -284,8 +372,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 print(f"telemetry analyze: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-        result = _print_analysis(args.path, args.json, args.hang_after, busy_bound=args.busy_bound, steps=steps,
-                                 last=args.last, window_rows=args.window_rows)
+        result = _print_analysis(
+            args.path,
+            args.json,
+            args.hang_after,
+            busy_bound=args.busy_bound,
+            steps=steps,
+            last=args.last,
+            window_rows=args.window_rows,
+        )
     except TableError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -293,13 +388,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    from .analysis.detectors.diff import DiffParams, diff
     from .analysis.load import open_input
     from .analysis.table import TableError
-    from .analysis.detectors.diff import DiffParams, diff
 
     if not 0 < args.min_effect < 1:
-        print(f"telemetry diff: --min-effect {args.min_effect}; accepted: a fraction above 0 and below 1, "
-              "e.g. 0.05 for 5%", file=sys.stderr)
+        print(
+            f"telemetry diff: --min-effect {args.min_effect}; accepted: a fraction above 0 and below 1, "
+            "e.g. 0.05 for 5%",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         base, new = open_input(args.base).table, open_input(args.new).table
@@ -314,16 +412,22 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         s = doc["summary"]
-        print(f"{args.base} -> {args.new}: step {s['base_step_s'] * 1e3:.2f} ms -> {s['new_step_s'] * 1e3:.2f} ms "
-              f"({s['step_change']:+.1%})")
+        print(
+            f"{args.base} -> {args.new}: step {s['base_step_s'] * 1e3:.2f} ms -> {s['new_step_s'] * 1e3:.2f} ms "
+            f"({s['step_change']:+.1%})"
+        )
         print("  series        base ms     new ms    change        p")
         for name, c in sorted(s["series"].items()):
-            print(f"  {name:<12} {c['base_s'] * 1e3:8.2f}   {c['new_s'] * 1e3:8.2f}   {c['change']:+7.1%}   {c['p']:.1e}")
+            print(
+                f"  {name:<12} {c['base_s'] * 1e3:8.2f}   {c['new_s'] * 1e3:8.2f}   {c['change']:+7.1%}   {c['p']:.1e}"
+            )
         for name, why in s["undecided"].items():
             print(f"  undecided: {name}: {why}")
         if not doc["findings"]:
-            print(f"No significant change of {s['min_effect']:.0%} or more"
-                  + (" among the series decided." if s["undecided"] else "."))
+            print(
+                f"No significant change of {s['min_effect']:.0%} or more"
+                + (" among the series decided." if s["undecided"] else ".")
+            )
         for f in doc["findings"]:
             print(f"  [{f['severity']}] {f['kind']}: {f['evidence']}")
     return _exit_code((f["severity"] for f in doc["findings"] if f["kind"] == "regression"), args.fail_on)
@@ -352,9 +456,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except (FileExistsError, OSError) as exc:
         print(f"telemetry simulate: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"telemetry simulate: wrote {done['records']:,} step records ({args.ranks:,} ranks x {args.steps:,} steps) "
-          f"to {args.out} in {done['seconds']:.1f} s; ground truth in {os.path.join(args.out, 'truth.json')}\n"
-          f"  analyze it with: telemetry analyze {args.out}")
+    print(
+        f"telemetry simulate: wrote {done['records']:,} step records ({args.ranks:,} ranks x {args.steps:,} steps) "
+        f"to {args.out} in {done['seconds']:.1f} s; ground truth in {os.path.join(args.out, 'truth.json')}\n"
+        f"  analyze it with: telemetry analyze {args.out}"
+    )
     return EXIT_OK
 
 
@@ -371,20 +477,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         run = open_input(args.run_dir)
         if run.kind not in (RUN_DIR, KINETO_TRACES):
-            raise TableError(f"{args.run_dir!r} is not a run directory; accepted: a run directory or a "
-                             "directory of PyTorch profiler traces")
+            raise TableError(
+                f"{args.run_dir!r} is not a run directory; accepted: a run directory or a "
+                "directory of PyTorch profiler traces"
+            )
         export = None if args.to.lower().endswith(TABLE_OUTPUTS) else export_for(args.to)
         if export is not None:
             if getattr(export, "needs_records", False) and run.kind != RUN_DIR:
-                raise TableError(f"{args.to!r}: a trace export needs a run directory; a directory of "
-                                 "profiler traces is one already (open its files in ui.perfetto.dev); "
-                                 "accepted here: .csv or .parquet (steps table)")
+                raise TableError(
+                    f"{args.to!r}: a trace export needs a run directory; a directory of "
+                    "profiler traces is one already (open its files in ui.perfetto.dev); "
+                    "accepted here: .csv or .parquet (steps table)"
+                )
             _check_steps_in_run(run.table, args.steps, first, last)
             print(export.write(run, args.to, first, last))
             return 0
         if not args.to.lower().endswith(TABLE_OUTPUTS):
-            raise TableError(f"{args.to!r}: unknown output type; accepted: .csv or .parquet (steps table), "
-                             + ", ".join(export_suffixes()) + " (trace)")
+            raise TableError(
+                f"{args.to!r}: unknown output type; accepted: .csv or .parquet (steps table), "
+                + ", ".join(export_suffixes())
+                + " (trace)"
+            )
         if args.steps:
             print("telemetry export: --steps applies to a trace only", file=sys.stderr)
             return EXIT_USAGE
@@ -394,8 +507,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     table = run.table
     ranks = table["rank"].nunique() if len(table) else 0
-    print(f"wrote {len(table)} row{'s' if len(table) != 1 else ''} ({ranks} rank{'s' if ranks != 1 else ''}) "
-          f"to {args.to}")
+    print(
+        f"wrote {len(table)} row{'s' if len(table) != 1 else ''} ({ranks} rank{'s' if ranks != 1 else ''}) to {args.to}"
+    )
     return 0
 
 
@@ -407,18 +521,25 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     import subprocess
 
     if importlib.util.find_spec("streamlit") is None:
-        print("telemetry dashboard: needs Streamlit, an optional extra: pip install 'training-telemetry[dashboard]'",
-              file=sys.stderr)
+        print(
+            "telemetry dashboard: needs Streamlit, an optional extra: pip install 'training-telemetry[dashboard]'",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     env = {k: v for k, v in os.environ.items() if not k.startswith("TELEMETRY_DASHBOARD_")}
     if args.prometheus:
         if args.path or args.base:
-            print("telemetry dashboard: --prometheus shows a live job; give it no run directory and no --base",
-                  file=sys.stderr)
+            print(
+                "telemetry dashboard: --prometheus shows a live job; give it no run directory and no --base",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
         if not args.prometheus.startswith(("http://", "https://")):
-            print(f"telemetry dashboard: --prometheus {args.prometheus!r}; accepted: an http:// or https:// URL, "
-                  "e.g. http://127.0.0.1:9090", file=sys.stderr)
+            print(
+                f"telemetry dashboard: --prometheus {args.prometheus!r}; accepted: an http:// or https:// URL, "
+                "e.g. http://127.0.0.1:9090",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
         env["TELEMETRY_DASHBOARD_PROMETHEUS"] = args.prometheus.rstrip("/")
         env["TELEMETRY_DASHBOARD_JOB"] = args.job or ""
@@ -429,8 +550,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         if not given:
             continue
         if not os.path.exists(given):
-            print(f"telemetry dashboard: {given!r} does not exist; accepted: a run directory or a steps table",
-                  file=sys.stderr)
+            print(
+                f"telemetry dashboard: {given!r} does not exist; accepted: a run directory or a steps table",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
         env[name] = os.path.abspath(given)
     if not args.path and not args.prometheus:
@@ -439,11 +562,26 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     # the first visitor wait for them), then runs the app's script; see serve.command for why isolated.
     from .dashboards.serve import command
 
-    cmd = command(["--server.headless", "true", "--server.address", args.host, "--server.port", str(args.port),
-                   "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"])
+    cmd = command(
+        [
+            "--server.headless",
+            "true",
+            "--server.address",
+            args.host,
+            "--server.port",
+            str(args.port),
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.fileWatcherType",
+            "none",
+        ]
+    )
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
-    what = (f"job {args.job or '(choose in the page)'} on {args.prometheus}" if args.prometheus
-            else args.path or "runs under runs/")
+    what = (
+        f"job {args.job or '(choose in the page)'} on {args.prometheus}"
+        if args.prometheus
+        else args.path or "runs under runs/"
+    )
     print(f"telemetry dashboard: starting on {args.host}:{args.port} ({what})", flush=True)
 
     def stop(*_: object) -> None:
@@ -453,8 +591,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     try:
         local = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
         if not _wait_healthy(proc, f"http://{local}:{args.port}"):
-            print(f"telemetry dashboard: the server did not start (exit {proc.poll()}; is port {args.port} free? "
-                  "--port picks another)", file=sys.stderr)
+            print(
+                f"telemetry dashboard: the server did not start (exit {proc.poll()}; is port {args.port} free? "
+                "--port picks another)",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
         print(f"telemetry dashboard: http://{args.host}:{args.port} (Ctrl-C stops it)", flush=True)
         code = proc.wait()
@@ -499,8 +640,9 @@ def _check_steps_in_run(table, text: str | None, first: int | None, last: int | 
         raise TableError("the run has no steps to export")
     chosen = ((steps >= first) if first is not None else True) & ((steps <= last) if last is not None else True)
     if not chosen.any():
-        raise TableError(f"--steps {text}: the run has steps {int(steps.min())}-{int(steps.max())}; "
-                         "nothing to export in that range")
+        raise TableError(
+            f"--steps {text}: the run has steps {int(steps.min())}-{int(steps.max())}; nothing to export in that range"
+        )
 
 
 def _step_range(text: str | None) -> tuple[int | None, int | None]:
@@ -522,8 +664,14 @@ def _step_range(text: str | None) -> tuple[int | None, int | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the CLI is an application
     args = build_parser().parse_args(argv)
-    handler = {"demo": cmd_demo, "analyze": cmd_analyze, "diff": cmd_diff, "export": cmd_export,
-               "dashboard": cmd_dashboard, "simulate": cmd_simulate}[args.command]
+    handler = {
+        "demo": cmd_demo,
+        "analyze": cmd_analyze,
+        "diff": cmd_diff,
+        "export": cmd_export,
+        "dashboard": cmd_dashboard,
+        "simulate": cmd_simulate,
+    }[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -35,8 +35,25 @@ OTLP_TRACES_EXPORTERS = ("otlp", "console", "none")  # as the OTel SDK's OTEL_TR
 # Log-spaced, 1 ms to 2 min: fit for step and phase times from tiny models to large ones.
 STEP_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 120.0)
 # 20 us to 30 s: a small all-reduce on NVLink up to a stalled collective.
-COLLECTIVE_BUCKETS_S = (2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
-                        0.2, 0.5, 1.0, 5.0, 30.0)
+COLLECTIVE_BUCKETS_S = (
+    2e-5,
+    5e-5,
+    1e-4,
+    2e-4,
+    5e-4,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    5.0,
+    30.0,
+)
 
 
 class ConfigError(ValueError):
@@ -101,17 +118,18 @@ class Config:
         names = {f.name: f for f in fields(cls)}
         unknown = sorted(set(kwargs) - set(names))
         if unknown:
-            raise ConfigError(
-                f"unknown setting(s) {', '.join(unknown)}; accepted: {', '.join(sorted(names))}"
-            )
+            raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; accepted: {', '.join(sorted(names))}")
         values: dict[str, Any] = {}
         for key, value in environ.items():
             if not key.startswith(ENV_PREFIX):
                 continue
-            name = key[len(ENV_PREFIX):].lower()
+            name = key[len(ENV_PREFIX) :].lower()
             if name not in names:
-                log.warning("telemetry: ignoring unknown environment variable %s (accepted: %s)",
-                            key, ", ".join(ENV_PREFIX + n.upper() for n in sorted(names)))
+                log.warning(
+                    "telemetry: ignoring unknown environment variable %s (accepted: %s)",
+                    key,
+                    ", ".join(ENV_PREFIX + n.upper() for n in sorted(names)),
+                )
                 continue
             values[name] = _parse_env(key, value, names[name])
         from_env = set(values)
@@ -133,7 +151,11 @@ class Config:
             if env_ep:
                 object.__setattr__(cfg, "otlp_endpoint", env_ep)
         if not cfg.otlp_protocol:
-            proto = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+            proto = (
+                environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf"
+            )
             if proto not in OTLP_PROTOCOLS:
                 raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r}; accepted: {', '.join(OTLP_PROTOCOLS)}")
             object.__setattr__(cfg, "otlp_protocol", proto)
@@ -143,8 +165,11 @@ class Config:
                 raise ConfigError(f"OTEL_TRACES_EXPORTER={exp!r}; accepted: {', '.join(OTLP_TRACES_EXPORTERS)}")
             object.__setattr__(cfg, "otlp_traces_exporter", exp)
         exporter = cfg.otlp_traces_exporter
-        if (exporter == "console" or (exporter == "otlp" and cfg.otlp_endpoint)) \
-                and not sinks_given and "otlp" not in cfg.sinks:
+        if (
+            (exporter == "console" or (exporter == "otlp" and cfg.otlp_endpoint))
+            and not sinks_given
+            and "otlp" not in cfg.sinks
+        ):
             object.__setattr__(cfg, "sinks", cfg.sinks + ("otlp",))
         return cfg
 
@@ -157,8 +182,7 @@ class Config:
 
     def differences(self, other: "Config") -> list[str]:
         """Names of the fields whose values differ (used to refuse a conflicting second init)."""
-        return [f.name for f in fields(self)
-                if f.compare and getattr(self, f.name) != getattr(other, f.name)]
+        return [f.name for f in fields(self) if f.compare and getattr(self, f.name) != getattr(other, f.name)]
 
     # ---- validation ---------------------------------------------------------------------
     def _set(self, name: str, value: Any) -> None:
@@ -166,20 +190,23 @@ class Config:
 
     def _validate(self) -> None:
         if not isinstance(self.job, str) or not _JOB_RE.fullmatch(self.job):
-            raise ConfigError(f"job={self.job!r} is invalid; accepted: 1-128 characters of "
-                              "letters, digits and . _ : -")
+            raise ConfigError(f"job={self.job!r} is invalid; accepted: 1-128 characters of letters, digits and . _ : -")
         object.__setattr__(self, "run_dir", _check_path("run_dir", self.run_dir))
         sinks = self.sinks
         if isinstance(sinks, str):
             sinks = tuple(s for s in (p.strip() for p in sinks.split(",")) if s)
         known = plugins.names(plugins.SINKS)
         if not isinstance(sinks, (list, tuple)):
-            raise ConfigError(f"sinks={sinks!r}; accepted: a list of sink names from {', '.join(known) or 'none'}, "
-                              "or one comma-separated string")
+            raise ConfigError(
+                f"sinks={sinks!r}; accepted: a list of sink names from {', '.join(known) or 'none'}, "
+                "or one comma-separated string"
+            )
         for s in sinks:
             if not isinstance(s, str) or s not in known:
-                raise ConfigError(f"sinks contains {s!r}; accepted: {', '.join(known) or 'none'}"
-                                  + plugins.missing_hint(plugins.SINKS))
+                raise ConfigError(
+                    f"sinks contains {s!r}; accepted: {', '.join(known) or 'none'}"
+                    + plugins.missing_hint(plugins.SINKS)
+                )
         object.__setattr__(self, "sinks", tuple(dict.fromkeys(sinks)))
         self._set("flush_interval_s", _check_number("flush_interval_s", self.flush_interval_s, 0.01, 60.0))
         self._set("shutdown_timeout_s", _check_number("shutdown_timeout_s", self.shutdown_timeout_s, 0.1, 600.0))
@@ -195,12 +222,15 @@ class Config:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prometheus_host, str) or not _HOST_RE.fullmatch(self.prometheus_host):
-            raise ConfigError(f"prometheus_host={self.prometheus_host!r} must be a host name or address "
-                              "(letters, digits and . - _ : [ ] %)")
+            raise ConfigError(
+                f"prometheus_host={self.prometheus_host!r} must be a host name or address "
+                "(letters, digits and . - _ : [ ] %)"
+            )
         interval = _check_number("device_interval_s", self.device_interval_s, 0.0, 3600.0)
         if 0 < interval < 0.05:
-            raise ConfigError(f"device_interval_s={self.device_interval_s!r}; accepted: 0 (off) or "
-                              "a number from 0.05 to 3600")
+            raise ConfigError(
+                f"device_interval_s={self.device_interval_s!r}; accepted: 0 (off) or a number from 0.05 to 3600"
+            )
         self._set("device_interval_s", interval)
         if self.device_timing not in ("auto", "cuda", "wall"):
             raise ConfigError(f"device_timing={self.device_timing!r}; accepted: auto, cuda, wall")
@@ -217,8 +247,9 @@ class Config:
         self._set("otlp_sample_every", _check_int("otlp_sample_every", self.otlp_sample_every, 1, 1 << 20))
         self._set("otlp_timeout_s", _check_number("otlp_timeout_s", self.otlp_timeout_s, 0.1, 300.0))
         if self.otlp_traces_exporter and self.otlp_traces_exporter not in OTLP_TRACES_EXPORTERS:
-            raise ConfigError(f"otlp_traces_exporter={self.otlp_traces_exporter!r}; accepted: "
-                              f"{', '.join(OTLP_TRACES_EXPORTERS)}")
+            raise ConfigError(
+                f"otlp_traces_exporter={self.otlp_traces_exporter!r}; accepted: {', '.join(OTLP_TRACES_EXPORTERS)}"
+            )
         self._set("prometheus_sd_dir", _check_path("prometheus_sd_dir", self.prometheus_sd_dir))
         if self.otlp_protocol and self.otlp_protocol not in OTLP_PROTOCOLS:
             raise ConfigError(f"otlp_protocol={self.otlp_protocol!r}; accepted: {', '.join(OTLP_PROTOCOLS)}")
@@ -229,8 +260,10 @@ class Config:
         for name in ("prometheus_certfile", "prometheus_keyfile", "prometheus_client_cafile"):
             self._set(name, _check_path(name, getattr(self, name)))
         if bool(self.prometheus_certfile) != bool(self.prometheus_keyfile):
-            raise ConfigError("prometheus_certfile and prometheus_keyfile go together; "
-                              f"got certfile={self.prometheus_certfile!r}, keyfile={self.prometheus_keyfile!r}")
+            raise ConfigError(
+                "prometheus_certfile and prometheus_keyfile go together; "
+                f"got certfile={self.prometheus_certfile!r}, keyfile={self.prometheus_keyfile!r}"
+            )
         if self.prometheus_client_cafile and not self.prometheus_certfile:
             raise ConfigError("prometheus_client_cafile needs TLS: set prometheus_certfile and prometheus_keyfile too")
         for name in ("prometheus_certfile", "prometheus_keyfile", "prometheus_client_cafile"):
@@ -247,8 +280,11 @@ def _check_buckets(cfg: Config, name: str) -> None:
         buckets = tuple(float(b) for b in raw)
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{name}={raw!r}; accepted: increasing positive numbers (seconds)") from None
-    if not buckets or any(not math.isfinite(b) or b <= 0 for b in buckets) or \
-            any(a >= b for a, b in zip(buckets, buckets[1:])):
+    if (
+        not buckets
+        or any(not math.isfinite(b) or b <= 0 for b in buckets)
+        or any(a >= b for a, b in zip(buckets, buckets[1:]))
+    ):
         raise ConfigError(f"{name}={raw!r}; accepted: increasing positive finite numbers (seconds)")
     object.__setattr__(cfg, name, buckets)
 
@@ -338,6 +374,7 @@ def _parse_env(key: str, raw: str, f: dataclasses.Field) -> Any:
             return tuple(s.strip() for s in text.split(",") if s.strip())
         return text
     except ValueError:
-        accepted = {"bool": "one of 1/0/true/false/yes/no/on/off", "int": "an integer",
-                    "float": "a number"}.get(kind, kind)
+        accepted = {"bool": "one of 1/0/true/false/yes/no/on/off", "int": "an integer", "float": "a number"}.get(
+            kind, kind
+        )
         raise ConfigError(f"{key}={raw!r} cannot be read; accepted: {accepted}") from None

@@ -93,8 +93,14 @@ class BlockSummarizer:
 
         duration = med([r.duration_s for r in recs])
         comm = med([r.comm_s for r in recs])
-        row = [block, len(recs), duration, med([r.duration_s - r.comm_s for r in recs]), comm,
-               med([r.phases.get("data", 0.0) for r in recs])]
+        row = [
+            block,
+            len(recs),
+            duration,
+            med([r.duration_s - r.comm_s for r in recs]),
+            comm,
+            med([r.phases.get("data", 0.0) for r in recs]),
+        ]
         for p in self.phases:
             row.append(med([r.phases.get(p, 0.0) - r.phase_comm.get(p, 0.0) for r in recs]))
         return np.asarray(row, dtype=np.float64)
@@ -120,8 +126,12 @@ class _Block:
         by_len: dict[int, list[int]] = collections.defaultdict(list)
         for r in sorted(vectors):
             by_len[len(vectors[r])].append(r)
-        return cls([(np.asarray(rs, dtype=np.int64), np.vstack([vectors[r] for r in rs]).astype(np.float64))
-                    for rs in by_len.values()])
+        return cls(
+            [
+                (np.asarray(rs, dtype=np.int64), np.vstack([vectors[r] for r in rs]).astype(np.float64))
+                for rs in by_len.values()
+            ]
+        )
 
 
 class OnlineDetector:
@@ -137,8 +147,17 @@ class OnlineDetector:
     deleted one ``delete_key`` each by a background thread on its own connection, off the analysis.
     """
 
-    def __init__(self, store: Any, rank: int, world: int, every: int, window: int, wait_blocks: int,
-                 min_interval_s: float = 5.0, busy_bound: float = 0.8) -> None:
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        world: int,
+        every: int,
+        window: int,
+        wait_blocks: int,
+        min_interval_s: float = 5.0,
+        busy_bound: float = 0.8,
+    ) -> None:
         self.store = store
         self.busy_bound = busy_bound
         self.rank = rank
@@ -260,13 +279,14 @@ class OnlineDetector:
         cannot be read gives None for each of its keys."""
         out: list = []
         for i in range(0, len(keys), CHUNK):
-            part = keys[i:i + CHUNK]
+            part = keys[i : i + CHUNK]
             try:
                 multi_get = getattr(self.store, "multi_get", None)
                 out.extend(multi_get(part) if multi_get is not None else [self.store.get(k) for k in part])
             except Exception as exc:  # noqa: BLE001
-                self._once("read", "telemetry: [online] summaries not read from the store (%s); further "
-                           "failures skipped", exc)
+                self._once(
+                    "read", "telemetry: [online] summaries not read from the store (%s); further failures skipped", exc
+                )
                 out.extend([None] * len(part))
         return out
 
@@ -312,9 +332,14 @@ class OnlineDetector:
         for i in sorted(bad):
             r, _, raw = got[i]
             self.bad_summaries += 1
-            self._once("bad-summary", "telemetry: [online] rank %d's summary of block %d is not a "
-                       "summary vector (%d bytes); skipped, further cases counted", r, block,
-                       len(raw) if hasattr(raw, "__len__") else -1)
+            self._once(
+                "bad-summary",
+                "telemetry: [online] rank %d's summary of block %d is not a "
+                "summary vector (%d bytes); skipped, further cases counted",
+                r,
+                block,
+                len(raw) if hasattr(raw, "__len__") else -1,
+            )
         return _Block(parts)
 
     def _delete(self, keys: list[str]) -> None:
@@ -329,7 +354,7 @@ class OnlineDetector:
         names are not there yet is asked again at the next table."""
         present = []
         for i in range(0, len(ranks), CHUNK):
-            present += self._present([f"phases/{r}" for r in ranks[i:i + CHUNK]])
+            present += self._present([f"phases/{r}" for r in ranks[i : i + CHUNK]])
         for key, raw in zip(present, self._read(present)):
             if raw is None:
                 continue
@@ -357,8 +382,9 @@ class OnlineDetector:
         if not blocks:
             return pd.DataFrame()
         ids = self._name_id
-        unnamed = np.unique(np.concatenate([blk.ranks[ids[np.clip(blk.ranks, 0, len(ids) - 1)] < 0]
-                                            for _, blk in blocks]))
+        unnamed = np.unique(
+            np.concatenate([blk.ranks[ids[np.clip(blk.ranks, 0, len(ids) - 1)] < 0] for _, blk in blocks])
+        )
         if len(unnamed):
             self._fetch_names(unnamed.tolist())
         parts = [(seq, b, ranks, mat) for seq, (b, blk) in enumerate(blocks) for ranks, mat in blk.parts]
@@ -387,13 +413,16 @@ class OnlineDetector:
                 sel = np.flatnonzero(nid == name_id)
                 if len(sel) == len(ranks):  # the usual case: one phase list for every rank
                     sel = slice(0, len(ranks))
-                    rows, top = slice(off, off + len(ranks)), int(row_of[off:off + len(ranks)].min())
+                    rows, top = slice(off, off + len(ranks)), int(row_of[off : off + len(ranks)].min())
                 else:
                     rows = off + sel
                     top = int(row_of[rows].min())
                 phases = self._name_lists[name_id] if name_id >= 0 else ()
-                keys = list(dict.fromkeys(fixed + [c for p in phases[: mat.shape[1] - len(FIXED)]
-                                                   for c in (f"{p}_s", f"comm.{p}_s")]))
+                keys = list(
+                    dict.fromkeys(
+                        fixed + [c for p in phases[: mat.shape[1] - len(FIXED)] for c in (f"{p}_s", f"comm.{p}_s")]
+                    )
+                )
                 for i, p in enumerate(phases[: mat.shape[1] - len(FIXED)]):
                     for c, values in ((f"{p}_s", mat[sel, len(FIXED) + i]), (f"comm.{p}_s", 0.0)):
                         if c not in cols:
@@ -437,8 +466,12 @@ class OnlineDetector:
                 new.append(d)
                 log.warning("telemetry: [online] %s %s: %s", f.severity, f.kind, f.evidence)
             if missing:
-                log.warning("telemetry: [online] ranks %s did not report steps %d-%d", missing,
-                            latest * self.every, (latest + 1) * self.every - 1)
+                log.warning(
+                    "telemetry: [online] ranks %s did not report steps %d-%d",
+                    missing,
+                    latest * self.every,
+                    (latest + 1) * self.every - 1,
+                )
             streaks = missing_streaks({b: blk.ranks for b, blk in self._rows.items()}, self.world, self.wait_blocks)
             for rank, first in streaks.items():
                 if ("rank_lost", (rank,), None) in self._seen:
@@ -464,9 +497,14 @@ class OnlineDetector:
             self._deleter.stop(1.0)
 
     def stats(self) -> dict[str, Any]:
-        return {"summaries_posted": self.posted, "analyses": self.analyses, "online_failures": self.failures,
-                "online_bad_summaries": self.bad_summaries,
-                "analysis_s": round(self.analysis_s, 4), "analysis_max_s": round(self.analysis_max_s, 4)}
+        return {
+            "summaries_posted": self.posted,
+            "analyses": self.analyses,
+            "online_failures": self.failures,
+            "online_bad_summaries": self.bad_summaries,
+            "analysis_s": round(self.analysis_s, 4),
+            "analysis_max_s": round(self.analysis_max_s, 4),
+        }
 
 
 class _Deleter:
@@ -533,11 +571,21 @@ def lost_rank_finding(rank: int, first_block: int, latest_block: int, every: int
     from .analysis.findings import Finding
 
     first, last = first_block * every, (latest_block + 1) * every - 1
-    d = Finding(kind="rank_lost", ranks=[rank], phase=None, first_step=first, last_step=last, severity="critical",
-                slowdown=1.0, evidence=(f"rank {rank} posted no summary for steps {first}-{last} while its peers "
-                                        "did (online detection on rank 0): its process died, stopped responding or "
-                                        "left the job"),
-                details={"missing_blocks": latest_block - first_block + 1}).to_dict()
+    d = Finding(
+        kind="rank_lost",
+        ranks=[rank],
+        phase=None,
+        first_step=first,
+        last_step=last,
+        severity="critical",
+        slowdown=1.0,
+        evidence=(
+            f"rank {rank} posted no summary for steps {first}-{last} while its peers "
+            "did (online detection on rank 0): its process died, stopped responding or "
+            "left the job"
+        ),
+        details={"missing_blocks": latest_block - first_block + 1},
+    ).to_dict()
     d.update(block_steps=every, online=True, time_s=time.time())
     return d
 
@@ -560,7 +608,9 @@ class OnlineStarter:
     said once at shutdown.
     """
 
-    def __init__(self, make: Callable[[Any], OnlineDetector], find_store: Callable[[], Any | None] | None = None) -> None:
+    def __init__(
+        self, make: Callable[[Any], OnlineDetector], find_store: Callable[[], Any | None] | None = None
+    ) -> None:
         self._make = make
         self._find_store = find_store or default_store
         self.detector: OnlineDetector | None = None
@@ -592,5 +642,7 @@ class OnlineStarter:
         if self.detector is not None:
             self.detector.stop()
         elif not self._failed:
-            log.info("telemetry: online detection never started: no torch.distributed process group "
-                     "appeared (init_process_group) while telemetry ran")
+            log.info(
+                "telemetry: online detection never started: no torch.distributed process group "
+                "appeared (init_process_group) while telemetry ran"
+            )

@@ -45,5 +45,7 @@ def missing_hint(group: str) -> str:
     """What to say when a group is empty: the package's own entries are missing, so it is not installed."""
     if _entries(group):
         return ""
-    return (" (no plug-ins are registered at all: install the package, e.g. pip install -e ., so that its "
-            "entry points exist)")
+    return (
+        " (no plug-ins are registered at all: install the package, e.g. pip install -e ., so that its "
+        "entry points exist)"
+    )

@@ -27,8 +27,16 @@ from .config import ConfigError
 _LAUNCHERS = (
     ("torchrun", ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")),
     ("slurm", ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID")),
-    ("openmpi", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
-                 "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK")),
+    (
+        "openmpi",
+        (
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "OMPI_COMM_WORLD_NODE_RANK",
+        ),
+    ),
 )
 
 

@@ -8,8 +8,16 @@ import shutil
 import subprocess
 import tempfile
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium() -> str | None:
@@ -18,9 +26,12 @@ def chromium() -> str | None:
 
 def _run(url: str, *args: str, budget_ms: int = 25000) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as profile:
-        return subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}",
-                               f"--virtual-time-budget={budget_ms}", *args, url],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", *args, url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
 
 def dump_dom(url: str) -> str:

@@ -40,8 +40,22 @@ def straggler_demo(tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("straggler_demo") / "run")
     # 2x: a cost (about 6%) well above this 2-core machine's noise, so the end-to-end checks are not a
     # coin toss; how often the subtler 1.5x (2-3%) is found is bench/detectors/evaluate.py's business
-    proc = subprocess.run([sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--json",
-                           "--inject", "straggler:rank=2,phase=forward,factor=2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "telemetry",
+            "demo",
+            "--run-dir",
+            run_dir,
+            "--json",
+            "--inject",
+            "straggler:rank=2,phase=forward,factor=2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr, run_dir

@@ -19,11 +19,13 @@ N = 1000  # float32 elements per rank in most cases: 4,000 bytes
 
 
 def _setup(rank: int, world: int, port: int, run_dir: str, **kw) -> None:
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                       "LOCAL_WORLD_SIZE": str(world)})
+    os.environ.update(
+        {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world)}
+    )
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+    )
     telemetry.init(run_dir=run_dir, job="coll", strict=True, **{"sinks": ["store"], **kw})
 
 
@@ -50,8 +52,12 @@ def collectives(rank: int, world: int, port: int, run_dir: str) -> None:
         lambda: dist.all_reduce(t(), async_op=True).wait(),
         lambda: dist.all_gather_into_tensor(t(N * world), t(), async_op=True).wait(),
         lambda: dist.broadcast(t(), src=1, async_op=True).wait(),
-        lambda: [w.wait() for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, t(), peer_send),
-                                                            dist.P2POp(dist.irecv, t(), peer_recv)])],
+        lambda: [
+            w.wait()
+            for w in dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, t(), peer_send), dist.P2POp(dist.irecv, t(), peer_recv)]
+            )
+        ],
         lambda: _send_recv(rank, world, t),
         lambda: _isend_irecv(rank, world, t),
         lambda: _late_wait(t),
@@ -171,8 +177,17 @@ def online(rank: int, world: int, port: int, run_dir: str, prom_port: int) -> No
     import json
     import urllib.request
 
-    _setup(rank, world, port, run_dir, online_every=5, online_interval_s=0.2, sinks=["store", "prometheus"],
-           prometheus_port=prom_port, flush_interval_s=0.1)
+    _setup(
+        rank,
+        world,
+        port,
+        run_dir,
+        online_every=5,
+        online_interval_s=0.2,
+        sinks=["store", "prometheus"],
+        prometheus_port=prom_port,
+        flush_interval_s=0.1,
+    )
     for _ in range(120):
         with telemetry.step():
             with telemetry.phase("forward"):
@@ -187,8 +202,11 @@ def online(rank: int, world: int, port: int, run_dir: str, prom_port: int) -> No
             time.sleep(0.2)
         time.sleep(0.5)
         text = urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/metrics", timeout=5).read().decode()
-        scores = {line.split('scored_rank="')[1].split('"')[0]: float(line.split()[-1])
-                  for line in text.splitlines() if line.startswith("train_straggler_score{")}
+        scores = {
+            line.split('scored_rank="')[1].split('"')[0]: float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("train_straggler_score{")
+        }
         with open(os.path.join(run_dir, "scores.json"), "w") as f:
             json.dump({"scores": scores, "stats": telemetry.stats()}, f, default=str)
     dist.barrier()

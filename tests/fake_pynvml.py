@@ -40,8 +40,16 @@ class NVMLError_Timeout(NVMLError):
     pass
 
 
-state = types.SimpleNamespace(init_error=None, calls={}, handles=[], unsupported={"nvmlDeviceGetPcieReplayCounter"},
-                              gpm=True, energy_mj=5_000_000, xids=[], event_sets=0)
+state = types.SimpleNamespace(
+    init_error=None,
+    calls={},
+    handles=[],
+    unsupported={"nvmlDeviceGetPcieReplayCounter"},
+    gpm=True,
+    energy_mj=5_000_000,
+    xids=[],
+    event_sets=0,
+)
 
 
 def _count(name):

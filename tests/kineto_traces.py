@@ -31,14 +31,23 @@ def profiled_rank(rank: int, world: int, port: int, out: str) -> None:
 
     import telemetry
 
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                       "LOCAL_WORLD_SIZE": str(world)})
+    os.environ.update(
+        {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world)}
+    )
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
-    telemetry.init(run_dir=os.path.join(out, "run"), job="kineto", sinks=["store"], online=False,
-                   profiler_ranges=True, strict=True, announce=False)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+    )
+    telemetry.init(
+        run_dir=os.path.join(out, "run"),
+        job="kineto",
+        sinks=["store"],
+        online=False,
+        profiler_ranges=True,
+        strict=True,
+        announce=False,
+    )
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
@@ -46,8 +55,9 @@ def profiled_rank(rank: int, world: int, port: int, out: str) -> None:
     loader = torch.utils.data.DataLoader(data, batch_size=16)
     extra = torch.randn(192, 192)
     handler = tensorboard_trace_handler(os.path.join(out, "traces"), worker_name=f"rank{rank}")
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=10),
-                 on_trace_ready=handler) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=10), on_trace_ready=handler
+    ) as prof:
         for x, y in telemetry.watch(loader):
             with telemetry.step(samples=16):
                 with telemetry.phase("forward"):
@@ -67,6 +77,7 @@ def profiled_rank(rank: int, world: int, port: int, out: str) -> None:
 
 
 # ---- hand-built traces -------------------------------------------------------------------------
+
 
 def x(name: str, cat: str, ts: float, dur: float, tid: Any = 1, pid: int = 100, **args: Any) -> dict:
     e = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
@@ -90,8 +101,19 @@ def gpu_trace(rank: int, world: int = 2, slow_us: float = 0.0, steps: int = 3) -
         nonlocal corr
         corr += 1
         ev.append(x("cudaLaunchKernel", "cuda_runtime", t, 5, correlation=corr))
-        ev.append(x(kname, "kernel", kt if kt is not None else t + 20, kdur, tid=stream, pid=0,
-                    correlation=corr, stream=stream, device=0))
+        ev.append(
+            x(
+                kname,
+                "kernel",
+                kt if kt is not None else t + 20,
+                kdur,
+                tid=stream,
+                pid=0,
+                correlation=corr,
+                stream=stream,
+                device=0,
+            )
+        )
 
     for n in range(steps):
         s = 1000.0 * n
@@ -104,17 +126,35 @@ def gpu_trace(rank: int, world: int = 2, slow_us: float = 0.0, steps: int = 3) -
         ev.append(x("backward", "user_annotation", s + 300, 400))
         launch(s + 310, "sm80_xmma_gemm_bwd", 60)
         launch(s + 320, "sm80_xmma_gemm_bwd2", 60)
-        ev.append(x("record_param_comms", "cpu_op", s + 400, 20, **{
-            "Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000,
-            "dtype": "Float", "Group size": world, "Process Group Name": "0"}))
-        launch(s + 405, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
-               150, stream=20)
+        ev.append(
+            x(
+                "record_param_comms",
+                "cpu_op",
+                s + 400,
+                20,
+                **{
+                    "Collective name": "allreduce",
+                    "In msg nelems": 1000,
+                    "Out msg nelems": 1000,
+                    "dtype": "Float",
+                    "Group size": world,
+                    "Process Group Name": "0",
+                },
+            )
+        )
+        launch(
+            s + 405, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 150, stream=20
+        )
         ev.append(x("optimizer", "user_annotation", s + 700, 100))
         launch(s + 710, "multi_tensor_apply_kernel", 20)
         launch(s + 850, "void at::native::fill_kernel", 10)  # outside every phase: 'other'
         ev.append(x("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", s + 60, 30, tid=7, pid=0))
-    trace: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
-                             "baseTimeNanoseconds": BASE_NS, "traceEvents": ev}
+    trace: dict[str, Any] = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
+        "baseTimeNanoseconds": BASE_NS,
+        "traceEvents": ev,
+    }
     if rank is not None:
         trace["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world}
     return trace
@@ -129,14 +169,29 @@ def write_big_trace(path: str, steps: int) -> int:
         f.write('{"distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 0, "traceEvents": [')
         for s in range(steps):
             t0 = s * 10_000.0
-            evs = [x(f"ProfilerStep#{s}", "user_annotation", t0, 9000),
-                   x("forward", "user_annotation", t0 + 100, 4000),
-                   x("backward", "user_annotation", t0 + 4100, 4000)]
+            evs = [
+                x(f"ProfilerStep#{s}", "user_annotation", t0, 9000),
+                x("forward", "user_annotation", t0 + 100, 4000),
+                x("backward", "user_annotation", t0 + 4100, 4000),
+            ]
             for k in range(23):
                 ts = t0 + 150 + k * 300
                 evs.append(x("cudaLaunchKernel", "cuda_runtime", ts, 5, correlation=s * 100 + k))
-                evs.append(x("sm90_gemm_kernel_with_a_long_name", "kernel", ts + 50, 100, tid=7, pid=0,
-                             correlation=s * 100 + k, stream=7, device=0, grid=[1, 2, 3], block=[128, 1, 1]))
+                evs.append(
+                    x(
+                        "sm90_gemm_kernel_with_a_long_name",
+                        "kernel",
+                        ts + 50,
+                        100,
+                        tid=7,
+                        pid=0,
+                        correlation=s * 100 + k,
+                        stream=7,
+                        device=0,
+                        grid=[1, 2, 3],
+                        block=[128, 1, 1],
+                    )
+                )
             evs.append(x("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel", t0 + 8000, 500, tid=20, pid=0))
             for e in evs:
                 f.write(("," if n else "") + json.dumps(e))

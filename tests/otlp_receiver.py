@@ -81,11 +81,19 @@ class Receiver:
             res = _attrs(rs.resource.attributes)
             for ss in rs.scope_spans:
                 for s in ss.spans:
-                    out.append({"trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
-                                "parent": s.parent_span_id.hex() or None, "name": s.name,
-                                "start": s.start_time_unix_nano, "end": s.end_time_unix_nano,
-                                "attributes": _attrs(s.attributes), "resource": res,
-                                "status": s.status.code})
+                    out.append(
+                        {
+                            "trace_id": s.trace_id.hex(),
+                            "span_id": s.span_id.hex(),
+                            "parent": s.parent_span_id.hex() or None,
+                            "name": s.name,
+                            "start": s.start_time_unix_nano,
+                            "end": s.end_time_unix_nano,
+                            "attributes": _attrs(s.attributes),
+                            "resource": res,
+                            "status": s.status.code,
+                        }
+                    )
         with self._lock:
             self.spans.extend(out)
 

@@ -144,8 +144,14 @@ def prometheus(tmp_path, config: str, extra_args: tuple[str, ...] = ()):
     port = free_port()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(config)
-    cmd = [binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-           f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage", *extra_args]
+    cmd = [
+        binary,
+        f"--config.file={cfg}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--enable-feature=exemplar-storage",
+        *extra_args,
+    ]
     with running(cmd, f"http://127.0.0.1:{port}/-/ready", tmp_path / "prometheus.log"):
         yield Prometheus(f"http://127.0.0.1:{port}")
 

@@ -43,23 +43,56 @@ def test_the_straggler_alert_reaches_alertmanager_with_its_rank(tmp_path):
         (tmp_path / name).write_text(fast(open(os.path.join(RULES, name)).read()))
     am_port = free_port()
     am_url = f"http://127.0.0.1:{am_port}"
-    am_cmd = [alertmanager, f"--config.file={ALERTMANAGER_CONFIG}", f"--storage.path={tmp_path / 'am'}",
-              f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="]
+    am_cmd = [
+        alertmanager,
+        f"--config.file={ALERTMANAGER_CONFIG}",
+        f"--storage.path={tmp_path / 'am'}",
+        f"--web.listen-address=127.0.0.1:{am_port}",
+        "--cluster.listen-address=",
+    ]
     run_dir = tmp_path / "runs" / "straggle"
-    config = yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(tmp_path / "recording.rules.yml"), str(tmp_path / "alerts.rules.yml")],
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-        "scrape_configs": [{"job_name": "training", "honor_labels": True, "file_sd_configs": [
-            {"files": [str(tmp_path / "runs" / "prometheus_targets" / "*.json")], "refresh_interval": "1s"}]}],
-    })
+    config = yaml.safe_dump(
+        {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(tmp_path / "recording.rules.yml"), str(tmp_path / "alerts.rules.yml")],
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+            "scrape_configs": [
+                {
+                    "job_name": "training",
+                    "honor_labels": True,
+                    "file_sd_configs": [
+                        {"files": [str(tmp_path / "runs" / "prometheus_targets" / "*.json")], "refresh_interval": "1s"}
+                    ],
+                }
+            ],
+        }
+    )
     base = free_port_range(4)
     env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base)}
-    with running(am_cmd, f"{am_url}/-/ready", tmp_path / "alertmanager.log"), \
-            prometheus(tmp_path, config, ("--rules.alert.resend-delay=1s",)) as prom:
-        demo = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "100000",
-                                 "--run-dir", str(run_dir), "--inject", "straggler:rank=2,phase=forward,factor=2.5"],
-                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with (
+        running(am_cmd, f"{am_url}/-/ready", tmp_path / "alertmanager.log"),
+        prometheus(tmp_path, config, ("--rules.alert.resend-delay=1s",)) as prom,
+    ):
+        demo = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "telemetry",
+                "demo",
+                "--ranks",
+                "4",
+                "--steps",
+                "100000",
+                "--run-dir",
+                str(run_dir),
+                "--inject",
+                "straggler:rank=2,phase=forward,factor=2.5",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             prom.wait_for('train_steps_total{job="straggle"}', lambda r: len(r) == 4, timeout=90)
             deadline = time.monotonic() + 120
@@ -79,5 +112,6 @@ def test_the_straggler_alert_reaches_alertmanager_with_its_rank(tmp_path):
     [alert] = [a for a in found if a["labels"]["rank"] == "2"]
     assert alert["labels"]["job"] == "straggle" and alert["labels"]["node"] and alert["labels"]["severity"] == "warning"
     assert "Rank 2" in alert["annotations"]["summary"] and alert["annotations"]["runbook_url"].endswith(
-        "#trainingstragglerrank")
+        "#trainingstragglerrank"
+    )
     assert by_rank["2"] > 1.1  # well above the job median on the recorded ratio (the alert needs 1.2)

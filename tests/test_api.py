@@ -73,6 +73,7 @@ def test_forked_child_records_nothing_and_parent_carries_on(run_dir):
     pid = os.fork()
     if pid == 0:  # child
         from telemetry import recorder
+
         ok = recorder.current.active() is recorder.NULL and telemetry.session() is None
         with telemetry.step():
             pass
@@ -100,9 +101,8 @@ def test_dataloader_with_forked_workers_times_the_wait(run_dir):
             return torch.zeros(3)
 
     telemetry.init(run_dir=run_dir, job="dl", sinks=["store"])
-    loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=2,
-                                         multiprocessing_context="fork")
-    for batch in telemetry.watch(loader):
+    loader = torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=2, multiprocessing_context="fork")
+    for _batch in telemetry.watch(loader):
         with telemetry.step():
             pass
     telemetry.shutdown()

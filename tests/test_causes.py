@@ -10,8 +10,9 @@ from telemetry.demo.simulate import Fault, Scenario, simulate
 def straggler_table(**signals):
     """8 ranks, rank 5's forward 1.4x slower from step 100; ``signals``: column -> (rank 5's value,
     the others' value) from step 100 on (before: the others' value everywhere)."""
-    t = simulate(Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.4,
-                                                             start=100),)))
+    t = simulate(
+        Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.4, start=100),))
+    )
     hit = (t["rank"] == 5) & (t["step"] >= 100)
     for col, (culprit, others) in signals.items():
         t[col] = others
@@ -26,9 +27,15 @@ def the_straggler(t):
 
 
 def test_a_thermal_throttle_on_the_straggler_is_its_cause():
-    f = the_straggler(straggler_table(**{"dev.gpu_clock_event_HwThermalSlowdown": (1.0, 0.0),
-                                         "dev.gpu_sm_clock_hertz": (1.4e9, 1.98e9),
-                                         "dev.gpu_temperature_celsius": (91.0, 70.0)}))
+    f = the_straggler(
+        straggler_table(
+            **{
+                "dev.gpu_clock_event_HwThermalSlowdown": (1.0, 0.0),
+                "dev.gpu_sm_clock_hertz": (1.4e9, 1.98e9),
+                "dev.gpu_temperature_celsius": (91.0, 70.0),
+            }
+        )
+    )
     assert f.causes[0]["kind"] == "gpu_thermal"
     assert "HwThermalSlowdown" in f.causes[0]["evidence"] and "against 0% for its peers" in f.causes[0]["evidence"]
     share = int(f.causes[0]["evidence"].split(" on ")[1].split("%")[0])
@@ -44,8 +51,11 @@ def test_the_report_prints_the_causes():
 
 
 def test_cpu_contention_from_involuntary_switches_and_cpu_share():
-    f = the_straggler(straggler_table(**{"dev.process_involuntary_switches_per_second": (400.0, 5.0),
-                                         "dev.process_cpu_ratio": (0.5, 0.98)}))
+    f = the_straggler(
+        straggler_table(
+            **{"dev.process_involuntary_switches_per_second": (400.0, 5.0), "dev.process_cpu_ratio": (0.5, 0.98)}
+        )
+    )
     assert [c["kind"] for c in f.causes] == ["cpu_contention"]
     assert "400/s against 5/s" in f.causes[0]["evidence"] and "0.50 cores against 0.98" in f.causes[0]["evidence"]
 
@@ -69,7 +79,11 @@ def test_new_ecc_errors_and_a_slow_clock_without_a_reason():
 def test_a_data_stall_is_caused_by_the_data_loader():
     t = simulate(Scenario(ranks=8, steps=300, faults=(Fault("data_stall", ranks=(2,), delay_s=0.02, start=50),)))
     [f] = [f for f in analyze(t).findings if f.kind in ("data_stall", "straggler") and f.ranks == [2]]
-    assert f.causes and f.causes[0]["kind"] == "data_loader" and "ms per step for its next batch" in f.causes[0]["evidence"]
+    assert (
+        f.causes
+        and f.causes[0]["kind"] == "data_loader"
+        and "ms per step for its next batch" in f.causes[0]["evidence"]
+    )
 
 
 def test_a_job_wide_regression_names_clocks_that_fell_at_its_onset():
@@ -77,13 +91,19 @@ def test_a_job_wide_regression_names_clocks_that_fell_at_its_onset():
     t["dev.gpu_sm_clock_hertz"] = np.where(t["step"] >= 200, 1.5e9, 1.98e9)
     [f] = [f for f in analyze(t).findings if f.kind == "regression"]
     assert [c["kind"] for c in f.causes] == ["gpu_clocks"]
-    assert "after the change" in f.causes[0]["evidence"] and "against 1980 MHz for before the change" in f.causes[0]["evidence"]
+    assert (
+        "after the change" in f.causes[0]["evidence"]
+        and "against 1980 MHz for before the change" in f.causes[0]["evidence"]
+    )
 
 
 @pytest.mark.parametrize("kind", ["straggler", "regression"])
 def test_every_finding_has_a_causes_list_in_its_json(kind):
-    faults = (Fault("straggler", ranks=(1,), phase="forward", factor=1.5),) if kind == "straggler" else \
-        (Fault("regression", phase="forward", factor=1.4, start=150),)
+    faults = (
+        (Fault("straggler", ranks=(1,), phase="forward", factor=1.5),)
+        if kind == "straggler"
+        else (Fault("regression", phase="forward", factor=1.4, start=150),)
+    )
     doc = analyze(simulate(Scenario(ranks=8, steps=300, faults=faults))).to_json()
     assert doc["findings"] and all(d["causes"] == [] for d in doc["findings"])
 

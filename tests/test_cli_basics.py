@@ -47,8 +47,9 @@ def test_demo_exit_code_follows_the_job(run_dir, monkeypatch, capsys, outcome, c
     from telemetry.demo.launcher import DemoResult
 
     record(run_dir, 3)
-    monkeypatch.setattr("telemetry.demo.launcher.run_demo",
-                        lambda *a, **k: DemoResult(run_dir, outcome, exit_codes={0: 0}, wall_s=1.0))
+    monkeypatch.setattr(
+        "telemetry.demo.launcher.run_demo", lambda *a, **k: DemoResult(run_dir, outcome, exit_codes={0: 0}, wall_s=1.0)
+    )
     assert cli(["demo", "--run-dir", run_dir]) == code
     assert (f"exit {code}" in capsys.readouterr().err) == (code != 0)
 
@@ -84,7 +85,9 @@ def test_demo_progress_says_what_happens_and_never_prints_nan(tmp_path):
     from telemetry.demo.launcher import _Watch
 
     w = _Watch(str(tmp_path), 4)
-    assert w.status(200, 3.0).strip().startswith("starting 4 ranks: importing torch") and "nan" not in w.status(200, 3.0)
+    assert w.status(200, 3.0).strip().startswith("starting 4 ranks: importing torch") and "nan" not in w.status(
+        200, 3.0
+    )
     w.done = {0: 12, 1: 14, 2: 13, 3: 12}
     w.durations = [0.04, 0.05]
     assert "step   12/200  (ranks at 12-14)  median step   45.0 ms" in w.status(200, 9.0)
@@ -102,9 +105,14 @@ def test_a_report_that_cannot_be_written_is_one_line_and_exit_5_never_a_tracebac
     run_dir = str(tmp_path / "run")
     record(run_dir, 30)
     with open("/dev/full", "w") as full:
-        proc = subprocess.run([sys.executable, "-m", "telemetry", "analyze", run_dir], stdout=full,
-                              stderr=subprocess.PIPE, text=True, timeout=120,
-                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        proc = subprocess.run(
+            [sys.executable, "-m", "telemetry", "analyze", run_dir],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
     assert proc.returncode == 5, proc.stderr
     assert "telemetry: cannot write the output: No space left on device" in proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr

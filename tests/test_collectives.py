@@ -74,8 +74,14 @@ def test_busbw_factors_follow_nccl_tests():
     n = 4
     factors = {op: spec[1](n) for op, spec in collectives._SPECS.items()}
     assert factors["all_reduce"] == pytest.approx(2 * (n - 1) / n)
-    for op in ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-               "all_to_all", "all_to_all_single"):
+    for op in (
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all",
+        "all_to_all_single",
+    ):
         assert factors[op] == pytest.approx((n - 1) / n), op
     for op in ("broadcast", "reduce", "send", "recv"):
         assert factors[op] == 1.0

@@ -29,8 +29,14 @@ ALERTMANAGER_YML = os.path.join(ROOT, "telemetry", "dashboards", "alertmanager",
 COLLECTOR_YML = os.path.join(ROOT, "telemetry", "dashboards", "otel", "collector.yml")
 
 # The UIs and APIs a user opens, by the container port each service publishes.
-PUBLISHED = {"prometheus": 9090, "alertmanager": 9093, "pushgateway": 9091, "grafana": 3000,
-             "jaeger": 16686, "dashboard": 8501}
+PUBLISHED = {
+    "prometheus": 9090,
+    "alertmanager": 9093,
+    "pushgateway": 9091,
+    "grafana": 3000,
+    "jaeger": 16686,
+    "dashboard": 8501,
+}
 # An exact release: 1.2.3, v1.2.3, 3.11.13-slim-bookworm (a variant after the version is fine).
 PINNED_TAG = re.compile(r"^v?\d+\.\d+\.\d+([-.][A-Za-z0-9.-]+)?$")
 
@@ -77,7 +83,7 @@ def host_path(service: dict, container_path: str) -> str | None:
     """The repository path a bind mount puts at container_path, or None if no bind mount does."""
     for source, target, _ in sorted(mounts(service), key=lambda m: -len(m[1])):
         if is_bind(source) and (container_path == target or container_path.startswith(target.rstrip("/") + "/")):
-            rest = container_path[len(target):].lstrip("/")
+            rest = container_path[len(target) :].lstrip("/")
             return os.path.normpath(os.path.join(ROOT, source, rest))
     return None
 
@@ -112,11 +118,16 @@ def host_port(address: str) -> tuple[str, int]:
 
 # ---- the compose file ------------------------------------------------------------------------
 
+
 def test_compose_validates_against_the_compose_spec():
     if importlib.util.find_spec("check_jsonschema") is None:
         pytest.skip("check-jsonschema not installed (PyPI package check-jsonschema, in the dev extra)")
-    r = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec",
-                        COMPOSE], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec", COMPOSE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -124,8 +135,9 @@ def test_docker_compose_config_accepts_it(tmp_path):
     binary = require("docker-compose", "docker-compose")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_"))}
     env["HOME"] = str(tmp_path)  # nothing from a user's ~/.docker
-    r = subprocess.run([binary, "-f", COMPOSE, "config", "--quiet"], capture_output=True, text=True,
-                       timeout=120, env=env, cwd=ROOT)
+    r = subprocess.run(
+        [binary, "-f", COMPOSE, "config", "--quiet"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -148,7 +160,7 @@ def test_every_mounted_and_built_path_exists(compose):
 def test_named_volumes_are_declared(compose):
     declared = set(compose.get("volumes") or {})
     for name, svc in compose["services"].items():
-        for source, target, _ in mounts(svc):
+        for source, _target, _ in mounts(svc):
             if source and not is_bind(source):
                 assert source in declared, f"{name} mounts volume {source!r}, not declared at the top level"
 
@@ -211,8 +223,8 @@ def test_trainer_settings_are_real_and_wired(compose, prom_config, monkeypatch):
     file_sd looks, and name an address Prometheus can reach from its own container."""
     import dataclasses
 
-    from telemetry.exporters import prometheus as prom_exporter
     from telemetry.config import ENV_PREFIX, Config
+    from telemetry.exporters import prometheus as prom_exporter
 
     services = compose["services"]
     trainer = services["trainer"]
@@ -220,7 +232,7 @@ def test_trainer_settings_are_real_and_wired(compose, prom_config, monkeypatch):
     fields = {f.name for f in dataclasses.fields(Config)}
     for key in env:
         if key.startswith(ENV_PREFIX):
-            assert key[len(ENV_PREFIX):].lower() in fields, f"{key} is no setting of telemetry.config.Config"
+            assert key[len(ENV_PREFIX) :].lower() in fields, f"{key} is no setting of telemetry.config.Config"
     cfg = Config.resolve({}, environ={k: str(v) for k, v in env.items()})
     assert "otlp" in cfg.sinks and "prometheus" in cfg.sinks
     # A rank both scraped and pushing is in Prometheus twice (with and without `instance`), and
@@ -247,7 +259,9 @@ def test_trainer_settings_are_real_and_wired(compose, prom_config, monkeypatch):
                 return source
         return None
 
-    assert volume_at(trainer, cfg.prometheus_sd_dir) == volume_at(services["prometheus"], cfg.prometheus_sd_dir) == "runs"
+    assert (
+        volume_at(trainer, cfg.prometheus_sd_dir) == volume_at(services["prometheus"], cfg.prometheus_sd_dir) == "runs"
+    )
 
     # OTLP goes to the collector's HTTP receiver.
     host, port = host_port(cfg.otlp_endpoint)
@@ -292,17 +306,24 @@ def test_mounted_configs_are_the_repository_files(compose):
     otel = flags(services["otel-collector"]["command"])
     assert host_path(services["otel-collector"], otel["config"]) == COLLECTOR_YML
     grafana = services["grafana"]
-    assert host_path(grafana, "/etc/grafana/provisioning") == os.path.join(ROOT, "telemetry", "dashboards", "grafana", "provisioning")
-    assert host_path(grafana, "/var/lib/grafana/dashboards") == os.path.join(ROOT, "telemetry", "dashboards", "grafana", "dashboards")
+    assert host_path(grafana, "/etc/grafana/provisioning") == os.path.join(
+        ROOT, "telemetry", "dashboards", "grafana", "provisioning"
+    )
+    assert host_path(grafana, "/var/lib/grafana/dashboards") == os.path.join(
+        ROOT, "telemetry", "dashboards", "grafana", "dashboards"
+    )
     assert str(grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"]).lower() == "true"
     assert grafana["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
 
 
-@pytest.mark.parametrize("service,binary,package", [
-    ("prometheus", "prometheus", "prometheus"),
-    ("alertmanager", "prometheus-alertmanager", "prometheus-alertmanager"),
-    ("pushgateway", "prometheus-pushgateway", "prometheus-pushgateway"),
-])
+@pytest.mark.parametrize(
+    "service,binary,package",
+    [
+        ("prometheus", "prometheus", "prometheus"),
+        ("alertmanager", "prometheus-alertmanager", "prometheus-alertmanager"),
+        ("pushgateway", "prometheus-pushgateway", "prometheus-pushgateway"),
+    ],
+)
 def test_daemon_flags_exist(compose, service, binary, package):
     """Every flag given to the daemon is one it knows (checked against Debian's build, an older
     release than the pinned image: a flag it knows, the image knows too)."""
@@ -315,6 +336,7 @@ def test_daemon_flags_exist(compose, service, binary, package):
 
 # ---- the configs it mounts, through their real checkers ------------------------------------------
 
+
 def rule_paths(prom_config: dict) -> list[str]:
     base = os.path.dirname(PROMETHEUS_YML)
     return [os.path.join(base, p) for p in prom_config.get("rule_files", [])]
@@ -324,8 +346,10 @@ def test_promtool_check_config_as_written(prom_config):
     promtool = require("promtool", "prometheus")
     missing = [p for p in rule_paths(prom_config) if not os.path.exists(p)]
     if missing:
-        pytest.skip(f"rule files not written yet: {[os.path.relpath(p, ROOT) for p in missing]} "
-                    "(test_promtool_check_config_with_present_rules checks the rest)")
+        pytest.skip(
+            f"rule files not written yet: {[os.path.relpath(p, ROOT) for p in missing]} "
+            "(test_promtool_check_config_with_present_rules checks the rest)"
+        )
     r = subprocess.run([promtool, "check", "config", PROMETHEUS_YML], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -383,6 +407,7 @@ def test_collector_config_is_complete():
 
 # ---- the Prometheus config in a real Prometheus ------------------------------------------------
 
+
 def rule_groups(paths: list[str]) -> set[str]:
     return {g["name"] for p in paths for g in (load_yaml(p) or {}).get("groups", [])}
 
@@ -397,8 +422,9 @@ def test_prometheus_loads_the_config(prom_config, tmp_path):
     targets_dir = tmp_path / "prometheus_targets"
     targets_dir.mkdir()
     rank_port = free_port()
-    (targets_dir / "demo.json").write_text(json.dumps(
-        [{"targets": [f"127.0.0.1:{rank_port}"], "labels": {"job": "demo", "rank": "0", "local_rank": "0"}}]))
+    (targets_dir / "demo.json").write_text(
+        json.dumps([{"targets": [f"127.0.0.1:{rank_port}"], "labels": {"job": "demo", "rank": "0", "local_rank": "0"}}])
+    )
     am_port = free_port()
     cfg = json.loads(json.dumps(prom_config))
     cfg["rule_files"] = rules

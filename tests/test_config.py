@@ -20,14 +20,17 @@ def test_sinks_from_env_list():
     assert cfg.sinks == ("store", "otlp")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"flush_interval_s": 0}, r"flush_interval_s=0 is out of range; accepted: a number from 0.01"),
-    ({"buffer_events": 10}, r"buffer_events=10 .* accepted: an integer from 1024"),
-    ({"sinks": ["store", "kafka"]}, r"sinks contains 'kafka'; accepted: otlp, prometheus, store"),
-    ({"job": "my job!"}, r"job='my job!' is invalid; accepted"),
-    ({"strict": "yes"}, r"strict='yes' must be True or False"),
-    ({"flush_intervl_s": 1}, r"unknown setting\(s\) flush_intervl_s; accepted: .*flush_interval_s"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"flush_interval_s": 0}, r"flush_interval_s=0 is out of range; accepted: a number from 0.01"),
+        ({"buffer_events": 10}, r"buffer_events=10 .* accepted: an integer from 1024"),
+        ({"sinks": ["store", "kafka"]}, r"sinks contains 'kafka'; accepted: otlp, prometheus, store"),
+        ({"job": "my job!"}, r"job='my job!' is invalid; accepted"),
+        ({"strict": "yes"}, r"strict='yes' must be True or False"),
+        ({"flush_intervl_s": 1}, r"unknown setting\(s\) flush_intervl_s; accepted: .*flush_interval_s"),
+    ],
+)
 def test_bad_settings_name_field_and_accepted_values(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         Config.resolve(kwargs, environ={})
@@ -44,15 +47,23 @@ def test_unknown_env_variable_is_warned_not_fatal(caplog):
 
 
 def test_rank_from_torchrun():
-    ctx = RankContext.from_env({"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
-                                "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"})
+    ctx = RankContext.from_env(
+        {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"}
+    )
     assert (ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size, ctx.node_rank) == (5, 1, 8, 4, 1)
     assert ctx.launcher == "torchrun"
 
 
 def test_rank_from_slurm_with_compressed_tasks_per_node():
-    ctx = RankContext.from_env({"SLURM_PROCID": "9", "SLURM_LOCALID": "1", "SLURM_NTASKS": "16",
-                                "SLURM_NTASKS_PER_NODE": "8(x2)", "SLURM_NODEID": "1"})
+    ctx = RankContext.from_env(
+        {
+            "SLURM_PROCID": "9",
+            "SLURM_LOCALID": "1",
+            "SLURM_NTASKS": "16",
+            "SLURM_NTASKS_PER_NODE": "8(x2)",
+            "SLURM_NODEID": "1",
+        }
+    )
     assert (ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size, ctx.node_rank) == (9, 1, 16, 8, 1)
     assert ctx.launcher == "slurm"
 
@@ -67,11 +78,14 @@ def test_no_environment_is_a_single_rank():
     assert (ctx.rank, ctx.world_size, ctx.launcher) == (0, 1, "none")
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"RANK": "x", "WORLD_SIZE": "2"}, r"RANK='x' is not an integer"),
-    ({"RANK": "4", "WORLD_SIZE": "4"}, r"RANK=4 must be below WORLD_SIZE=4"),
-    ({"RANK": "0", "WORLD_SIZE": "0"}, r"WORLD_SIZE=0 is invalid; accepted: an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"RANK": "x", "WORLD_SIZE": "2"}, r"RANK='x' is not an integer"),
+        ({"RANK": "4", "WORLD_SIZE": "4"}, r"RANK=4 must be below WORLD_SIZE=4"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, r"WORLD_SIZE=0 is invalid; accepted: an integer >= 1"),
+    ],
+)
 def test_bad_rank_variables(env, message):
     with pytest.raises(ConfigError, match=message):
         RankContext.from_env(env)

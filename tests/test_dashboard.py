@@ -7,20 +7,20 @@ import time
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-from telemetry.dashboards import data as D  # noqa: E402
-from telemetry.analysis.load import open_input  # noqa: E402
-from telemetry.demo.simulate import Fault, Scenario, simulate  # noqa: E402
-
-from telemetry.dashboards.serve import APP  # noqa: E402 - after the path set-up
+from telemetry.analysis.load import open_input
+from telemetry.dashboards import data as D
+from telemetry.dashboards.serve import APP
+from telemetry.demo.simulate import Fault, Scenario, simulate
 
 
 @pytest.fixture
 def straggler_table(tmp_path):
     path = tmp_path / "steps.parquet"
-    simulate(Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),))
-             ).to_parquet(path, index=False)
+    simulate(
+        Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),))
+    ).to_parquet(path, index=False)
     return str(path)
 
 
@@ -40,8 +40,10 @@ def show(at, view):
     [radio] = [r for r in at.sidebar.radio if r.label == "view"]
     radio.set_value(view).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.header[0].value == dict(zip(["overview", "ranks", "findings", "collectives", "devices", "compare"],
-                                          VIEWS))[view]
+    assert (
+        at.header[0].value
+        == dict(zip(["overview", "ranks", "findings", "collectives", "devices", "compare"], VIEWS))[view]
+    )
     return at
 
 
@@ -122,8 +124,9 @@ def test_every_page_on_a_real_demo_run_with_a_straggler(monkeypatch, straggler_d
 def test_compare_shows_the_regressed_phase(monkeypatch, tmp_path):
     base, new = tmp_path / "base.parquet", tmp_path / "new.parquet"
     simulate(Scenario(ranks=8, steps=300)).to_parquet(base, index=False)
-    simulate(Scenario(ranks=8, steps=300, seed=7, faults=(Fault("regression", phase="backward", factor=1.3),))
-             ).to_parquet(new, index=False)
+    simulate(
+        Scenario(ranks=8, steps=300, seed=7, faults=(Fault("regression", phase="backward", factor=1.3),))
+    ).to_parquet(new, index=False)
     monkeypatch.setenv("TELEMETRY_DASHBOARD_BASE", str(base))
     at = show(run_app(monkeypatch, str(new)), "compare")
     metrics = {m.label: m.value for m in at.metric}
@@ -145,8 +148,11 @@ def test_the_app_writes_nothing_in_the_run(monkeypatch, tmp_path):
     telemetry.shutdown()
 
     def listing():
-        return sorted((os.path.join(d, f), os.path.getmtime(os.path.join(d, f)), os.path.getsize(os.path.join(d, f)))
-                      for d, _, fs in os.walk(tmp_path) for f in fs)
+        return sorted(
+            (os.path.join(d, f), os.path.getmtime(os.path.join(d, f)), os.path.getsize(os.path.join(d, f)))
+            for d, _, fs in os.walk(tmp_path)
+            for f in fs
+        )
 
     before = listing()
     at = run_app(monkeypatch, run)
@@ -178,8 +184,8 @@ def test_a_run_still_being_written_is_marked_live_and_a_finished_one_is_not(monk
 
 
 def test_gpu_signals_and_throttle_reasons_are_shown_per_rank():
-    from telemetry.dashboards import devices
     from telemetry.analysis.detectors.matrix import from_table
+    from telemetry.dashboards import devices
 
     t = simulate(Scenario(ranks=4, steps=100))
     t["dev.gpu_utilization_ratio"] = 0.9
@@ -208,8 +214,11 @@ def test_an_empty_run_directory_is_a_message(monkeypatch, tmp_path):
 
 
 def test_the_heatmap_downsamples_and_still_shows_one_slow_rank():
-    table = simulate(Scenario(ranks=16, steps=2000, jitter=0.1,
-                              faults=(Fault("straggler", ranks=(11,), phase="backward", factor=1.3),)))
+    table = simulate(
+        Scenario(
+            ranks=16, steps=2000, jitter=0.1, faults=(Fault("straggler", ranks=(11,), phase="backward", factor=1.3),)
+        )
+    )
     from telemetry.analysis.detectors.matrix import from_table
 
     cells = D.heatmap(from_table(table), "compute")
@@ -269,8 +278,12 @@ def test_telemetry_dashboard_serves_on_localhost_and_stops_with_its_server(strag
     from servers import free_port
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "telemetry", "dashboard", straggler_table, "--port", str(port)],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry", "dashboard", straggler_table, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout.readline().startswith(f"telemetry dashboard: starting on 127.0.0.1:{port}")
         # the URL is printed once the server answers
@@ -300,8 +313,11 @@ def test_a_real_browser_renders_the_findings_and_charts_without_an_exception(str
         pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "telemetry", "dashboard", straggler_table, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry", "dashboard", straggler_table, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -336,12 +352,15 @@ def test_a_long_run_is_drawn_in_blocks_that_keep_a_slow_step():
     assert p95.idxmax() <= 1234 < p95.idxmax() + 3 and p95.max() > 400  # the 0.5 s spike survives
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--job", "exp1"], "--job goes with --prometheus"),
-    (["--prometheus", "127.0.0.1:9090"], "accepted: an http:// or https:// URL"),
-    (["RUN", "--prometheus", "http://127.0.0.1:9090"], "give it no run directory"),
-    (["RUN", "--base", "/nonexistent/base"], "'/nonexistent/base' does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--job", "exp1"], "--job goes with --prometheus"),
+        (["--prometheus", "127.0.0.1:9090"], "accepted: an http:// or https:// URL"),
+        (["RUN", "--prometheus", "http://127.0.0.1:9090"], "give it no run directory"),
+        (["RUN", "--base", "/nonexistent/base"], "'/nonexistent/base' does not exist"),
+    ],
+)
 def test_dashboard_arguments_are_checked_before_anything_starts(capsys, straggler_table, args, says):
     from telemetry.cli import main as cli
 
@@ -352,9 +371,14 @@ def test_dashboard_arguments_are_checked_before_anything_starts(capsys, straggle
 @pytest.mark.slow  # a 128 x 4,000 table through every view: seconds of CPU, no server
 def test_every_page_on_a_large_simulated_run(monkeypatch, tmp_path):
     path = tmp_path / "large.parquet"
-    simulate(Scenario(ranks=128, steps=4000, jitter=0.05,
-                      faults=(Fault("straggler", ranks=(77,), phase="forward", factor=1.3, start=1000),))
-             ).to_parquet(path, index=False)
+    simulate(
+        Scenario(
+            ranks=128,
+            steps=4000,
+            jitter=0.05,
+            faults=(Fault("straggler", ranks=(77,), phase="forward", factor=1.3, start=1000),),
+        )
+    ).to_parquet(path, index=False)
     at = run_app(monkeypatch, str(path))
     assert any("straggler - rank 77 - phase forward" in e.label for e in at.expander)
     assert at.caption[0].value.startswith("128 ranks, 4000 steps")
@@ -370,9 +394,14 @@ def test_every_page_on_a_large_simulated_run(monkeypatch, tmp_path):
 
 def test_a_slow_node_is_marked_on_its_ranks_and_the_summary_names_the_nodes(monkeypatch, tmp_path):
     path = tmp_path / "nodes.parquet"
-    simulate(Scenario(ranks=16, steps=400, ranks_per_node=4,
-                      faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),))
-             ).to_parquet(path, index=False)
+    simulate(
+        Scenario(
+            ranks=16,
+            steps=400,
+            ranks_per_node=4,
+            faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),),
+        )
+    ).to_parquet(path, index=False)
     at = run_app(monkeypatch, str(path))
     assert any("straggler - rank 4, 5, 6, 7 - phase backward" in e.label for e in at.expander)
     summary = show(at, "ranks").dataframe[0].value.set_index("rank")

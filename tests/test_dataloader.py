@@ -14,7 +14,7 @@ from telemetry.analysis.load import open_input
 def run(run_dir, loader, epochs=1, **watch_kw):
     telemetry.init(run_dir=run_dir, job="dl", sinks=["store"], strict=True)
     for _ in range(epochs):
-        for batch in telemetry.watch(loader, **watch_kw):
+        for _batch in telemetry.watch(loader, **watch_kw):
             with telemetry.step():
                 pass
     telemetry.shutdown()
@@ -33,27 +33,33 @@ def test_measured_wait_matches_a_known_delay_within_10_percent(run_dir):
 def test_worker_processes_record_nothing_and_start_nothing(run_dir, tmp_path, context):
     markers = tmp_path / "markers"
     markers.mkdir()
-    loader = torch.utils.data.DataLoader(SleepyMap(16, 0.01, str(markers)), batch_size=2, num_workers=2,
-                                         multiprocessing_context=context)
+    loader = torch.utils.data.DataLoader(
+        SleepyMap(16, 0.01, str(markers)), batch_size=2, num_workers=2, multiprocessing_context=context
+    )
     t = run(run_dir, loader)
     assert len(t) == 8 and (t["data_s"] > 0).all()
     states = [p.read_text() for p in markers.iterdir()]
     assert len(states) == 2 and set(states) == {"off"}  # two workers, telemetry off in both
     assert sorted(os.listdir(os.path.join(run_dir, "ranks"))) == [
-        "rank-00000.json", "rank-00000.progress.json", "rank-00000.seg-000001.parquet",
-        "rank-00000.spans-000001.parquet"]
+        "rank-00000.json",
+        "rank-00000.progress.json",
+        "rank-00000.seg-000001.parquet",
+        "rank-00000.spans-000001.parquet",
+    ]
 
 
 def test_persistent_workers_across_epochs(run_dir):
-    loader = torch.utils.data.DataLoader(SleepyMap(8, 0.005), batch_size=2, num_workers=2,
-                                         persistent_workers=True, multiprocessing_context="fork")
+    loader = torch.utils.data.DataLoader(
+        SleepyMap(8, 0.005), batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="fork"
+    )
     t = run(run_dir, loader, epochs=2)
     assert list(t["step"]) == list(range(8)) and (t["samples"] == 2).all()
 
 
 def test_iterable_dataset_with_tokens_from_the_batch(run_dir):
-    loader = torch.utils.data.DataLoader(SleepyStream(12, 0.002), batch_size=3, num_workers=2,
-                                         multiprocessing_context="fork")
+    loader = torch.utils.data.DataLoader(
+        SleepyStream(12, 0.002), batch_size=3, num_workers=2, multiprocessing_context="fork"
+    )
     t = run(run_dir, loader, tokens=lambda b: int(b["input_ids"].numel()))
     assert len(t) == 4
     assert (t["tokens"] == 3 * 32).all() and (t["samples"] == 3).all()
@@ -61,7 +67,7 @@ def test_iterable_dataset_with_tokens_from_the_batch(run_dir):
 
 def test_step_counts_override_the_batch(run_dir):
     telemetry.init(run_dir=run_dir, job="dl", sinks=["store"])
-    for batch in telemetry.watch([torch.zeros(5, 2)] * 2):
+    for _batch in telemetry.watch([torch.zeros(5, 2)] * 2):
         with telemetry.step(samples=99):
             pass
     telemetry.shutdown()

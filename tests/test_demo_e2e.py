@@ -16,8 +16,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def demo(tmp_path, *args, timeout=240, exit_code=0):
     run_dir = str(tmp_path / "run")
-    proc = subprocess.run([sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--json", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--json", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == exit_code, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr, run_dir
 
@@ -55,8 +60,9 @@ def test_healthy_run_reports_no_straggler(tmp_path):
 
 
 def test_hung_rank_is_named_and_the_job_is_stopped(tmp_path):
-    doc, err, _ = demo(tmp_path, "--steps", "100", "--inject", "hang:rank=1,step=40", "--hang-after", "5",
-                       exit_code=4)  # a hung job is not a success, even an injected hang
+    doc, err, _ = demo(
+        tmp_path, "--steps", "100", "--inject", "hang:rank=1,step=40", "--hang-after", "5", exit_code=4
+    )  # a hung job is not a success, even an injected hang
     assert "exit 4: the job hung" in err
     assert doc["summary"]["demo"]["outcome"] == "hang"
     [f] = [f for f in doc["findings"] if f["kind"] == "hang"]
@@ -72,16 +78,23 @@ def test_sigterm_to_the_demo_stops_every_rank(tmp_path):
     import time
 
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--run-dir", str(run_dir), "--steps", "100000"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry", "demo", "--run-dir", str(run_dir), "--steps", "100000"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pids = []
     try:
         deadline = time.monotonic() + 120
         while len(pids) < 4:  # every rank has written its identity (with its pid)
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.2)
-            pids = [json.loads(p.read_text())["pid"] for p in (run_dir / "ranks").glob("rank-*[0-9].json")
-                    if p.stat().st_size]
+            pids = [
+                json.loads(p.read_text())["pid"]
+                for p in (run_dir / "ranks").glob("rank-*[0-9].json")
+                if p.stat().st_size
+            ]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 130
         deadline = time.monotonic() + 10

@@ -32,14 +32,22 @@ def test_straggler_that_starts_midway_is_bounded_in_steps():
 
 
 def test_intermittent_straggler():
-    sc = Scenario(ranks=8, steps=400, faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.2),))
+    sc = Scenario(
+        ranks=8, steps=400, faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.2),)
+    )
     [f] = found(sc)
     assert (f.kind, f.ranks, f.phase, f.details["mode"]) == ("straggler", [6], "forward", "intermittent")
 
 
 def test_several_stragglers_at_once():
-    sc = Scenario(ranks=16, steps=300, faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.6),
-                                               Fault("straggler", ranks=(11,), phase="optimizer", factor=3.0)))
+    sc = Scenario(
+        ranks=16,
+        steps=300,
+        faults=(
+            Fault("straggler", ranks=(3,), phase="forward", factor=1.6),
+            Fault("straggler", ranks=(11,), phase="optimizer", factor=3.0),
+        ),
+    )
     assert kinds(found(sc)) == [("straggler", (3,), "forward"), ("straggler", (11,), "optimizer")]
 
 
@@ -66,8 +74,9 @@ def test_regression_names_the_phase():
 def test_small_regression_under_heavy_jitter_is_found_in_its_phase():
     # 1.15x backward under 30% jitter: the step time alone does not clear z >= 6 (z about 5 here);
     # the backward series finds the split and the step time confirms it over the same steps
-    sc = Scenario(ranks=8, steps=300, seed=1, jitter=0.3,
-                  faults=(Fault("regression", phase="backward", factor=1.15, start=150),))
+    sc = Scenario(
+        ranks=8, steps=300, seed=1, jitter=0.3, faults=(Fault("regression", phase="backward", factor=1.15, start=150),)
+    )
     [f] = found(sc)
     assert (f.kind, f.phase) == ("regression", "backward") and 140 <= f.first_step <= 160
     assert 3.0 <= f.details["z"] < 6.0
@@ -126,8 +135,7 @@ def test_healthy_jittery_job_reports_nothing(seed):
 
 
 def test_noise_traps_are_not_findings():
-    sc = Scenario(ranks=8, steps=300, seed=1, spikes=((3, 50, 0.2), (6, 120, 0.3)), checkpoint_every=25,
-                  static=0.02)
+    sc = Scenario(ranks=8, steps=300, seed=1, spikes=((3, 50, 0.2), (6, 120, 0.3)), checkpoint_every=25, static=0.02)
     assert found(sc) == []
 
 
@@ -136,20 +144,26 @@ def test_large_world_of_healthy_ranks_reports_nothing():
 
 
 def test_large_world_straggler_that_costs_is_found():
-    sc = Scenario(ranks=512, steps=120, jitter=0.1, faults=(Fault("straggler", ranks=(300,), phase="backward", factor=1.6),))
+    sc = Scenario(
+        ranks=512, steps=120, jitter=0.1, faults=(Fault("straggler", ranks=(300,), phase="backward", factor=1.6),)
+    )
     assert true_slowdown(sc) > 0.05
     assert kinds(found(sc)) == [("straggler", (300,), "backward")]
 
 
 def test_large_world_straggler_hidden_by_the_slowest_healthy_ranks_costs_nothing_worth_a_warning():
     # 1.3x backward on one of 512 jittery ranks: the slowest healthy rank sets the pace anyway
-    sc = Scenario(ranks=512, steps=120, jitter=0.1, faults=(Fault("straggler", ranks=(300,), phase="backward", factor=1.3),))
+    sc = Scenario(
+        ranks=512, steps=120, jitter=0.1, faults=(Fault("straggler", ranks=(300,), phase="backward", factor=1.3),)
+    )
     assert true_slowdown(sc) < 0.02
     assert found(sc) == []
 
 
 def test_summary_goodput_and_total_what_if():
-    sc = Scenario(ranks=8, steps=200, checkpoint_every=50, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),))
+    sc = Scenario(
+        ranks=8, steps=200, checkpoint_every=50, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),)
+    )
     s = analyze(simulate(sc)).summary
     # the straggler, and the job's own utilization gap (it waits for rank 5: busy under 80%)
     assert s["ranks"] == 8 and s["steps"] == 200 and s["by_kind"] == {"low_utilization": 1, "straggler": 1}

@@ -6,9 +6,9 @@ import time
 import pytest
 
 import telemetry
-from telemetry.flops import peak_flops_for, transformer_flops_per_token
-from telemetry.devices import nvml as nvml_hook
 from telemetry.analysis.load import open_input
+from telemetry.devices import nvml as nvml_hook
+from telemetry.flops import peak_flops_for, transformer_flops_per_token
 
 
 @pytest.fixture
@@ -23,6 +23,7 @@ def fake_nvml(monkeypatch):
 
 def test_without_nvml_sampling_says_so_once_and_host_readings_go_on(run_dir, caplog):
     import logging
+
     caplog.set_level(logging.INFO, logger="telemetry")
     telemetry.init(run_dir=run_dir, job="nogpu", sinks=["store"], device_interval_s=0.05)
     for _ in range(3):
@@ -86,11 +87,14 @@ def test_no_gpm_before_hopper(fake_nvml):
         fake_nvml.state.gpm = True
 
 
-@pytest.mark.parametrize("visible, local_rank, expected", [
-    (None, 1, ("index", 1)),
-    ("2,3", 1, ("index", 3)),
-    ("GPU-aaaa,GPU-bbbb", 0, ("uuid", "GPU-aaaa")),
-])
+@pytest.mark.parametrize(
+    "visible, local_rank, expected",
+    [
+        (None, 1, ("index", 1)),
+        ("2,3", 1, ("index", 3)),
+        ("GPU-aaaa,GPU-bbbb", 0, ("uuid", "GPU-aaaa")),
+    ],
+)
 def test_each_rank_samples_its_own_gpu(fake_nvml, visible, local_rank, expected):
     env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
     src = nvml_hook.open_nvml(local_rank, environ=env)
@@ -102,18 +106,33 @@ def test_gpu_metrics_and_mfu_reach_prometheus_and_the_store(run_dir, fake_nvml):
     from servers import free_port, http_get
 
     port = free_port()
-    telemetry.init(run_dir=run_dir, job="gpu", sinks=["store", "prometheus"], prometheus_port=port,
-                   device_interval_s=0.05, flops_per_token=1e9, flush_interval_s=0.05)
+    telemetry.init(
+        run_dir=run_dir,
+        job="gpu",
+        sinks=["store", "prometheus"],
+        prometheus_port=port,
+        device_interval_s=0.05,
+        flops_per_token=1e9,
+        flush_interval_s=0.05,
+    )
     for _ in range(4):
         with telemetry.step(tokens=1000):
             time.sleep(0.02)
     time.sleep(0.3)
     text = http_get(f"http://127.0.0.1:{port}/metrics").decode()
     telemetry.shutdown()
-    for needle in ('train_gpu_utilization_ratio{gpu="0"', "train_gpu_power_watts{", "train_gpu_energy_joules_total{",
-                   'train_gpu_clock_event_active{gpu="0",job="gpu",local_rank="0",node=', 'reason="SwPowerCap"',
-                   'train_gpu_ecc_errors_total{gpu="0"', 'direction="tx"', "train_gpu_sm_activity_ratio{",
-                   "train_process_resident_memory_bytes{", "train_mfu_ratio{"):
+    for needle in (
+        'train_gpu_utilization_ratio{gpu="0"',
+        "train_gpu_power_watts{",
+        "train_gpu_energy_joules_total{",
+        'train_gpu_clock_event_active{gpu="0",job="gpu",local_rank="0",node=',
+        'reason="SwPowerCap"',
+        'train_gpu_ecc_errors_total{gpu="0"',
+        'direction="tx"',
+        "train_gpu_sm_activity_ratio{",
+        "train_process_resident_memory_bytes{",
+        "train_mfu_ratio{",
+    ):
         assert needle in text, needle
     run = open_input(run_dir)
     t = run.table

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from telemetry.cli import main as cli
 from telemetry.analysis.detectors.diff import diff
 from telemetry.analysis.detectors.ranktest import mann_whitney_p
+from telemetry.cli import main as cli
 from telemetry.demo.simulate import Fault, Scenario, simulate
 
 
@@ -38,6 +38,7 @@ def test_a_faster_run_is_an_improvement_not_a_regression():
 
 def test_mann_whitney_p_values():
     import numpy as np
+
     rng = np.random.default_rng(0)
     a = rng.normal(size=30)
     assert mann_whitney_p(a, rng.normal(size=30)) > 0.01
@@ -61,8 +62,7 @@ def test_cli_diff_json_and_exit_code(tmp_path, capsys):
 def test_findings_come_in_one_order_every_time():
     # The series were once taken from a set, whose order changes with each process's hash seed: two
     # runs of `telemetry diff` on the same files printed equal-cost findings in different orders.
-    base = simulate(Scenario(ranks=8, steps=300, seed=1, data_s=0.002,
-                             faults=(Fault("regression", factor=1.5),)))
+    base = simulate(Scenario(ranks=8, steps=300, seed=1, data_s=0.002, faults=(Fault("regression", factor=1.5),)))
     new = simulate(Scenario(ranks=8, steps=300, seed=2, data_s=0.001))
     doc = diff(base, new)
     improved = [f["details"]["series"] for f in doc["findings"] if f["kind"] == "improvement"]

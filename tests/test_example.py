@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from servers import free_port
 
 from telemetry.analysis.load import open_input
-from servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,10 +16,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_the_torchrun_example_records_every_rank_with_its_all_reduce(tmp_path):
     run_dir = str(tmp_path / "example")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    proc = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()),
-                           "examples/train_ddp.py", "--steps", "20", "--run-dir", run_dir],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "EXAMPLE_PROMETHEUS_PORT": str(free_port())})
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            "examples/train_ddp.py",
+            "--steps",
+            "20",
+            "--run-dir",
+            run_dir,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "EXAMPLE_PROMETHEUS_PORT": str(free_port())},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = open_input(run_dir)
     t = run.table
@@ -33,10 +48,23 @@ def test_the_torchrun_example_records_every_rank_with_its_all_reduce(tmp_path):
 def test_the_profiler_example_s_traces_are_the_run_store_s_steps(tmp_path):
     out = str(tmp_path / "prof")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    proc = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()),
-                           "examples/profile_traces.py", "--out", out],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "EXAMPLE_PROMETHEUS_PORT": str(free_port())})
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            "examples/profile_traces.py",
+            "--out",
+            out,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "EXAMPLE_PROMETHEUS_PORT": str(free_port())},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     traces = open_input(os.path.join(out, "traces")).table.set_index(["rank", "step"])
     run = open_input(os.path.join(out, "run")).table.set_index(["rank", "step"])

@@ -9,26 +9,44 @@ from telemetry.analysis.formats import is_comm, is_per_op_trace, per_op_to_steps
 from telemetry.analysis.load import PER_OP_TRACE, STEPS_TABLE, open_input
 
 
-@pytest.mark.parametrize("optype, phase", [
-    ("forward-compute", "forward"),
-    ("Forward-Compute", "forward"),  # case does not matter
-    ("backward-compute", "backward"),
-    ("optimizer", "optimizer"),
-    ("optimizer-step", "optimizer"),
-    ("gc", "gc"),
-    ("first-op", None),  # a marker, not a phase
-    ("embedding-lookup", "embedding_lookup"),  # another compute optype becomes a phase column name
-    ("3d-parallel-thing", None),  # ... only when it can be one (an identifier)
-])
+@pytest.mark.parametrize(
+    "optype, phase",
+    [
+        ("forward-compute", "forward"),
+        ("Forward-Compute", "forward"),  # case does not matter
+        ("backward-compute", "backward"),
+        ("optimizer", "optimizer"),
+        ("optimizer-step", "optimizer"),
+        ("gc", "gc"),
+        ("first-op", None),  # a marker, not a phase
+        ("embedding-lookup", "embedding_lookup"),  # another compute optype becomes a phase column name
+        ("3d-parallel-thing", None),  # ... only when it can be one (an identifier)
+    ],
+)
 def test_phase_of_compute_optypes(optype, phase):
     assert phase_of(optype) == phase
     assert not is_comm(optype)
 
 
-@pytest.mark.parametrize("optype", [
-    "send-forward", "recv-backward", "forward-send", "backward-recv", "all-gather", "reduce-scatter",
-    "all-reduce", "allreduce", "allgather", "broadcast", "all-to-all", "comm", "dp-comm", "ALL-REDUCE",
-])
+@pytest.mark.parametrize(
+    "optype",
+    [
+        "send-forward",
+        "recv-backward",
+        "forward-send",
+        "backward-recv",
+        "all-gather",
+        "reduce-scatter",
+        "all-reduce",
+        "allreduce",
+        "allgather",
+        "broadcast",
+        "all-to-all",
+        "comm",
+        "dp-comm",
+        "ALL-REDUCE",
+    ],
+)
 def test_communication_optypes_are_comm_and_no_phase(optype):
     assert is_comm(optype)
     assert phase_of(optype) is None  # even "forward-send": the send is communication, not forward compute
@@ -66,8 +84,17 @@ def row(table, rank, step):
 def test_per_op_to_steps_builds_one_row_per_rank_and_step():
     t = per_op_to_steps(ops_frame())
     assert sorted(zip(t["rank"], t["step"])) == [(0, 0), (0, 1), (1, 0)]
-    assert {"start_s", "duration_s", "forward_s", "backward_s", "optimizer_s", "gc_s", "comm_s",
-            "stage", "dp_rank"} <= set(t.columns)
+    assert {
+        "start_s",
+        "duration_s",
+        "forward_s",
+        "backward_s",
+        "optimizer_s",
+        "gc_s",
+        "comm_s",
+        "stage",
+        "dp_rank",
+    } <= set(t.columns)
     assert not {"first_op_s", "send_forward_s", "all_reduce_s"} & set(t.columns)
 
     r = row(t, 0, 0)

@@ -32,10 +32,31 @@ PROVIDER = os.path.join(GRAFANA, "provisioning", "dashboards", "training.yml")
 RECORDING_RULES = os.path.join(ROOT, "telemetry", "dashboards", "prometheus", "recording.rules.yml")
 MOUNT = "/var/lib/grafana/dashboards"  # where docker-compose mounts dashboards/grafana/dashboards/
 
-DEPRECATED = {"graph", "singlestat", "table-old", "grafana-piechart-panel", "grafana-singlestat-panel",
-              "grafana-worldmap-panel", "grafana-clock-panel", "heatmap-old", "graph-old"}
-CURRENT = {"timeseries", "heatmap", "table", "stat", "bargauge", "gauge", "barchart", "state-timeline",
-           "status-history", "histogram", "text", "row"}
+DEPRECATED = {
+    "graph",
+    "singlestat",
+    "table-old",
+    "grafana-piechart-panel",
+    "grafana-singlestat-panel",
+    "grafana-worldmap-panel",
+    "grafana-clock-panel",
+    "heatmap-old",
+    "graph-old",
+}
+CURRENT = {
+    "timeseries",
+    "heatmap",
+    "table",
+    "stat",
+    "bargauge",
+    "gauge",
+    "barchart",
+    "state-timeline",
+    "status-history",
+    "histogram",
+    "text",
+    "row",
+}
 NO_UNIT = {"text", "row"}
 # Colour modes that colour-blind viewers can tell apart: a perceptually uniform scheme, or fixed and
 # threshold colours taken from the Okabe-Ito palette.
@@ -58,23 +79,52 @@ PANEL = {
         "type": {"type": "string", "enum": sorted(CURRENT)},
         "title": {"type": "string", "minLength": 1},
         "id": {"type": "integer"},
-        "gridPos": {"type": "object", "required": ["x", "y", "w", "h"],
-                    "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 23},
-                                   "y": {"type": "integer", "minimum": 0},
-                                   "w": {"type": "integer", "minimum": 1, "maximum": 24},
-                                   "h": {"type": "integer", "minimum": 1}}},
-        "datasource": {"type": "object", "required": ["type", "uid"],
-                       "properties": {"type": {"const": "prometheus"}, "uid": {"const": "prometheus"}}},
-        "targets": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["refId", "expr"],
-            "properties": {"refId": {"type": "string", "minLength": 1}, "expr": {"type": "string", "minLength": 1},
-                           "datasource": {"type": "object", "properties": {"uid": {"const": "prometheus"}}}}}},
-        "fieldConfig": {"type": "object", "required": ["defaults"],
-                        "properties": {"defaults": {"type": "object", "required": ["unit"],
-                                                    "properties": {"unit": {"type": "string", "minLength": 1}}}}},
+        "gridPos": {
+            "type": "object",
+            "required": ["x", "y", "w", "h"],
+            "properties": {
+                "x": {"type": "integer", "minimum": 0, "maximum": 23},
+                "y": {"type": "integer", "minimum": 0},
+                "w": {"type": "integer", "minimum": 1, "maximum": 24},
+                "h": {"type": "integer", "minimum": 1},
+            },
+        },
+        "datasource": {
+            "type": "object",
+            "required": ["type", "uid"],
+            "properties": {"type": {"const": "prometheus"}, "uid": {"const": "prometheus"}},
+        },
+        "targets": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["refId", "expr"],
+                "properties": {
+                    "refId": {"type": "string", "minLength": 1},
+                    "expr": {"type": "string", "minLength": 1},
+                    "datasource": {"type": "object", "properties": {"uid": {"const": "prometheus"}}},
+                },
+            },
+        },
+        "fieldConfig": {
+            "type": "object",
+            "required": ["defaults"],
+            "properties": {
+                "defaults": {
+                    "type": "object",
+                    "required": ["unit"],
+                    "properties": {"unit": {"type": "string", "minLength": 1}},
+                }
+            },
+        },
     },
-    "allOf": [{"if": {"properties": {"type": {"not": {"enum": sorted(NO_UNIT)}}}},
-               "then": {"required": ["datasource", "targets", "fieldConfig"]}}],
+    "allOf": [
+        {
+            "if": {"properties": {"type": {"not": {"enum": sorted(NO_UNIT)}}}},
+            "then": {"required": ["datasource", "targets", "fieldConfig"]},
+        }
+    ],
 }
 DASHBOARD = {
     "type": "object",
@@ -85,8 +135,16 @@ DASHBOARD = {
         "schemaVersion": {"type": "integer", "minimum": 39},
         "tags": {"type": "array", "contains": {"const": "training-telemetry"}},
         "panels": {"type": "array", "minItems": 1, "items": PANEL},
-        "templating": {"type": "object", "required": ["list"], "properties": {"list": {"type": "array", "items": {
-            "type": "object", "required": ["name", "type", "query", "definition"]}}}},
+        "templating": {
+            "type": "object",
+            "required": ["list"],
+            "properties": {
+                "list": {
+                    "type": "array",
+                    "items": {"type": "object", "required": ["name", "type", "query", "definition"]},
+                }
+            },
+        },
         "time": {"type": "object", "required": ["from", "to"]},
         "links": {"type": "array"},
     },
@@ -130,6 +188,7 @@ def read_yaml(path: str):
 
 
 # ---- structure (fast, no server) ------------------------------------------------------------------------
+
 
 def test_five_dashboards_parse_with_unique_uids_and_titles():
     dashboards = load_dashboards()
@@ -195,8 +254,9 @@ def test_axis_labels_and_colour_blind_safe_colours():
             if p["type"] == "heatmap":
                 assert p["options"]["yAxis"].get("axisLabel"), f"{where}: no axis label"
                 assert p["options"]["color"]["scheme"] in SAFE_HEATMAP_SCHEMES, where
-            configs = [fc["defaults"]] + [{prop["id"].split(".")[-1]: prop["value"] for prop in o["properties"]}
-                                          for o in fc.get("overrides", ())]
+            configs = [fc["defaults"]] + [
+                {prop["id"].split(".")[-1]: prop["value"] for prop in o["properties"]} for o in fc.get("overrides", ())
+            ]
             for c in configs:
                 colour = c.get("color")
                 if colour:
@@ -234,7 +294,9 @@ def test_dashboards_link_to_each_other():
     uids = {d["uid"] for d in dashboards.values()}
     for name, d in dashboards.items():
         tag_links = [lk for lk in d["links"] if lk["type"] == "dashboards"]
-        assert any("training-telemetry" in lk["tags"] and lk["includeVars"] and lk["keepTime"] for lk in tag_links), name
+        assert any("training-telemetry" in lk["tags"] and lk["includeVars"] and lk["keepTime"] for lk in tag_links), (
+            name
+        )
         for p in all_panels(d):
             for lk in p.get("links", ()):
                 uid = re.match(r"/d/([^/?]+)", lk["url"])
@@ -243,9 +305,14 @@ def test_dashboards_link_to_each_other():
 
 def test_units_fit_the_metrics():
     """A panel of seconds is in s, of bytes in bytes or Bps, of ratios in percentunit, and so on."""
-    expected = [(r"_watts\b", "watt"), (r"_celsius\b", "celsius"), (r"_hertz\b", "hertz"),
-                (r"train_(gpu|cuda)_memory\w*_bytes\b|_resident_memory_bytes\b", "bytes"),
-                (r"busbw_bytes_per_second", "Bps"), (r"_ratio\b|:ratio", "percentunit")]
+    expected = [
+        (r"_watts\b", "watt"),
+        (r"_celsius\b", "celsius"),
+        (r"_hertz\b", "hertz"),
+        (r"train_(gpu|cuda)_memory\w*_bytes\b|_resident_memory_bytes\b", "bytes"),
+        (r"busbw_bytes_per_second", "Bps"),
+        (r"_ratio\b|:ratio", "percentunit"),
+    ]
     for name, d in load_dashboards().items():
         for p in all_panels(d):
             for target in p.get("targets", ()):
@@ -288,10 +355,18 @@ def test_dashboard_provider_loads_the_mounted_folder():
 
 # ---- PromQL against a real Prometheus scraping a real demo ----------------------------------------------
 
+
 def substitute(expr: str, job: str) -> str:
     """The expression as Grafana sends it, for the whole job (node and rank 'All')."""
-    values = {"__rate_interval": "1m", "__interval": "15s", "__range": "5m", "__range_s": "300",
-              "job": job, "node": ".*", "rank": ".*"}
+    values = {
+        "__rate_interval": "1m",
+        "__interval": "15s",
+        "__range": "5m",
+        "__range_s": "300",
+        "job": job,
+        "node": ".*",
+        "rank": ".*",
+    }
     out = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values[m.group(1) or m.group(2)], expr)
     assert "$" not in out, out
     return out
@@ -335,19 +410,47 @@ def test_every_panel_query_runs_on_a_live_demo(tmp_path):
     dashboards = load_dashboards()
     with prometheus(tmp_path, config) as prom, Receiver() as rcv:
         # OTLP on, so that steps carry trace_id exemplars (every 10th step's trace is exported)
-        env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base), "OTEL_EXPORTER_OTLP_ENDPOINT": rcv.url,
-               "TELEMETRY_OTLP_SAMPLE_EVERY": "10"}
-        demo = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "100000",
-                                 "--run-dir", str(run_dir), "--json",
-                                 "--inject", "straggler:rank=2,phase=forward,factor=2"],
-                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env = {
+            **os.environ,
+            "TELEMETRY_PROMETHEUS_PORT": str(base),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": rcv.url,
+            "TELEMETRY_OTLP_SAMPLE_EVERY": "10",
+        }
+        demo = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "telemetry",
+                "demo",
+                "--ranks",
+                "4",
+                "--steps",
+                "100000",
+                "--run-dir",
+                str(run_dir),
+                "--json",
+                "--inject",
+                "straggler:rank=2,phase=forward,factor=2",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             # the records every dashboard leans on, online detection's scores, then its first finding
             # (about 10 s after the first scores); without a finding its panels are allowed to be empty
-            prom.wait_for(f'job_rank:train_compute_seconds:ratio_to_job_median{{job="{job}"}}',
-                          lambda r: len(finite(r)) == 4, timeout=90)
-            prom.wait_for(f'job_op:train_collective_busbw_bytes_per_second:rate5m{{job="{job}"}}',
-                          lambda r: len(finite(r)) >= 1, timeout=20)
+            prom.wait_for(
+                f'job_rank:train_compute_seconds:ratio_to_job_median{{job="{job}"}}',
+                lambda r: len(finite(r)) == 4,
+                timeout=90,
+            )
+            prom.wait_for(
+                f'job_op:train_collective_busbw_bytes_per_second:rate5m{{job="{job}"}}',
+                lambda r: len(finite(r)) >= 1,
+                timeout=20,
+            )
             prom.wait_for(f'train_straggler_score{{job="{job}"}}', lambda r: len(r) == 4, timeout=30)
             try:
                 prom.wait_for(f'train_findings{{job="{job}"}}', bool, timeout=25)
@@ -388,10 +491,20 @@ def test_every_panel_query_runs_on_a_live_demo(tmp_path):
             def top(label):
                 return lambda r: bool(r) and max(r, key=lambda x: float(x["value"][1]))["metric"][label] == "2"
 
-            prom.wait_for(substitute(panel_target(dashboards, "tt-ranks", "Stragglers: ranks by compute "
-                                                  "vs the job median")["expr"], job), top("rank"), timeout=45)
-            prom.wait_for(substitute(panel_target(dashboards, "tt-overview", "Straggler score by rank "
-                                                  "(online detection)")["expr"], job), top("scored_rank"), timeout=45)
+            prom.wait_for(
+                substitute(
+                    panel_target(dashboards, "tt-ranks", "Stragglers: ranks by compute vs the job median")["expr"], job
+                ),
+                top("rank"),
+                timeout=45,
+            )
+            prom.wait_for(
+                substitute(
+                    panel_target(dashboards, "tt-overview", "Straggler score by rank (online detection)")["expr"], job
+                ),
+                top("scored_rank"),
+                timeout=45,
+            )
 
             # exemplars: Grafana asks query_exemplars with the step-time panel's own expression
             (target,) = [x for _, x in all_queries(dashboards["job-overview.json"]) if x.get("exemplar")]

@@ -12,12 +12,31 @@ NOW = 1000.0  # the newest heartbeat's time
 LAST_END = 950.0  # when the last step ended on every rank: stalled for 50 s
 
 
-def beat(rank, time_s=NOW, last_step=39, last_step_end_s=LAST_END, open_step=40, open_step_since_s=LAST_END,
-         phase=None, collective=None, collective_since_s=None, finished=False):
+def beat(
+    rank,
+    time_s=NOW,
+    last_step=39,
+    last_step_end_s=LAST_END,
+    open_step=40,
+    open_step_since_s=LAST_END,
+    phase=None,
+    collective=None,
+    collective_since_s=None,
+    finished=False,
+):
     """One rank's heartbeat, as the pipeline writes it (Progress._asdict())."""
-    return {"rank": rank, "time_s": time_s, "last_step": last_step, "last_step_end_s": last_step_end_s,
-            "open_step": open_step, "open_step_since_s": open_step_since_s, "phase": phase,
-            "collective": collective, "collective_since_s": collective_since_s, "finished": finished}
+    return {
+        "rank": rank,
+        "time_s": time_s,
+        "last_step": last_step,
+        "last_step_end_s": last_step_end_s,
+        "open_step": open_step,
+        "open_step_since_s": open_step_since_s,
+        "phase": phase,
+        "collective": collective,
+        "collective_since_s": collective_since_s,
+        "finished": finished,
+    }
 
 
 def waiting(rank, **kw):
@@ -27,8 +46,18 @@ def waiting(rank, **kw):
 
 def test_a_clean_shutdown_is_no_hang():
     # every rank finished between steps, long ago: silence after the end is not a hang
-    progress = {r: beat(r, time_s=NOW - 500, last_step=99, last_step_end_s=NOW - 501, open_step=None,
-                        open_step_since_s=None, finished=True) for r in range(4)}
+    progress = {
+        r: beat(
+            r,
+            time_s=NOW - 500,
+            last_step=99,
+            last_step_end_s=NOW - 501,
+            open_step=None,
+            open_step_since_s=None,
+            finished=True,
+        )
+        for r in range(4)
+    }
     progress[0]["time_s"] = NOW
     assert detect_hang(progress, None, world_size=4) == []
     assert detect_hang(progress, None) == []
@@ -106,8 +135,14 @@ def test_hang_bound_defaults():
 
 
 def test_hang_bound_from_the_steps_table():
-    table = pd.DataFrame({"rank": [0, 1] * 5, "step": [s for s in range(5) for _ in (0, 1)],
-                          "start_s": [float(s) for s in range(5) for _ in (0, 1)], "duration_s": [1.0] * 10})
+    table = pd.DataFrame(
+        {
+            "rank": [0, 1] * 5,
+            "step": [s for s in range(5) for _ in (0, 1)],
+            "start_s": [float(s) for s in range(5) for _ in (0, 1)],
+            "duration_s": [1.0] * 10,
+        }
+    )
     m = from_table(table)
     assert hang_bound_s(m) == pytest.approx(30.0)
     assert hang_bound_s(m, 4.0) == 4.0

@@ -10,8 +10,11 @@ def test_a_port_above_65535_on_this_rank_is_refused_at_init(monkeypatch, tmp_pat
     monkeypatch.setenv("LOCAL_RANK", "7")
     monkeypatch.setenv("RANK", "7")
     monkeypatch.setenv("WORLD_SIZE", "8")
-    with pytest.raises(ConfigError, match=r"prometheus_port=65530 \+ local rank 7 = 65537 is above 65535; "
-                                          r"accepted: a port of at most 65528"):
+    with pytest.raises(
+        ConfigError,
+        match=r"prometheus_port=65530 \+ local rank 7 = 65537 is above 65535; "
+        r"accepted: a port of at most 65528",
+    ):
         telemetry.init(run_dir=str(tmp_path / "r"), prometheus_port=65530, online=False)
     assert telemetry.session() is None
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import torch
+from servers import free_port
 
 import telemetry
 from telemetry.analysis.load import open_input
-from servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,17 +40,32 @@ class Tokens(torch.utils.data.Dataset):
 
 def _gpt2():
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=100, n_positions=32,
-                                  bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        n_layer=1, n_head=2, n_embd=32, vocab_size=100, n_positions=32, bos_token_id=0, eos_token_id=0
+    )
     return transformers.GPT2LMHeadModel(cfg)
 
 
 def _trainer(tmp_path, callback, model=None, **args):
-    kw = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, gradient_accumulation_steps=2,
-              max_steps=6, logging_steps=2, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True)
+    kw = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        max_steps=6,
+        logging_steps=2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     kw.update(args)
-    return transformers.Trainer(model=model or _gpt2(), args=transformers.TrainingArguments(**kw),
-                                train_dataset=Tokens(), eval_dataset=Tokens(16), callbacks=[callback])
+    return transformers.Trainer(
+        model=model or _gpt2(),
+        args=transformers.TrainingArguments(**kw),
+        train_dataset=Tokens(),
+        eval_dataset=Tokens(16),
+        callbacks=[callback],
+    )
 
 
 def test_hf_records_every_optimizer_step_with_phases_tokens_and_the_trainers_logs(tmp_path):
@@ -136,10 +151,25 @@ def test_hf_bad_settings_are_an_error_when_the_callback_is_made():
 def test_hf_example_runs_on_two_gloo_ranks_under_torchrun(tmp_path):
     run_dir = str(tmp_path / "hf")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    proc = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()),
-                           "examples/hf_trainer.py", "--steps", "6", "--run-dir", run_dir],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "EXAMPLE_PROMETHEUS_PORT": str(free_port())})
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            "examples/hf_trainer.py",
+            "--steps",
+            "6",
+            "--run-dir",
+            run_dir,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "EXAMPLE_PROMETHEUS_PORT": str(free_port())},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = open_input(run_dir)
     t = run.table
@@ -150,7 +180,8 @@ def test_hf_example_runs_on_two_gloo_ranks_under_torchrun(tmp_path):
 
 # ---- Lightning --------------------------------------------------------------------------------
 pl = pytest.importorskip("lightning.pytorch")
-from telemetry.integrations.lightning import TelemetryCallback as PLCallback, batch_counts  # noqa: E402
+from telemetry.integrations.lightning import TelemetryCallback as PLCallback  # noqa: E402 - after importorskip
+from telemetry.integrations.lightning import batch_counts  # noqa: E402 - after importorskip
 
 
 class Regression(pl.LightningModule):
@@ -173,16 +204,27 @@ class Regression(pl.LightningModule):
 def _fit(callback, module, **kw):
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(256, 16, generator=g), torch.randn(256, 1, generator=g))
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[callback], **kw)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+        **kw,
+    )
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
     return trainer
 
 
 def test_lightning_steps_are_optimizer_steps_numbered_as_the_trainer_with_accumulation(tmp_path):
     run_dir = str(tmp_path / "run")
-    trainer = _fit(PLCallback(run_dir=run_dir, sinks=["store"], announce=False), Regression(),
-                   max_steps=5, accumulate_grad_batches=3)
+    trainer = _fit(
+        PLCallback(run_dir=run_dir, sinks=["store"], announce=False),
+        Regression(),
+        max_steps=5,
+        accumulate_grad_batches=3,
+    )
     assert trainer.global_step == 5 and telemetry.session() is None
     t = _table(run_dir)
     assert list(t.index) == [0, 1, 2, 3, 4] and t["ok"].all()
@@ -211,10 +253,19 @@ def test_lightning_batch_counts_read_shapes_only():
 @pytest.mark.slow
 def test_lightning_example_runs_ddp_on_two_gloo_ranks(tmp_path):
     run_dir = str(tmp_path / "pl")
-    proc = subprocess.run([sys.executable, "examples/lightning_train.py", "--devices", "2", "--steps", "6",
-                           "--run-dir", run_dir], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port()),
-                               "EXAMPLE_PROMETHEUS_PORT": str(free_port())})
+    proc = subprocess.run(
+        [sys.executable, "examples/lightning_train.py", "--devices", "2", "--steps", "6", "--run-dir", run_dir],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "MASTER_PORT": str(free_port()),
+            "EXAMPLE_PROMETHEUS_PORT": str(free_port()),
+        },
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = open_input(run_dir)
     t = run.table

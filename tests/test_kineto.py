@@ -26,6 +26,7 @@ US = 1e-6
 
 # ---- (a) a real profiled gloo run -------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("kineto"))
@@ -78,6 +79,7 @@ def test_export_writes_the_traces_steps_table(profiled, tmp_path, capsys):
 
 # ---- (b) hand-built GPU traces, exact numbers --------------------------------------------------
 
+
 def test_gpu_traces_exact_numbers(tmp_path):
     d = tmp_path / "traces"
     kt.write_trace(str(d / "host-a.1.pt.trace.json"), kt.gpu_trace(0))
@@ -99,8 +101,14 @@ def test_gpu_traces_exact_numbers(tmp_path):
         np.testing.assert_allclose(rows["comm_s"], 150 * US)  # the NCCL kernel, not counted as compute
         np.testing.assert_allclose(rows["comm_bytes"], 4000)  # 1,000 float32 elements
     # Phases come first in the order the step ran them.
-    assert [c for c in t.columns if c.endswith("_s")][2:] == ["forward_s", "backward_s", "optimizer_s",
-                                                             "other_s", "data_s", "comm_s"]
+    assert [c for c in t.columns if c.endswith("_s")][2:] == [
+        "forward_s",
+        "backward_s",
+        "optimizer_s",
+        "other_s",
+        "data_s",
+        "comm_s",
+    ]
 
 
 def test_kernels_without_launches_are_placed_by_their_own_time(tmp_path):
@@ -114,20 +122,22 @@ def test_kernels_without_launches_are_placed_by_their_own_time(tmp_path):
 
 
 def test_user_annotations_become_phases_with_identifier_names(tmp_path):
-    ev = [kt.x("ProfilerStep#7", "user_annotation", 0, 1000),
-          kt.x("DistributedDataParallel.forward", "user_annotation", 0, 300),
-          kt.x("aten::mm", "cpu_op", 10, 200),
-          kt.x("aten::add", "cpu_op", 20, 50),  # inside aten::mm: not top level
-          kt.x("my loss (fp32)", "user_annotation", 300, 100),
-          kt.x("aten::mse_loss", "cpu_op", 310, 40),
-          kt.x("Optimizer.step#SGD.step", "user_annotation", 500, 100),
-          kt.x("aten::_foreach_add_", "cpu_op", 510, 30),
-          kt.x("Optimizer.zero_grad#SGD.zero_grad", "user_annotation", 650, 50),
-          kt.x("aten::zero_", "cpu_op", 660, 5),
-          kt.x("aten::copy_", "cpu_op", 800, 7),  # outside every annotation: other
-          kt.x("gloo:all_reduce", "user_annotation", 320, 400, tid=9),  # comm, on gloo's thread
-          kt.x("gloo:broadcast", "user_annotation", 700, 50, tid=10),  # overlaps it by 20: union 430
-          kt.x("c10d::allreduce_", "cpu_op", 360, 1)]  # a collective's op: not compute
+    ev = [
+        kt.x("ProfilerStep#7", "user_annotation", 0, 1000),
+        kt.x("DistributedDataParallel.forward", "user_annotation", 0, 300),
+        kt.x("aten::mm", "cpu_op", 10, 200),
+        kt.x("aten::add", "cpu_op", 20, 50),  # inside aten::mm: not top level
+        kt.x("my loss (fp32)", "user_annotation", 300, 100),
+        kt.x("aten::mse_loss", "cpu_op", 310, 40),
+        kt.x("Optimizer.step#SGD.step", "user_annotation", 500, 100),
+        kt.x("aten::_foreach_add_", "cpu_op", 510, 30),
+        kt.x("Optimizer.zero_grad#SGD.zero_grad", "user_annotation", 650, 50),
+        kt.x("aten::zero_", "cpu_op", 660, 5),
+        kt.x("aten::copy_", "cpu_op", 800, 7),  # outside every annotation: other
+        kt.x("gloo:all_reduce", "user_annotation", 320, 400, tid=9),  # comm, on gloo's thread
+        kt.x("gloo:broadcast", "user_annotation", 700, 50, tid=10),  # overlaps it by 20: union 430
+        kt.x("c10d::allreduce_", "cpu_op", 360, 1),
+    ]  # a collective's op: not compute
     kt.write_trace(str(tmp_path / "t" / "rank-4.json"), {"traceEvents": ev})
     t = open_input(str(tmp_path / "t")).table
     row = t.iloc[0]
@@ -148,14 +158,17 @@ def test_distributed_info_rank_wins_over_the_name(tmp_path):
     assert run.table["rank"].tolist() == [6] and run.world_size == 8
 
 
-@pytest.mark.parametrize("name,rank", [("rank-3.json", 3), ("rank3.pt.trace.json", 3),
-                                       ("host_rank_12.1234.pt.trace.json", 12), ("worker_5.json.gz", 5)])
+@pytest.mark.parametrize(
+    "name,rank",
+    [("rank-3.json", 3), ("rank3.pt.trace.json", 3), ("host_rank_12.1234.pt.trace.json", 12), ("worker_5.json.gz", 5)],
+)
 def test_rank_from_the_file_name(tmp_path, name, rank):
     kt.write_trace(str(tmp_path / "t" / name), kt.gpu_trace(None, steps=1))
     assert open_input(str(tmp_path / "t")).table["rank"].tolist() == [rank]
 
 
 # ---- (c) errors ---------------------------------------------------------------------------------
+
 
 def test_a_file_with_no_rank_is_an_error_naming_it(tmp_path, capsys):
     kt.write_trace(str(tmp_path / "t" / "trace.json"), kt.gpu_trace(None, steps=1))
@@ -188,10 +201,12 @@ def test_traces_without_steps_are_an_error(tmp_path):
 
 # ---- the streaming reader -----------------------------------------------------------------------
 
+
 def test_streaming_reader_matches_json_load_at_every_chunk_boundary(tmp_path, monkeypatch):
     trace = kt.gpu_trace(1, steps=2)
-    trace["traceEvents"].append({"ph": "i", "name": "n", "ts": 12345678901234.5, "s": "g",
-                                 "args": {"x": [1, 2.5e-3, None, True]}})
+    trace["traceEvents"].append(
+        {"ph": "i", "name": "n", "ts": 12345678901234.5, "s": "g", "args": {"x": [1, 2.5e-3, None, True]}}
+    )
     trace["after"] = {"unicode": "ü∑", "n": 17}
     path = str(tmp_path / "rank1.json")
     with open(path, "w", encoding="utf-8") as f:
@@ -205,6 +220,7 @@ def test_streaming_reader_matches_json_load_at_every_chunk_boundary(tmp_path, mo
 
 
 # ---- (d) a large trace, bounded memory ----------------------------------------------------------
+
 
 def test_a_large_trace_is_streamed_with_bounded_memory(tmp_path):
     """200,000 events (about 35 MB): the reader's peak Python allocation stays a small part of it."""
@@ -240,8 +256,11 @@ def test_profiler_steps_alone_give_the_same_steps(profiled, tmp_path, capsys):
     for name in os.listdir(src):
         with open(os.path.join(src, name)) as f:
             trace = json.load(f)
-        trace["traceEvents"] = [e for e in trace["traceEvents"]
-                                if not (e.get("name", "").startswith("telemetry.step#") or e.get("name") in ours)]
+        trace["traceEvents"] = [
+            e
+            for e in trace["traceEvents"]
+            if not (e.get("name", "").startswith("telemetry.step#") or e.get("name") in ours)
+        ]
         kt.write_trace(str(dst / (name + ".gz")), trace)
     t = open_input(str(dst)).table
     store = open_input(os.path.join(profiled, "run")).table.set_index(["rank", "step"])

@@ -11,8 +11,7 @@ def test_first_of_each_key_is_logged_and_every_one_counted(caplog):
         for _ in range(1000):
             once("export", "telemetry: export failed: %s", "timeout")
         once("queue", "telemetry: queue full")
-    assert [r.getMessage() for r in caplog.records] == ["telemetry: export failed: timeout",
-                                                        "telemetry: queue full"]
+    assert [r.getMessage() for r in caplog.records] == ["telemetry: export failed: timeout", "telemetry: queue full"]
     assert once.counts == {"export": 1000, "queue": 1} and once.total == 1001
 
 

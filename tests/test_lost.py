@@ -2,10 +2,10 @@
 alive and stuck), on hand-made heartbeats, and through analyze()."""
 
 import pandas as pd
+from test_hang import NOW, beat, waiting
 
 from telemetry.analysis.detectors import analyze
 from telemetry.analysis.detectors.lost import LOST_AFTER_S, detect_lost_ranks
-from test_hang import NOW, beat, waiting
 
 
 def killed(rank, signal="SIGKILL", code=-9, **kw):
@@ -23,7 +23,11 @@ def test_a_killed_rank_is_lost_with_how_it_ended():
 
 
 def test_a_rank_silent_while_its_peers_go_on_is_lost_without_a_launcher():
-    progress = {0: beat(0, last_step=80), 1: beat(1, time_s=NOW - 2 * LOST_AFTER_S, last_step=40), 2: beat(2, last_step=80)}
+    progress = {
+        0: beat(0, last_step=80),
+        1: beat(1, time_s=NOW - 2 * LOST_AFTER_S, last_step=40),
+        2: beat(2, last_step=80),
+    }
     [f] = detect_lost_ranks(progress)
     assert f.ranks == [1] and "never shut down" in f.evidence and "as far as step 80" in f.evidence
     assert f.last_step == 80
@@ -42,8 +46,14 @@ def test_heartbeats_a_tick_apart_and_a_whole_job_killed_are_not_lost_ranks():
 
 def test_a_lost_rank_is_not_reported_again_as_a_hang():
     """Its peers wait in the all-reduce for a rank that is gone: one finding, rank_lost."""
-    table = pd.DataFrame({"rank": [0, 1, 2] * 40, "step": sum([[s] * 3 for s in range(40)], []),
-                          "start_s": sum([[900.0 + s] * 3 for s in range(40)], []), "duration_s": 1.0})
+    table = pd.DataFrame(
+        {
+            "rank": [0, 1, 2] * 40,
+            "step": sum([[s] * 3 for s in range(40)], []),
+            "start_s": sum([[900.0 + s] * 3 for s in range(40)], []),
+            "duration_s": 1.0,
+        }
+    )
     progress = {0: waiting(0), 1: killed(1, time_s=NOW - 30), 2: waiting(2)}
     kinds = [f.kind for f in analyze(table, progress, 3).findings]
     assert kinds == ["rank_lost"]

@@ -13,10 +13,21 @@ from telemetry.pipeline.records import StepRecord
 
 
 def rec(step, duration, forward, comm):
-    return StepRecord(rank=0, step=step, start_s=0.0, duration_s=duration, ok=True,
-                      phases={"forward": forward, "backward": duration - forward, "data": 0.001},
-                      phase_comm={"backward": comm}, comm_s=comm, ops={}, tokens=None, samples=None,
-                      scalars={}, spans=())
+    return StepRecord(
+        rank=0,
+        step=step,
+        start_s=0.0,
+        duration_s=duration,
+        ok=True,
+        phases={"forward": forward, "backward": duration - forward, "data": 0.001},
+        phase_comm={"backward": comm},
+        comm_s=comm,
+        ops={},
+        tokens=None,
+        samples=None,
+        scalars={},
+        spans=(),
+    )
 
 
 def test_a_block_summary_is_a_fixed_vector_of_medians():

@@ -69,8 +69,10 @@ def server():
     proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())
-        yield [dist.PrefixStore("telemetry/", dist.TCPStore("127.0.0.1", port, 1, False, timedelta(seconds=10)))
-               for _ in range(2)]
+        yield [
+            dist.PrefixStore("telemetry/", dist.TCPStore("127.0.0.1", port, 1, False, timedelta(seconds=10)))
+            for _ in range(2)
+        ]
     finally:
         proc.stdin.close()
         try:

@@ -99,8 +99,15 @@ class DictStore:
 def test_an_online_findings_numbers_and_its_text_come_from_one_source():
     from telemetry import online
 
-    det = online.OnlineDetector(store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
-                                rank=1, world=4, every=10, window=50, wait_blocks=3, min_interval_s=0)
+    det = online.OnlineDetector(
+        store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
+        rank=1,
+        world=4,
+        every=10,
+        window=50,
+        wait_blocks=3,
+        min_interval_s=0,
+    )
     rng = np.random.default_rng(0)
     for block in range(30):
         rows = {}
@@ -128,7 +135,13 @@ def test_a_rank_that_stops_posting_while_its_peers_go_on_is_lost_online():
     never = {b: {0, 1} for b in range(6)}
     assert missing_streaks(never, 3, at_least=3) == {}  # rank 2 never reported: not started, not lost
     d = lost_rank_finding(2, 5, 8, every=10)
-    assert (d["kind"], d["ranks"], d["first_step"], d["last_step"], d["severity"]) == ("rank_lost", [2], 50, 89, "critical")
+    assert (d["kind"], d["ranks"], d["first_step"], d["last_step"], d["severity"]) == (
+        "rank_lost",
+        [2],
+        50,
+        89,
+        "critical",
+    )
     assert d["online"] and d["block_steps"] == 10 and "rank 2 posted no summary for steps 50-89" in d["evidence"]
 
 
@@ -151,8 +164,14 @@ def old_table(det):
     for block, blk in det._rows.items():
         for part_ranks, mat in blk.parts:
             for rank, v in zip(part_ranks.tolist(), mat):
-                rec = {"rank": rank, "step": block * det.every, "start_s": float(block), "duration_s": v[2],
-                       "comm_s": v[4], "data_s": v[5]}
+                rec = {
+                    "rank": rank,
+                    "step": block * det.every,
+                    "start_s": float(block),
+                    "duration_s": v[2],
+                    "comm_s": v[4],
+                    "data_s": v[5],
+                }
                 for i, p in enumerate(det._phase_names.get(rank, [])[: len(v) - len(FIXED)]):
                     rec[f"{p}_s"] = v[len(FIXED) + i]
                     rec[f"comm.{p}_s"] = 0.0
@@ -172,8 +191,15 @@ def test_the_vectorized_table_is_the_per_row_table():
     world = 12
     names = {r: b"backward,forward" for r in range(8)}
     names.update({8: b"forward,optimizer", 9: b"optimizer", 10: b"start,backward"})  # 11: none posted
-    det = online.OnlineDetector(store=DictStore({f"phases/{r}": v for r, v in names.items()}),
-                                rank=1, world=world, every=10, window=50, wait_blocks=3, min_interval_s=0)
+    det = online.OnlineDetector(
+        store=DictStore({f"phases/{r}": v for r, v in names.items()}),
+        rank=1,
+        world=world,
+        every=10,
+        window=50,
+        wait_blocks=3,
+        min_interval_s=0,
+    )
     rng = np.random.default_rng(1)
     for block in (3, 1, 2, 0, 5):
         rows = {}

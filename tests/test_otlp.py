@@ -10,8 +10,8 @@ from otlp_receiver import Blackhole, Receiver
 from servers import free_port
 
 import telemetry
-from telemetry.store import read_run
 from telemetry.exporters.tracing import step_root_span_id, trace_id
+from telemetry.store import read_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,8 +69,21 @@ def test_the_sampling_rule_on_exact_step_times():
     from telemetry.pipeline.records import StepRecord
 
     def rec(step, duration, ok=True):
-        return StepRecord(rank=0, step=step, start_s=float(step), duration_s=duration, ok=ok, phases={},
-                          phase_comm={}, comm_s=0.0, ops={}, tokens=None, samples=None, scalars={}, spans=())
+        return StepRecord(
+            rank=0,
+            step=step,
+            start_s=float(step),
+            duration_s=duration,
+            ok=ok,
+            phases={},
+            phase_comm={},
+            comm_s=0.0,
+            ops={},
+            tokens=None,
+            samples=None,
+            scalars={},
+            spans=(),
+        )
 
     sample = StepSampler(5)
     picked = [i for i in range(30) if sample(rec(i, 0.05 if i == 17 else 0.01, ok=(i != 22)))]
@@ -113,8 +126,9 @@ def test_grpc_protocol(run_dir):
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        telemetry.init(run_dir=run_dir, job="grpc", sinks=["otlp"], otlp_endpoint=f"http://127.0.0.1:{port}",
-                       otlp_protocol="grpc")
+        telemetry.init(
+            run_dir=run_dir, job="grpc", sinks=["otlp"], otlp_endpoint=f"http://127.0.0.1:{port}", otlp_protocol="grpc"
+        )
         loop(2)
         stats = telemetry.shutdown()
     finally:
@@ -136,8 +150,14 @@ def test_dead_collector_never_slows_training_and_is_counted(run_dir, kind, caplo
     if ctx is not None:
         ctx.__enter__()
     try:
-        telemetry.init(run_dir=run_dir, job="dead", sinks=["store", "otlp"], otlp_endpoint=url,
-                       otlp_timeout_s=30, shutdown_timeout_s=2.0)
+        telemetry.init(
+            run_dir=run_dir,
+            job="dead",
+            sinks=["store", "otlp"],
+            otlp_endpoint=url,
+            otlp_timeout_s=30,
+            shutdown_timeout_s=2.0,
+        )
         t0 = time.monotonic()
         loop(30)
         loop_s = time.monotonic() - t0
@@ -177,9 +197,26 @@ def assert_accounted(otlp, written):
 def test_four_ranks_share_one_trace_per_step(tmp_path):
     with Receiver() as rcv:
         env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": rcv.url, "TELEMETRY_SINKS": "store,otlp"}
-        proc = subprocess.run([sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "30",
-                               "--run-dir", str(tmp_path / "run"), "--json"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "telemetry",
+                "demo",
+                "--ranks",
+                "4",
+                "--steps",
+                "30",
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         spans = list(rcv.spans)
     job = "run"
@@ -204,8 +241,15 @@ def test_spans_are_accounted_for_by_reason_of_loss(run_dir, monkeypatch):
 
     monkeypatch.setattr(otlp_mod, "QUEUE_SPANS", 8)
     with Blackhole() as hole:
-        telemetry.init(run_dir=run_dir, job="acct", sinks=["otlp"], otlp_endpoint=hole.url,
-                       otlp_timeout_s=30, shutdown_timeout_s=1.0, flush_interval_s=0.05)
+        telemetry.init(
+            run_dir=run_dir,
+            job="acct",
+            sinks=["otlp"],
+            otlp_endpoint=hole.url,
+            otlp_timeout_s=30,
+            shutdown_timeout_s=1.0,
+            flush_interval_s=0.05,
+        )
         loop(30)
         time.sleep(0.3)
         live = telemetry.stats()["sinks"]["otlp"]
@@ -222,8 +266,14 @@ def test_spans_are_accounted_for_by_reason_of_loss(run_dir, monkeypatch):
 
 def test_the_shutdown_warning_says_where_the_losses_were(run_dir, caplog):
     with Receiver(status=503) as rcv:
-        telemetry.init(run_dir=run_dir, job="where", sinks=["store", "otlp"], otlp_endpoint=rcv.url,
-                       otlp_timeout_s=1, shutdown_timeout_s=1.0)
+        telemetry.init(
+            run_dir=run_dir,
+            job="where",
+            sinks=["store", "otlp"],
+            otlp_endpoint=rcv.url,
+            otlp_timeout_s=1,
+            shutdown_timeout_s=1.0,
+        )
         loop(3)
         telemetry.shutdown()
     [line] = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
@@ -235,8 +285,17 @@ def test_sdk_log_records_of_our_exports_are_prefixed_and_rate_limited(run_dir, c
 
     sdk_logger = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
     with Receiver(status=503) as rcv:
-        telemetry.init(run_dir=run_dir, job="sdklog", sinks=["otlp"], otlp_endpoint=rcv.url, otlp_metrics=True,
-                       push_interval_s=0.5, otlp_timeout_s=1.5, shutdown_timeout_s=1.0, flush_interval_s=0.1)
+        telemetry.init(
+            run_dir=run_dir,
+            job="sdklog",
+            sinks=["otlp"],
+            otlp_endpoint=rcv.url,
+            otlp_metrics=True,
+            push_interval_s=0.5,
+            otlp_timeout_s=1.5,
+            shutdown_timeout_s=1.0,
+            flush_interval_s=0.1,
+        )
         for _ in range(3):  # three rounds of exports, each retried, all refused
             loop(2)
             time.sleep(0.6)
@@ -245,8 +304,11 @@ def test_sdk_log_records_of_our_exports_are_prefixed_and_rate_limited(run_dir, c
     assert rcv.requests >= 4
     from_sdk = [r for r in caplog.records if r.name.startswith("opentelemetry")]
     assert [r.getMessage() for r in from_sdk] == ["the application's own exporter says hello"]
-    routed = [r.getMessage() for r in caplog.records
-              if r.name == "telemetry" and "from the OpenTelemetry SDK" in r.getMessage()]
+    routed = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "telemetry" and "from the OpenTelemetry SDK" in r.getMessage()
+    ]
     assert routed and all(m.startswith("telemetry: otlp: ") for m in routed)
     assert any("Service Unavailable" in m for m in routed)
     assert len(routed) <= 2  # once a minute per SDK logger: the trace exporter's, the metric exporter's
@@ -303,8 +365,8 @@ def test_make_span_exporter_follows_the_sdk_variable():
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-    from telemetry.exporters.otlp import make_span_exporter
     from telemetry.config import Config, ConfigError
+    from telemetry.exporters.otlp import make_span_exporter
 
     ep = {"otlp_endpoint": "http://127.0.0.1:4318", "otlp_timeout_s": 1.0}
     assert isinstance(make_span_exporter(Config.resolve(ep, environ={})), OTLPSpanExporter)

@@ -18,7 +18,7 @@ def recorded(run_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         telemetry.init(run_dir=run_dir, job="trace", sinks=["store"])
-        for i in range(6):
+        for _i in range(6):
             with telemetry.step(tokens=10):
                 with telemetry.phase("forward"):
                     time.sleep(0.002)
@@ -37,7 +37,12 @@ def test_trace_has_a_process_per_rank_and_tracks_for_steps_phases_collectives(re
     doc = json.loads(out.read_text())
     events = doc["traceEvents"]
     meta = [e for e in events if e["ph"] == "M"]
-    assert {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"rank 0 ({__import__('os').uname().nodename})"}} in meta
+    assert {
+        "name": "process_name",
+        "ph": "M",
+        "pid": 0,
+        "args": {"name": f"rank 0 ({__import__('os').uname().nodename})"},
+    } in meta
     threads = {e["args"]["name"] for e in meta if e["name"] == "thread_name"}
     assert threads == {"steps", "phases", "collectives", "data wait"}
     spans = [e for e in events if e["ph"] == "X"]

@@ -36,9 +36,11 @@ class FakeRanges:
 
 @pytest.mark.slow
 def test_default_recorder_is_unchanged_and_imports_nothing_for_ranges():
-    code = ("import sys, telemetry; from telemetry.recorder import build_recorder, Recorder; "
-            "r = build_recorder(1024, 'wall'); assert type(r) is Recorder; "
-            "print('telemetry.recorder.ranges' in sys.modules, 'torch' in sys.modules)")
+    code = (
+        "import sys, telemetry; from telemetry.recorder import build_recorder, Recorder; "
+        "r = build_recorder(1024, 'wall'); assert type(r) is Recorder; "
+        "print('telemetry.recorder.ranges' in sys.modules, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 
@@ -59,9 +61,16 @@ def test_steps_and_phases_open_and_close_ranges_in_order():
         with pytest.raises(ValueError):
             with rec.phase("backward"):
                 raise ValueError("user code")
-    assert fake.log == [("open", "telemetry.step#5"), ("open", "forward"), ("open", "inner"),
-                        ("close", "inner"), ("close", "forward"), ("open", "backward"), ("close", "backward"),
-                        ("close", "telemetry.step#5")]
+    assert fake.log == [
+        ("open", "telemetry.step#5"),
+        ("open", "forward"),
+        ("open", "inner"),
+        ("close", "inner"),
+        ("close", "forward"),
+        ("open", "backward"),
+        ("close", "backward"),
+        ("close", "telemetry.step#5"),
+    ]
     kinds = [e[0] for e in rec.drain()]
     assert kinds == [0, 2, 2, 2, 1]  # the same events as the wall-clock recorder's
 
@@ -105,8 +114,12 @@ def test_cuda_strategy_marks_events_and_opens_ranges():
     with rec.step():
         with rec.phase("forward"):
             pass
-    assert fake.log == [("open", "telemetry.step#0"), ("open", "forward"), ("close", "forward"),
-                        ("close", "telemetry.step#0")]
+    assert fake.log == [
+        ("open", "telemetry.step#0"),
+        ("open", "forward"),
+        ("close", "forward"),
+        ("close", "telemetry.step#0"),
+    ]
     kinds = [e[0] for e in rec.drain()]
     assert kinds == [0, 8, 7]  # STEP_BEGIN, PHASE_DEV, STEP_END_DEV
     assert rec.pool.created == 4
@@ -116,8 +129,15 @@ def test_a_real_profiler_trace_holds_the_ranges_and_reads_back(tmp_path):
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    telemetry.init(run_dir=str(tmp_path / "run"), job="ranges", sinks=["store"], profiler_ranges=True,
-                   device_timing="wall", announce=False, collectives=False)
+    telemetry.init(
+        run_dir=str(tmp_path / "run"),
+        job="ranges",
+        sinks=["store"],
+        profiler_ranges=True,
+        device_timing="wall",
+        announce=False,
+        collectives=False,
+    )
     assert type(current.active()) is RangedRecorder
     a = torch.randn(64, 64)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -137,8 +157,9 @@ def test_a_real_profiler_trace_holds_the_ranges_and_reads_back(tmp_path):
     assert [e["name"] for e in steps] == ["telemetry.step#0", "telemetry.step#1", "telemetry.step#2"]
     assert {e["cat"] for e in steps} == {"user_annotation"}
     fwd = [e for e in events if e["name"] == "forward"]
-    assert len(fwd) == 3 and all(s["ts"] <= f["ts"] and f["ts"] + f["dur"] <= s["ts"] + s["dur"]
-                                 for s, f in zip(steps, fwd))
+    assert len(fwd) == 3 and all(
+        s["ts"] <= f["ts"] and f["ts"] + f["dur"] <= s["ts"] + s["dur"] for s, f in zip(steps, fwd)
+    )
     trace = open_input(str(tmp_path / "traces")).table
     store = open_input(str(tmp_path / "run")).table
     assert trace["step"].tolist() == store["step"].tolist() == [0, 1, 2]
@@ -150,6 +171,7 @@ def test_a_real_profiler_trace_holds_the_ranges_and_reads_back(tmp_path):
 def test_environment_variable_turns_it_on(monkeypatch, tmp_path):
     pytest.importorskip("torch")
     monkeypatch.setenv("TELEMETRY_PROFILER_RANGES", "1")
-    telemetry.init(run_dir=str(tmp_path / "run"), sinks=["store"], device_timing="wall", announce=False,
-                   collectives=False)
+    telemetry.init(
+        run_dir=str(tmp_path / "run"), sinks=["store"], device_timing="wall", announce=False, collectives=False
+    )
     assert type(current.active()) is RangedRecorder

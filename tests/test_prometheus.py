@@ -35,8 +35,11 @@ def series(text):
 
 def exemplar_trace_ids(port):
     om = scrape(port, openmetrics=True)
-    return {line.split('trace_id="')[1].split('"')[0] for line in om.splitlines()
-            if line.startswith("train_step_duration_seconds_bucket") and 'trace_id="' in line}
+    return {
+        line.split('trace_id="')[1].split('"')[0]
+        for line in om.splitlines()
+        if line.startswith("train_step_duration_seconds_bucket") and 'trace_id="' in line
+    }
 
 
 NEVER = 60.0  # a flush interval the pipeline thread never reaches within a test: ticks are by hand
@@ -51,15 +54,24 @@ def deliver(session):
 
 def test_metrics_names_and_labels_and_no_exemplar_without_traces(run_dir):
     port = free_port()
-    session = telemetry.init(run_dir=run_dir, job="prom1", sinks=["prometheus"], prometheus_port=port,
-                             flush_interval_s=NEVER)
+    session = telemetry.init(
+        run_dir=run_dir, job="prom1", sinks=["prometheus"], prometheus_port=port, flush_interval_s=NEVER
+    )
     steps(5)
     deliver(session)
     text = scrape(port)
-    for name in ("train_step_duration_seconds_bucket", "train_phase_duration_seconds_sum",
-                 "train_steps_total", "train_tokens_total", "train_samples_total",
-                 "train_dataloader_wait_seconds_count", "train_last_step_timestamp_seconds",
-                 "train_telemetry_dropped_total", "train_build_info", "train_log_value"):
+    for name in (
+        "train_step_duration_seconds_bucket",
+        "train_phase_duration_seconds_sum",
+        "train_steps_total",
+        "train_tokens_total",
+        "train_samples_total",
+        "train_dataloader_wait_seconds_count",
+        "train_last_step_timestamp_seconds",
+        "train_telemetry_dropped_total",
+        "train_build_info",
+        "train_log_value",
+    ):
         assert name in text, name
     assert 'train_steps_total{job="prom1",local_rank="0",node="%s",rank="0"} 5.0' % os.uname().nodename in text
     assert 'phase="backward"' in text and 'name="loss"' in text
@@ -73,8 +85,14 @@ def test_metrics_names_and_labels_and_no_exemplar_without_traces(run_dir):
 
 def test_series_per_rank_are_bounded_and_the_cap_is_counted(run_dir, caplog):
     port = free_port()
-    session = telemetry.init(run_dir=run_dir, job="card", sinks=["prometheus"], prometheus_port=port,
-                             max_label_values=4, flush_interval_s=NEVER)
+    session = telemetry.init(
+        run_dir=run_dir,
+        job="card",
+        sinks=["prometheus"],
+        prometheus_port=port,
+        max_label_values=4,
+        flush_interval_s=NEVER,
+    )
     steps(3, phases=[f"p{i}" for i in range(10)])
     deliver(session)
     text = scrape(port)
@@ -98,32 +116,81 @@ def test_tls_with_client_certificates(run_dir, tmp_path):
         key, crt = tmp_path / f"{name}.key", tmp_path / f"{name}.crt"
         subj = ["-subj", f"/CN={'127.0.0.1' if name == 'server' else name}"]
         if ca is None:
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                            "-keyout", key, "-out", crt, *subj,
-                            "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "openssl",
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "2",
+                    "-keyout",
+                    key,
+                    "-out",
+                    crt,
+                    *subj,
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                ],
+                check=True,
+                capture_output=True,
+            )
         else:
             csr = tmp_path / f"{name}.csr"
-            subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, *subj],
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, *subj],
+                check=True,
+                capture_output=True,
+            )
             ext = tmp_path / f"{name}.ext"
             ext.write_text("subjectAltName=IP:127.0.0.1\n")
-            subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca[1], "-CAkey", ca[0], "-CAcreateserial",
-                            "-days", "2", "-out", crt, "-extfile", ext], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "openssl",
+                    "x509",
+                    "-req",
+                    "-in",
+                    csr,
+                    "-CA",
+                    ca[1],
+                    "-CAkey",
+                    ca[0],
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-out",
+                    crt,
+                    "-extfile",
+                    ext,
+                ],
+                check=True,
+                capture_output=True,
+            )
         return str(key), str(crt)
 
     ca = cert("ca")
     server = cert("server", ca)
     client = cert("client", ca)
     port = free_port()
-    session = telemetry.init(run_dir=run_dir, job="tls", sinks=["prometheus"], prometheus_port=port,
-                             prometheus_certfile=server[1], prometheus_keyfile=server[0],
-                             prometheus_client_cafile=ca[1], flush_interval_s=NEVER)
+    session = telemetry.init(
+        run_dir=run_dir,
+        job="tls",
+        sinks=["prometheus"],
+        prometheus_port=port,
+        prometheus_certfile=server[1],
+        prometheus_keyfile=server[0],
+        prometheus_client_cafile=ca[1],
+        flush_interval_s=NEVER,
+    )
     steps(2)
     deliver(session)
     ctx = ssl.create_default_context(cafile=ca[1])
     ctx.load_cert_chain(client[1], client[0])
     import urllib.error
     import urllib.request
+
     body = urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=5).read().decode()
     assert [line.split()[-1] for line in series(body) if line.startswith("train_steps_total{")] == ["2.0"]
     no_client_cert = ssl.create_default_context(cafile=ca[1])
@@ -140,14 +207,38 @@ def test_real_prometheus_scrapes_every_rank_of_a_gloo_run(tmp_path):
     base = free_port_range(4)
     config = training_scrape_config(tmp_path / "prometheus_targets")
     with prometheus(tmp_path, config) as prom, Receiver() as rcv:
-        env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base), "OTEL_EXPORTER_OTLP_ENDPOINT": rcv.url,
-               "TELEMETRY_OTLP_SAMPLE_EVERY": "10"}
-        demo = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "700",
-                                 "--run-dir", str(run_dir), "--json"], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = {
+            **os.environ,
+            "TELEMETRY_PROMETHEUS_PORT": str(base),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": rcv.url,
+            "TELEMETRY_OTLP_SAMPLE_EVERY": "10",
+        }
+        demo = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "telemetry",
+                "demo",
+                "--ranks",
+                "4",
+                "--steps",
+                "700",
+                "--run-dir",
+                str(run_dir),
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
-            res = prom.wait_for(f'train_steps_total{{job="{job}"}}',
-                                lambda r: len(r) == 4 and all(float(x["value"][1]) > 0 for x in r), timeout=90)
+            res = prom.wait_for(
+                f'train_steps_total{{job="{job}"}}',
+                lambda r: len(r) == 4 and all(float(x["value"][1]) > 0 for x in r),
+                timeout=90,
+            )
             assert sorted(x["metric"]["rank"] for x in res) == ["0", "1", "2", "3"]
             for x in res:
                 assert x["metric"]["local_rank"] == x["metric"]["rank"] and x["metric"]["node"]
@@ -156,12 +247,18 @@ def test_real_prometheus_scrapes_every_rank_of_a_gloo_run(tmp_path):
             assert targets == json.loads((run_dir / "prometheus_targets.json").read_text())
             q = prom.wait_for(
                 f'histogram_quantile(0.5, sum by (le) (rate(train_step_duration_seconds_bucket{{job="{job}"}}[5s])))',
-                lambda r: r and r[0]["value"][1] not in ("NaN",), timeout=30)
+                lambda r: r and r[0]["value"][1] not in ("NaN",),
+                timeout=30,
+            )
             p50 = float(q[0]["value"][1])
             assert 0.002 < p50 < 1.0, p50  # the demo's steps take tens of milliseconds
             now = time.time()
-            ex = prom.api("query_exemplars", query=f'train_step_duration_seconds_bucket{{job="{job}"}}',
-                          start=now - 120, end=now + 5)
+            ex = prom.api(
+                "query_exemplars",
+                query=f'train_step_duration_seconds_bucket{{job="{job}"}}',
+                start=now - 120,
+                end=now + 5,
+            )
             labels = [e["labels"] for block in ex for e in block["exemplars"]]
             assert labels and all(len(lb["trace_id"]) == 32 for lb in labels)
             busbw = prom.query(f'train_collective_busbw_bytes_per_second{{job="{job}",op="all_reduce"}}')
@@ -176,20 +273,32 @@ def test_real_prometheus_scrapes_every_rank_of_a_gloo_run(tmp_path):
 @pytest.mark.slow
 def test_real_pushgateway_receives_each_rank(run_dir, tmp_path):
     with pushgateway(tmp_path) as gw:
-        telemetry.init(run_dir=run_dir, job="pushed", sinks=["prometheus"], prometheus_port=free_port(),
-                       pushgateway_url=gw, push_interval_s=0.5)
+        telemetry.init(
+            run_dir=run_dir,
+            job="pushed",
+            sinks=["prometheus"],
+            prometheus_port=free_port(),
+            pushgateway_url=gw,
+            push_interval_s=0.5,
+        )
         steps(4)
         stats = telemetry.shutdown()  # the final push happens here
         assert stats["sinks"]["prometheus"]["pushes"] >= 1
         text = http_get(f"{gw}/metrics").decode()
-        line = [l for l in series(text) if l.startswith("train_steps_total{") and 'job="pushed"' in l]
+        line = [ln for ln in series(text) if ln.startswith("train_steps_total{") and 'job="pushed"' in ln]
         assert line and 'rank="0"' in line[0] and line[0].endswith(" 4")
 
 
 def test_dead_pushgateway_is_counted_and_harmless(run_dir, caplog):
     dead = f"http://127.0.0.1:{free_port()}"
-    telemetry.init(run_dir=run_dir, job="deadgw", sinks=["prometheus"], prometheus_port=free_port(),
-                   pushgateway_url=dead, push_interval_s=0.5)
+    telemetry.init(
+        run_dir=run_dir,
+        job="deadgw",
+        sinks=["prometheus"],
+        prometheus_port=free_port(),
+        pushgateway_url=dead,
+        push_interval_s=0.5,
+    )
     t0 = time.monotonic()
     steps(3)
     deadline = time.monotonic() + 5.0  # the push worker's own thread tries every 0.5 s
@@ -208,8 +317,15 @@ def test_exemplars_link_only_to_traces_the_otlp_sink_exports(run_dir):
 
     port = free_port()
     with Receiver() as rcv:
-        session = telemetry.init(run_dir=run_dir, job="exlink", sinks=["prometheus", "otlp"], prometheus_port=port,
-                                 otlp_endpoint=rcv.url, otlp_sample_every=5, flush_interval_s=NEVER)
+        session = telemetry.init(
+            run_dir=run_dir,
+            job="exlink",
+            sinks=["prometheus", "otlp"],
+            prometheus_port=port,
+            otlp_endpoint=rcv.url,
+            otlp_sample_every=5,
+            flush_interval_s=NEVER,
+        )
         for i in range(13):  # steps 0, 5, 10 sampled by the rule, 11 as a slow one; 12, the last, is not
             with telemetry.step():
                 time.sleep(0.08 if i == 11 else 0.005)
@@ -226,27 +342,41 @@ def test_straggler_scores_name_the_scored_rank_and_keep_the_exporting_rank(run_d
     from telemetry.pipeline.records import OnlineResult
 
     port = free_port()
-    session = telemetry.init(run_dir=run_dir, job="scores", sinks=["prometheus"], prometheus_port=port,
-                             flush_interval_s=NEVER)
+    session = telemetry.init(
+        run_dir=run_dir, job="scores", sinks=["prometheus"], prometheus_port=port, flush_interval_s=NEVER
+    )
     [sink] = session.sinks
     sink.findings(OnlineResult([], {0: 0.01, 1: -0.02, 3: 0.5}, {"straggler": 1}))
     node = os.uname().nodename
     text = scrape(port)
     scores = sorted(line for line in series(text) if line.startswith("train_straggler_score{"))
-    assert scores == [f'train_straggler_score{{job="scores",local_rank="0",node="{node}",rank="0",'
-                      f'scored_rank="{r}"}} {v}' for r, v in (("0", 0.01), ("1", -0.02), ("3", 0.5))]
-    findings = {line.split('kind="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
-                for line in series(text) if line.startswith("train_findings{")}
+    assert scores == [
+        f'train_straggler_score{{job="scores",local_rank="0",node="{node}",rank="0",scored_rank="{r}"}} {v}'
+        for r, v in (("0", 0.01), ("1", -0.02), ("3", 0.5))
+    ]
+    findings = {
+        line.split('kind="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+        for line in series(text)
+        if line.startswith("train_findings{")
+    }
     assert f'train_findings{{job="scores",kind="straggler",local_rank="0",node="{node}",rank="0"}} 1.0' in text
     assert findings["straggler"] == "1.0" and findings["hang"] == findings["rank_lost"] == "0.0"  # none, not unknown
 
 
 def test_unknown_throughput_and_mfu_are_absent_not_zero(run_dir, tmp_path):
     port = free_port()
-    session = telemetry.init(run_dir=run_dir, job="nozero", sinks=["prometheus"], prometheus_port=port,
-                             flush_interval_s=NEVER)
-    unknown = ("train_mfu_ratio", "train_tokens_per_second", "train_samples_per_second", "train_tokens_total",
-               "train_samples_total", "train_last_step", "train_last_step_timestamp_seconds")
+    session = telemetry.init(
+        run_dir=run_dir, job="nozero", sinks=["prometheus"], prometheus_port=port, flush_interval_s=NEVER
+    )
+    unknown = (
+        "train_mfu_ratio",
+        "train_tokens_per_second",
+        "train_samples_per_second",
+        "train_tokens_total",
+        "train_samples_total",
+        "train_last_step",
+        "train_last_step_timestamp_seconds",
+    )
 
     def present(text):
         return {line.split("{")[0] for line in series(text)} & set(unknown)
@@ -260,8 +390,15 @@ def test_unknown_throughput_and_mfu_are_absent_not_zero(run_dir, tmp_path):
     telemetry.shutdown()
 
     port = free_port()
-    session = telemetry.init(run_dir=str(tmp_path / "known"), job="known", sinks=["prometheus"], prometheus_port=port,
-                             flush_interval_s=NEVER, flops_per_token=1e6, peak_flops=1e12)
+    session = telemetry.init(
+        run_dir=str(tmp_path / "known"),
+        job="known",
+        sinks=["prometheus"],
+        prometheus_port=port,
+        flush_interval_s=NEVER,
+        flops_per_token=1e6,
+        peak_flops=1e12,
+    )
     steps(3)  # tokens=100, samples=4
     deliver(session)
     text = scrape(port)
@@ -281,16 +418,19 @@ def test_targets_go_to_a_directory_shared_by_runs(tmp_path):
     promtool = require("promtool", "prometheus")
     runs = tmp_path / "runs"
     port = free_port()
-    session = telemetry.init(run_dir=str(runs / "exp1"), job="exp1", sinks=["prometheus"], prometheus_port=port,
-                             flush_interval_s=NEVER)
+    session = telemetry.init(
+        run_dir=str(runs / "exp1"), job="exp1", sinks=["prometheus"], prometheus_port=port, flush_interval_s=NEVER
+    )
     deliver(session)
     shared = runs / "prometheus_targets" / "exp1.json"
     [entry] = json.loads(shared.read_text())
     assert entry["targets"] == [f"127.0.0.1:{port}"] and entry["labels"]["job"] == "exp1"
     assert entry["labels"]["rank"] == "0"
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("scrape_configs:\n  - job_name: training\n    honor_labels: true\n"
-                   f"    file_sd_configs: [{{files: [\"{runs}/prometheus_targets/*.json\"]}}]\n")
+    cfg.write_text(
+        "scrape_configs:\n  - job_name: training\n    honor_labels: true\n"
+        f'    file_sd_configs: [{{files: ["{runs}/prometheus_targets/*.json"]}}]\n'
+    )
     check = subprocess.run([promtool, "check", "config", str(cfg)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     telemetry.shutdown()
@@ -300,8 +440,14 @@ def test_targets_go_to_a_directory_shared_by_runs(tmp_path):
 
 def test_the_shared_targets_directory_is_a_setting(tmp_path):
     port = free_port()
-    session = telemetry.init(run_dir=str(tmp_path / "a" / "exp2"), job="exp2", sinks=["prometheus"],
-                             prometheus_port=port, flush_interval_s=NEVER, prometheus_sd_dir=str(tmp_path / "sd"))
+    session = telemetry.init(
+        run_dir=str(tmp_path / "a" / "exp2"),
+        job="exp2",
+        sinks=["prometheus"],
+        prometheus_port=port,
+        flush_interval_s=NEVER,
+        prometheus_sd_dir=str(tmp_path / "sd"),
+    )
     deliver(session)
     assert (tmp_path / "sd" / "exp2.json").exists() and not (tmp_path / "a" / "prometheus_targets").exists()
 
@@ -316,14 +462,18 @@ def test_real_prometheus_keeps_the_exporting_rank_and_the_scored_rank_apart(tmp_
     port = free_port()
     config = training_scrape_config(runs / "prometheus_targets")
     with prometheus(tmp_path, config) as prom:
-        session = telemetry.init(run_dir=str(runs / "sc"), job="sc", sinks=["prometheus"], prometheus_port=port,
-                                 flush_interval_s=NEVER)
+        session = telemetry.init(
+            run_dir=str(runs / "sc"), job="sc", sinks=["prometheus"], prometheus_port=port, flush_interval_s=NEVER
+        )
         deliver(session)
         session.sinks[0].findings(OnlineResult([], {0: 0.0, 2: 0.4, 3: 0.01}, {"straggler": 1}))
         res = prom.wait_for('train_straggler_score{job="sc"}', lambda r: len(r) == 3, timeout=60)
         telemetry.shutdown()
-    assert sorted((x["metric"]["rank"], x["metric"]["scored_rank"], x["value"][1]) for x in res) == \
-        [("0", "0", "0"), ("0", "2", "0.4"), ("0", "3", "0.01")]
+    assert sorted((x["metric"]["rank"], x["metric"]["scored_rank"], x["value"][1]) for x in res) == [
+        ("0", "0", "0"),
+        ("0", "2", "0.4"),
+        ("0", "3", "0.01"),
+    ]
     assert all("exported_rank" not in x["metric"] for x in res)
 
 
@@ -340,8 +490,13 @@ def test_a_taken_port_falls_back_to_the_next_free_one_and_the_targets_say_which(
     port = blocker.getsockname()[1]
     sd = tmp_path / "sd"
     try:
-        telemetry.init(run_dir=run_dir, job="fallback", sinks=["store", "prometheus"], prometheus_port=port,
-                       prometheus_sd_dir=str(sd))
+        telemetry.init(
+            run_dir=run_dir,
+            job="fallback",
+            sinks=["store", "prometheus"],
+            prometheus_port=port,
+            prometheus_sd_dir=str(sd),
+        )
         steps(3)
         served = telemetry.stats()["sinks"]["prometheus"]["port"]
         assert served != port and served > port
@@ -372,8 +527,9 @@ def test_a_taken_port_fails_init_when_strict(run_dir):
     port = blocker.getsockname()[1]
     try:
         with pytest.raises(SinkStartError, match=f"prometheus_port: 127.0.0.1:{port} is in use"):
-            telemetry.init(run_dir=run_dir, job="strictport", sinks=["store", "prometheus"], prometheus_port=port,
-                           strict=True)
+            telemetry.init(
+                run_dir=run_dir, job="strictport", sinks=["store", "prometheus"], prometheus_port=port, strict=True
+            )
     finally:
         blocker.close()
     telemetry.init(run_dir=run_dir, job="strictport", sinks=["store"])  # nothing half-started is left behind

@@ -43,8 +43,13 @@ def as_prometheus_yml(block: str) -> str:
 
 def run_sink_in(base: str, job: str = "readme") -> None:
     """A real rank-0 Prometheus sink of a run in BASE/runs/JOB, as the README lays runs out."""
-    session = telemetry.init(run_dir=os.path.join(base, "runs", job), job=job, sinks=["prometheus"],
-                             prometheus_port=free_port(), flush_interval_s=60.0)
+    session = telemetry.init(
+        run_dir=os.path.join(base, "runs", job),
+        job=job,
+        sinks=["prometheus"],
+        prometheus_port=free_port(),
+        flush_interval_s=60.0,
+    )
     with telemetry.step():
         time.sleep(0.001)
     session.pipeline.tick()
@@ -59,8 +64,10 @@ def check_config(block: str, base: str, promtool: str) -> None:
     config = as_prometheus_yml(block).replace("/path/to/", base + "/")
     for path in referenced_paths(config, base):
         if glob.has_magic(path):
-            assert glob.glob(path), f"the README's glob {path!r} matches none of the files the sink wrote: " \
+            assert glob.glob(path), (
+                f"the README's glob {path!r} matches none of the files the sink wrote: "
                 f"{sorted(glob.glob(base + '/**', recursive=True))}"
+            )
         elif not os.path.exists(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             open(path, "w").close()
@@ -104,12 +111,16 @@ def test_the_checker_rejects_the_old_glob_and_accepts_the_shared_directory(tmp_p
     the shared targets directory, so that it is known to catch what it is for."""
     promtool = require("promtool", "prometheus")
     run_sink_in(str(tmp_path))
-    old = ('scrape_configs:\n  - job_name: training\n    honor_labels: true\n'
-           '    file_sd_configs: [{files: ["/path/to/runs/*/prometheus_targets.json"], refresh_interval: 5s}]\n')
+    old = (
+        "scrape_configs:\n  - job_name: training\n    honor_labels: true\n"
+        '    file_sd_configs: [{files: ["/path/to/runs/*/prometheus_targets.json"], refresh_interval: 5s}]\n'
+    )
     with pytest.raises(AssertionError, match="is not valid for file discovery"):
         check_config(old, str(tmp_path), promtool)
-    fragment = ('- job_name: training\n  honor_labels: true\n'
-                '  file_sd_configs: [{files: ["/path/to/runs/prometheus_targets/*.json"]}]\n')
+    fragment = (
+        "- job_name: training\n  honor_labels: true\n"
+        '  file_sd_configs: [{files: ["/path/to/runs/prometheus_targets/*.json"]}]\n'
+    )
     check_config(fragment, str(tmp_path), promtool)
     with pytest.raises(AssertionError, match="matches none of the files"):
         check_config(fragment.replace("prometheus_targets/*.json", "targets/*.json"), str(tmp_path), promtool)

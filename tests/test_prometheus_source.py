@@ -20,13 +20,13 @@ import time
 
 import numpy as np
 import pytest
-
-pytestmark = pytest.mark.slow  # a real Prometheus server (and, live, a real demo job)
 from servers import free_port, free_port_range, prometheus, require, training_scrape_config
 
 from telemetry.analysis.detectors import analyze
 from telemetry.analysis.prometheus import PROMETHEUS, list_jobs, open_prometheus
 from telemetry.analysis.table import TableError
+
+pytestmark = pytest.mark.slow  # a real Prometheus server (and, live, a real demo job)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRAPE_S = 15
@@ -83,8 +83,11 @@ def histogram(s: Series, family: str, labels: dict, times, counts, sums) -> None
     lines = []
     for t, c, v in zip(times, counts, sums):
         t = int(t)
-        lines += [f'{family}_bucket{{{lb},le="+Inf"}} {_num(c)} {t}', f"{family}_count{{{lb}}} {_num(c)} {t}",
-                  f"{family}_sum{{{lb}}} {_num(v)} {t}"]
+        lines += [
+            f'{family}_bucket{{{lb},le="+Inf"}} {_num(c)} {t}',
+            f"{family}_count{{{lb}}} {_num(c)} {t}",
+            f"{family}_sum{{{lb}}} {_num(v)} {t}",
+        ]
     s.add(family, "histogram", labels, lines)
 
 
@@ -110,8 +113,14 @@ def job_a(s: Series, end: int) -> dict:
     opt = np.repeat((0.03 * jit)[:, None], A_RANKS, axis=1)
     data = np.full_like(fwd, 0.004)
     dur = fwd + bwd + comm + opt  # equal on every rank
-    per_step = {"duration_s": dur, "forward_s": fwd, "backward_s": bwd + comm, "optimizer_s": opt, "data_s": data,
-                "comm_s": comm}
+    per_step = {
+        "duration_s": dur,
+        "forward_s": fwd,
+        "backward_s": bwd + comm,
+        "optimizer_s": opt,
+        "data_s": data,
+        "comm_s": comm,
+    }
 
     def cum(per):  # counter values at `times` from per-step values per interval
         return np.vstack([np.zeros((1, A_RANKS)), np.cumsum(per * steps[:, None], axis=0)])
@@ -122,17 +131,30 @@ def job_a(s: Series, end: int) -> dict:
         lab = {"job": "train-a", "rank": r, "local_rank": r % 4, "node": f"node{r // 4}"}
         histogram(s, "train_step_duration_seconds", lab, times, n_cum, cum(dur)[:, r])
         for p in ("forward", "backward", "optimizer"):
-            histogram(s, "train_phase_duration_seconds", {**lab, "phase": p}, times, n_cum, cum(per_step[f"{p}_s"])[:, r])
+            histogram(
+                s, "train_phase_duration_seconds", {**lab, "phase": p}, times, n_cum, cum(per_step[f"{p}_s"])[:, r]
+            )
         histogram(s, "train_dataloader_wait_seconds", lab, times, n_cum, cum(data)[:, r])
-        histogram(s, "train_collective_duration_seconds", {**lab, "op": "all_reduce"}, times, 2 * n_cum,
-                  cum(comm)[:, r])
+        histogram(
+            s, "train_collective_duration_seconds", {**lab, "op": "all_reduce"}, times, 2 * n_cum, cum(comm)[:, r]
+        )
         counter(s, "train_collective_calls", {**lab, "op": "all_reduce"}, times, 2.0 * n_cum)
         counter(s, "train_collective_bytes", {**lab, "op": "all_reduce"}, times, STEP_BYTES * n_cum)
         busbw = np.concatenate([[np.nan], STEP_BYTES * 2 * (A_RANKS - 1) / A_RANKS / comm[:, r]])
-        gauge(s, "train_collective_busbw_bytes_per_second", {**lab, "op": "all_reduce"}, times[1:],
-              np.full(len(ends), math.inf) if r == 6 else busbw[1:])
-        gauge(s, "train_collective_algbw_bytes_per_second", {**lab, "op": "all_reduce"}, times[1:],
-              STEP_BYTES / comm[:, r])
+        gauge(
+            s,
+            "train_collective_busbw_bytes_per_second",
+            {**lab, "op": "all_reduce"},
+            times[1:],
+            np.full(len(ends), math.inf) if r == 6 else busbw[1:],
+        )
+        gauge(
+            s,
+            "train_collective_algbw_bytes_per_second",
+            {**lab, "op": "all_reduce"},
+            times[1:],
+            STEP_BYTES / comm[:, r],
+        )
         counter(s, "train_collective_blocked_seconds", lab, times, cum(comm)[:, r])
         counter(s, "train_steps", lab, times, n_cum.astype(float))
         counter(s, "train_tokens", lab, times, 4096.0 * n_cum)
@@ -186,8 +208,12 @@ def backfilled(tmp_path_factory):
     job_b(s, end)
     src = tmp / "metrics.om"
     src.write_text(s.text())
-    made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(src), str(tmp / "tsdb")],
-                          capture_output=True, text=True, timeout=120)
+    made = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(src), str(tmp / "tsdb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert made.returncode == 0, made.stdout + made.stderr
     with prometheus(tmp, NO_SCRAPES) as prom:
         yield prom.url, truth
@@ -212,8 +238,12 @@ def test_the_table_holds_a_row_per_rank_and_window_with_per_step_means(backfille
     n = 30  # 30 minutes of 60 s windows
     assert run.meta["window_s"] == WINDOW_S and run.meta["windows"] == n
     assert run.meta["scrape_interval_s"] == SCRAPE_S
-    assert {k: run.meta[k] for k in ("job", "world_size", "source", "url")} == \
-        {"job": "train-a", "world_size": A_RANKS, "source": "prometheus", "url": url}
+    assert {k: run.meta[k] for k in ("job", "world_size", "source", "url")} == {
+        "job": "train-a",
+        "world_size": A_RANKS,
+        "source": "prometheus",
+        "url": url,
+    }
     assert run.meta["hosts"] == {str(r): f"node{r // 4}" for r in range(A_RANKS)}
     assert run.ranks == {r: {"node": f"node{r // 4}", "local_rank": r % 4} for r in range(A_RANKS)}
     assert sorted(t["rank"].unique()) == list(range(A_RANKS)) and len(t) == A_RANKS * n
@@ -258,6 +288,7 @@ def test_the_dashboard_shows_a_job_from_prometheus(backfilled, monkeypatch):
     streamlit_testing = pytest.importorskip("streamlit.testing.v1")
     url, truth = backfilled
     from telemetry.dashboards.serve import APP as app
+
     monkeypatch.setenv("TELEMETRY_DASHBOARD_PROMETHEUS", url)
     at = streamlit_testing.AppTest.from_file(app, default_timeout=60)
     at.run()  # no --job and two jobs there: the sidebar offers them
@@ -393,9 +424,26 @@ def test_a_live_demo_job_shows_every_rank(tmp_path):
     config = training_scrape_config(tmp_path / "runs" / "prometheus_targets")
     with prometheus(tmp_path, config) as prom:
         env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base)}
-        demo = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "100000",
-                                 "--run-dir", str(run_dir), "--json"], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        demo = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "telemetry",
+                "demo",
+                "--ranks",
+                "4",
+                "--steps",
+                "100000",
+                "--run-dir",
+                str(run_dir),
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             prom.wait_for('train_steps_total{job="live"}', lambda r: len(r) == 4, timeout=60)
             time.sleep(8)  # a few 2 s windows of steps

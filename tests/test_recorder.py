@@ -4,9 +4,9 @@ import threading
 
 import pytest
 
-from telemetry.recorder import events as ev
 from telemetry.pipeline.assembler import Assembler
 from telemetry.recorder import Recorder
+from telemetry.recorder import events as ev
 from telemetry.usage import TelemetryUsageError
 
 
@@ -173,8 +173,11 @@ def test_a_finished_step_is_held_one_tick_for_late_events():
     first = [(ev.STEP_BEGIN, 10, 0), (ev.STEP_END, 50, 0, 10, True, None, None)]
     assert asm.feed(first) == []  # held for one tick
     # an async collective's completion callback ran late, but completed at t=40, inside step 0
-    late = [(ev.COLLECTIVE, 40, "all_reduce", 20, 4000, 4, "default", 20, 1.5),
-            (ev.STEP_BEGIN, 60, 1), (ev.STEP_END, 90, 1, 60, True, None, None)]
+    late = [
+        (ev.COLLECTIVE, 40, "all_reduce", 20, 4000, 4, "default", 20, 1.5),
+        (ev.STEP_BEGIN, 60, 1),
+        (ev.STEP_END, 90, 1, 60, True, None, None),
+    ]
     [r0] = asm.feed(late)
     assert r0.step == 0 and r0.ops["all_reduce"].count == 1 and r0.comm_s == pytest.approx(20e-9)
     [r1] = asm.feed([])

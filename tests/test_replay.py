@@ -19,9 +19,18 @@ from telemetry.analysis.formats import per_op_to_steps
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpora", "straggler-analysis")
 
-NAMES = {"F": "forward-compute", "B": "backward-compute", "fs": "forward-send", "fr": "forward-recv",
-         "bs": "backward-send", "br": "backward-recv", "emb": "embedding-grads-all-reduce",
-         "rs": "grads-reduce-scatter", "clip": "optimizer-clip-main-grad", "opt": "optimizer"}
+NAMES = {
+    "F": "forward-compute",
+    "B": "backward-compute",
+    "fs": "forward-send",
+    "fr": "forward-recv",
+    "bs": "backward-send",
+    "br": "backward-recv",
+    "emb": "embedding-grads-all-reduce",
+    "rs": "grads-reduce-scatter",
+    "clip": "optimizer-clip-main-grad",
+    "opt": "optimizer",
+}
 
 
 def trace(ranks: dict, steps=(0,), step_len=100.0) -> pd.DataFrame:
@@ -41,33 +50,133 @@ def trace(ranks: dict, steps=(0,), step_len=100.0) -> pd.DataFrame:
 # pipeline, 0.2), the reduce-scatter (each stage's two ranks, 0.5), the gradient norm (every rank,
 # 0.2) and the optimizer (0.3). Every time below is worked out by hand; the step ends at 18.1.
 ASYMMETRIC = {
-    0: (0, 0, [("F", 0, 0, 1), ("fs", -1, 1, .1), ("F", 1, 1.1, 1), ("fs", -1, 2.1, 3.6), ("br", -1, 2.1, 3.6),
-               ("B", 0, 5.7, 2), ("F", 2, 7.7, 1), ("fs", -1, 8.7, 1.6), ("br", -1, 8.7, 1.6), ("B", 1, 10.3, 2),
-               ("br", -1, 12.3, 2.6), ("B", 2, 14.9, 2), ("emb", -1, 16.9, .2), ("rs", -1, 17.1, .5),
-               ("clip", -1, 17.6, .2), ("opt", -1, 17.8, .3)]),
-    2: (0, 1, [("fr", -1, 0, 1.1), ("F", 0, 1.1, 1.5), ("B", 0, 2.6, 3), ("bs", -1, 5.6, .1), ("fr", -1, 5.6, .1),
-               ("F", 1, 5.7, 1.5), ("B", 1, 7.2, 3), ("bs", -1, 10.2, .1), ("fr", -1, 10.2, .1), ("F", 2, 10.3, 1.5),
-               ("B", 2, 11.8, 3), ("bs", -1, 14.8, .1), ("emb", -1, 14.9, 2.2), ("rs", -1, 17.1, .5),
-               ("clip", -1, 17.6, .2), ("opt", -1, 17.8, .3)]),
-    1: (1, 0, [("F", 0, 0, 1), ("fs", -1, 1, .1), ("F", 1, 1.1, 1), ("fs", -1, 2.1, 3.1), ("br", -1, 2.1, 3.1),
-               ("B", 0, 5.2, 2), ("F", 2, 7.2, 1), ("fs", -1, 8.2, 1.1), ("br", -1, 8.2, 1.1), ("B", 1, 9.3, 2),
-               ("br", -1, 11.3, 2.1), ("B", 2, 13.4, 2), ("emb", -1, 15.4, .2), ("rs", -1, 15.6, 2.0),
-               ("clip", -1, 17.6, .2), ("opt", -1, 17.8, .3)]),
-    3: (1, 1, [("fr", -1, 0, 1.1), ("F", 0, 1.1, 1.5), ("B", 0, 2.6, 2.5), ("bs", -1, 5.1, .1), ("fr", -1, 5.1, .1),
-               ("F", 1, 5.2, 1.5), ("B", 1, 6.7, 2.5), ("bs", -1, 9.2, .1), ("fr", -1, 9.2, .1), ("F", 2, 9.3, 1.5),
-               ("B", 2, 10.8, 2.5), ("bs", -1, 13.3, .1), ("emb", -1, 13.4, 2.2), ("rs", -1, 15.6, 2.0),
-               ("clip", -1, 17.6, .2), ("opt", -1, 17.8, .3)]),
+    0: (
+        0,
+        0,
+        [
+            ("F", 0, 0, 1),
+            ("fs", -1, 1, 0.1),
+            ("F", 1, 1.1, 1),
+            ("fs", -1, 2.1, 3.6),
+            ("br", -1, 2.1, 3.6),
+            ("B", 0, 5.7, 2),
+            ("F", 2, 7.7, 1),
+            ("fs", -1, 8.7, 1.6),
+            ("br", -1, 8.7, 1.6),
+            ("B", 1, 10.3, 2),
+            ("br", -1, 12.3, 2.6),
+            ("B", 2, 14.9, 2),
+            ("emb", -1, 16.9, 0.2),
+            ("rs", -1, 17.1, 0.5),
+            ("clip", -1, 17.6, 0.2),
+            ("opt", -1, 17.8, 0.3),
+        ],
+    ),
+    2: (
+        0,
+        1,
+        [
+            ("fr", -1, 0, 1.1),
+            ("F", 0, 1.1, 1.5),
+            ("B", 0, 2.6, 3),
+            ("bs", -1, 5.6, 0.1),
+            ("fr", -1, 5.6, 0.1),
+            ("F", 1, 5.7, 1.5),
+            ("B", 1, 7.2, 3),
+            ("bs", -1, 10.2, 0.1),
+            ("fr", -1, 10.2, 0.1),
+            ("F", 2, 10.3, 1.5),
+            ("B", 2, 11.8, 3),
+            ("bs", -1, 14.8, 0.1),
+            ("emb", -1, 14.9, 2.2),
+            ("rs", -1, 17.1, 0.5),
+            ("clip", -1, 17.6, 0.2),
+            ("opt", -1, 17.8, 0.3),
+        ],
+    ),
+    1: (
+        1,
+        0,
+        [
+            ("F", 0, 0, 1),
+            ("fs", -1, 1, 0.1),
+            ("F", 1, 1.1, 1),
+            ("fs", -1, 2.1, 3.1),
+            ("br", -1, 2.1, 3.1),
+            ("B", 0, 5.2, 2),
+            ("F", 2, 7.2, 1),
+            ("fs", -1, 8.2, 1.1),
+            ("br", -1, 8.2, 1.1),
+            ("B", 1, 9.3, 2),
+            ("br", -1, 11.3, 2.1),
+            ("B", 2, 13.4, 2),
+            ("emb", -1, 15.4, 0.2),
+            ("rs", -1, 15.6, 2.0),
+            ("clip", -1, 17.6, 0.2),
+            ("opt", -1, 17.8, 0.3),
+        ],
+    ),
+    3: (
+        1,
+        1,
+        [
+            ("fr", -1, 0, 1.1),
+            ("F", 0, 1.1, 1.5),
+            ("B", 0, 2.6, 2.5),
+            ("bs", -1, 5.1, 0.1),
+            ("fr", -1, 5.1, 0.1),
+            ("F", 1, 5.2, 1.5),
+            ("B", 1, 6.7, 2.5),
+            ("bs", -1, 9.2, 0.1),
+            ("fr", -1, 9.2, 0.1),
+            ("F", 2, 9.3, 1.5),
+            ("B", 2, 10.8, 2.5),
+            ("bs", -1, 13.3, 0.1),
+            ("emb", -1, 13.4, 2.2),
+            ("rs", -1, 15.6, 2.0),
+            ("clip", -1, 17.6, 0.2),
+            ("opt", -1, 17.8, 0.3),
+        ],
+    ),
 }
 
 # Both pipelines alike: stage 0 forward 1, backward 2; stage 1 (twice the work) forward 2, backward 4.
 # The step ends at 22.4. Rebalanced (the work moved: every stage forward 1.5, backward 3) it would end
 # at 19.4, worked out the same way: a cost of 1 - 19.4 / 22.4 = 13.4%.
-_S0 = [("F", 0, 0, 1), ("fs", -1, 1, .1), ("F", 1, 1.1, 1), ("fs", -1, 2.1, 5.1), ("br", -1, 2.1, 5.1),
-       ("B", 0, 7.2, 2), ("F", 2, 9.2, 1), ("fs", -1, 10.2, 3.1), ("br", -1, 10.2, 3.1), ("B", 1, 13.3, 2),
-       ("br", -1, 15.3, 4.1), ("B", 2, 19.4, 2), ("rs", -1, 21.4, .5), ("clip", -1, 21.9, .2), ("opt", -1, 22.1, .3)]
-_S1 = [("fr", -1, 0, 1.1), ("F", 0, 1.1, 2), ("B", 0, 3.1, 4), ("bs", -1, 7.1, .1), ("fr", -1, 7.1, .1),
-       ("F", 1, 7.2, 2), ("B", 1, 9.2, 4), ("bs", -1, 13.2, .1), ("fr", -1, 13.2, .1), ("F", 2, 13.3, 2),
-       ("B", 2, 15.3, 4), ("bs", -1, 19.3, .1), ("rs", -1, 19.4, .5), ("clip", -1, 19.9, 2.2), ("opt", -1, 22.1, .3)]
+_S0 = [
+    ("F", 0, 0, 1),
+    ("fs", -1, 1, 0.1),
+    ("F", 1, 1.1, 1),
+    ("fs", -1, 2.1, 5.1),
+    ("br", -1, 2.1, 5.1),
+    ("B", 0, 7.2, 2),
+    ("F", 2, 9.2, 1),
+    ("fs", -1, 10.2, 3.1),
+    ("br", -1, 10.2, 3.1),
+    ("B", 1, 13.3, 2),
+    ("br", -1, 15.3, 4.1),
+    ("B", 2, 19.4, 2),
+    ("rs", -1, 21.4, 0.5),
+    ("clip", -1, 21.9, 0.2),
+    ("opt", -1, 22.1, 0.3),
+]
+_S1 = [
+    ("fr", -1, 0, 1.1),
+    ("F", 0, 1.1, 2),
+    ("B", 0, 3.1, 4),
+    ("bs", -1, 7.1, 0.1),
+    ("fr", -1, 7.1, 0.1),
+    ("F", 1, 7.2, 2),
+    ("B", 1, 9.2, 4),
+    ("bs", -1, 13.2, 0.1),
+    ("fr", -1, 13.2, 0.1),
+    ("F", 2, 13.3, 2),
+    ("B", 2, 15.3, 4),
+    ("bs", -1, 19.3, 0.1),
+    ("rs", -1, 19.4, 0.5),
+    ("clip", -1, 19.9, 2.2),
+    ("opt", -1, 22.1, 0.3),
+]
 HEAVY_LAST_STAGE = {0: (0, 0, _S0), 1: (1, 0, _S0), 2: (0, 1, _S1), 3: (1, 1, _S1)}
 
 
@@ -113,12 +222,19 @@ def test_rebalancing_a_stage_costs_what_the_hand_replay_says():
 def test_reprice_costs_a_stage_imbalance_finding_by_the_replay():
     ops = trace(HEAVY_LAST_STAGE, steps=(0, 1, 2))
     m = from_table(per_op_to_steps(ops))
-    f = Finding(kind="stage_imbalance", ranks=[2, 3], phase="backward", first_step=0, last_step=2,
-                severity="critical", slowdown=0.4,
-                evidence="pipeline stage 1 (ranks 2, 3) computes 3000.0 ms more per step than the typical stage "
-                         "(3000.0 ms, 2.00x), most of it in backward; rebalancing it would make steps 40.0% "
-                         "faster (replay of a synchronous step; with pipelining this is an upper bound)",
-                details={"stage": 1})
+    f = Finding(
+        kind="stage_imbalance",
+        ranks=[2, 3],
+        phase="backward",
+        first_step=0,
+        last_step=2,
+        severity="critical",
+        slowdown=0.4,
+        evidence="pipeline stage 1 (ranks 2, 3) computes 3000.0 ms more per step than the typical stage "
+        "(3000.0 ms, 2.00x), most of it in backward; rebalancing it would make steps 40.0% "
+        "faster (replay of a synchronous step; with pipelining this is an upper bound)",
+        details={"stage": 1},
+    )
     summary = {"slowdown": 0.0}
     [g] = reprice([f], summary, ops, m, shift=None)
     cost = 1 - 19.4 / 22.4

@@ -15,12 +15,16 @@ def report(table):
 def row(text, rank):
     head = next(line for line in text.splitlines() if line.strip().startswith("rank  steps"))
     head = head.replace("in step", "in_step").split()
-    cells = next(line for line in text.splitlines() if line.split()[:1] == [str(rank)] and len(line.split()) == len(head))
+    cells = next(
+        line for line in text.splitlines() if line.split()[:1] == [str(rank)] and len(line.split()) == len(head)
+    )
     return dict(zip(head[1:], cells.split()[1:]))
 
 
 def test_a_backward_straggler_shows_in_its_phase_column_not_only_in_blocked():
-    table = simulate(Scenario(ranks=4, steps=200, faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.5),)))
+    table = simulate(
+        Scenario(ranks=4, steps=200, faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.5),))
+    )
     # In the table as recorded, backward holds the wait for the all-reduce: every rank looks alike.
     raw = table[table["step"] >= 20].groupby("rank")["backward_s"].median()
     assert abs(raw[2] / raw[0] - 1) < 0.05
@@ -40,8 +44,9 @@ def test_the_header_and_the_table_do_not_both_say_step():
 
 
 def test_each_findings_cost_is_also_given_as_its_share_of_the_run():
-    table = simulate(Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.6,
-                                                                start=150),)))
+    table = simulate(
+        Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.6, start=150),))
+    )
     text = report(table)
     line = next(x for x in text.splitlines() if "straggler" in x and "slowdown" in x)
     own, share = map(float, re.search(r"slowdown ([\d.]+)% of those steps \(([\d.]+)% of the run\)", line).groups())

@@ -51,8 +51,14 @@ def test_the_unit_tests_can_fail(tmp_path):
     """A rule changed under the tests makes them fail: they check values, not only syntax."""
     promtool = require("promtool", "prometheus")
     broken = tmp_path / "alerts.rules.yml"
-    broken.write_text(open(ALERTS).read().replace("job_rank:train_compute_seconds:ratio_to_job_median > 1.2",
-                                                  "job_rank:train_compute_seconds:ratio_to_job_median > 1.1"))
+    broken.write_text(
+        open(ALERTS)
+        .read()
+        .replace(
+            "job_rank:train_compute_seconds:ratio_to_job_median > 1.2",
+            "job_rank:train_compute_seconds:ratio_to_job_median > 1.1",
+        )
+    )
     (tmp_path / "recording.rules.yml").write_text(open(RECORDS).read())
     tests = tmp_path / "tests"
     tests.mkdir()
@@ -86,8 +92,11 @@ def test_every_recording_rule_has_its_values_tested():
 
 def test_alerts_follow_the_conventions_and_have_a_runbook_section():
     with open(RUNBOOK) as f:
-        anchors = {re.sub(r"[^a-z0-9-]", "", line[3:].strip().lower().replace(" ", "-"))
-                   for line in f if line.startswith("## ")}
+        anchors = {
+            re.sub(r"[^a-z0-9-]", "", line[3:].strip().lower().replace(" ", "-"))
+            for line in f
+            if line.startswith("## ")
+        }
     for r in rules(ALERTS):
         name = r["alert"]
         assert re.fullmatch(r"Training[A-Z][A-Za-z]+", name), name
@@ -111,8 +120,11 @@ def test_counters_that_never_reset_are_alerted_on_their_increase():
 
 def test_the_rules_only_read_metrics_the_exporter_writes():
     """Every train_* name in the rules is exported (telemetry/exporters/) or recorded by a rule."""
-    source = "".join(open(os.path.join(ROOT, "telemetry", "exporters", f)).read()
-                     for f in os.listdir(os.path.join(ROOT, "telemetry", "exporters")) if f.endswith(".py"))
+    source = "".join(
+        open(os.path.join(ROOT, "telemetry", "exporters", f)).read()
+        for f in os.listdir(os.path.join(ROOT, "telemetry", "exporters"))
+        if f.endswith(".py")
+    )
     recorded = {r["record"] for r in rules(RECORDS)}
     for path in (RECORDS, ALERTS):
         for r in rules(path):

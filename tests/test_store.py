@@ -10,9 +10,9 @@ import time
 import pytest
 
 import telemetry
+from telemetry.analysis.load import open_input
 from telemetry.cli import main as cli
 from telemetry.store import read_run
-from telemetry.analysis.load import open_input
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -131,10 +131,27 @@ def test_a_format_1_run_directory_is_still_read(run_dir):
     with open(os.path.join(run_dir, "ranks", "rank-00000.steps.jsonl"), "w") as f:
         f.write(json.dumps({"session": "s1", "rank": 0, "start_time_s": 1.0}) + "\n")
         for s in range(5):
-            f.write(json.dumps({"rank": 0, "step": s, "start_s": 10.0 + s, "duration_s": 0.5, "ok": True,
-                                "phases": {"forward": 0.2}, "phase_comm": {}, "comm_s": 0.0, "ops": {},
-                                "tokens": 8, "samples": 1, "scalars": {"loss": None}, "nonfinite": {"loss": "nan"},
-                                "spans": [["phase", "forward", 10.0 + s, 10.2 + s, True, 0]]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "rank": 0,
+                        "step": s,
+                        "start_s": 10.0 + s,
+                        "duration_s": 0.5,
+                        "ok": True,
+                        "phases": {"forward": 0.2},
+                        "phase_comm": {},
+                        "comm_s": 0.0,
+                        "ops": {},
+                        "tokens": 8,
+                        "samples": 1,
+                        "scalars": {"loss": None},
+                        "nonfinite": {"loss": "nan"},
+                        "spans": [["phase", "forward", 10.0 + s, 10.2 + s, True, 0]],
+                    }
+                )
+                + "\n"
+            )
         f.write("not json\n")
     run = open_input(run_dir)
     assert list(run.table["step"]) == list(range(5)) and run.table["log.loss"].isna().all()
@@ -186,8 +203,11 @@ def test_records_are_flushed_at_interpreter_exit_without_shutdown(run_dir):
 
 @pytest.mark.slow
 def test_records_survive_a_killed_process(run_dir):
-    proc = subprocess.Popen([sys.executable, "-c", _script(run_dir, "print('ready', flush=True); time.sleep(60)")],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _script(run_dir, "print('ready', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(1.2)  # the store flushes at least every second
     proc.send_signal(signal.SIGKILL)
@@ -242,8 +262,11 @@ def test_a_rank_killed_mid_segment_then_restarted_loses_nothing_and_its_rerun_st
 
 @pytest.mark.slow
 def test_sigterm_flushes_before_dying(run_dir):
-    proc = subprocess.Popen([sys.executable, "-c", _script(run_dir, "print('ready', flush=True); time.sleep(60)")],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _script(run_dir, "print('ready', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == -signal.SIGTERM  # it still dies of the signal

@@ -19,8 +19,12 @@ def test_co_stragglers_are_costed_together_and_each_named_with_its_marginal_cost
 
 
 def test_a_slow_node_is_one_finding_listing_its_ranks():
-    sc = Scenario(ranks=16, steps=400, ranks_per_node=4,
-                  faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),))
+    sc = Scenario(
+        ranks=16,
+        steps=400,
+        ranks_per_node=4,
+        faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),),
+    )
     [f] = stragglers(sc)
     assert f.ranks == [4, 5, 6, 7] and f.phase == "backward" and f.details["node"] == "node1"
     assert f.evidence.startswith("slow node node1: ranks 4-7 (4 of its 4)")
@@ -33,8 +37,9 @@ def test_without_a_node_layout_the_same_ranks_are_co_stragglers():
 
 
 def test_a_hidden_straggler_is_named_at_info_with_its_cost_in_a_quiet_job():
-    sc = Scenario(ranks=256, steps=300, jitter=0.1,
-                  faults=(Fault("straggler", ranks=(100,), phase="backward", factor=1.12),))
+    sc = Scenario(
+        ranks=256, steps=300, jitter=0.1, faults=(Fault("straggler", ranks=(100,), phase="backward", factor=1.12),)
+    )
     named = {tuple(f.ranks): f for f in stragglers(sc)}
     f = named[(100,)]
     assert f.severity == "info" and f.slowdown < 0.01
@@ -50,8 +55,9 @@ def test_a_small_steady_straggler_is_named_at_info():
     [f] = stragglers(sc)
     assert (f.ranks, f.phase, f.severity) == ([17], "forward", "info")
     assert 0.005 <= f.details["if_quiet"] < 0.03 and f.first_step <= 20 and f.last_step >= 290
-    short = Scenario(ranks=64, steps=300, faults=(Fault("straggler", ranks=(17,), phase="forward", factor=1.05,
-                                                        start=200, end=260),))
+    short = Scenario(
+        ranks=64, steps=300, faults=(Fault("straggler", ranks=(17,), phase="forward", factor=1.05, start=200, end=260),)
+    )
     assert stragglers(short) == []
 
 
@@ -62,8 +68,9 @@ def test_a_healthy_job_still_has_no_straggler():
 
 def test_onsets_are_placed_at_the_change_not_at_a_block_edge():
     for start in (150, 157, 163):  # not on a block boundary either
-        sc = Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4,
-                                                        start=start),))
+        sc = Scenario(
+            ranks=8, steps=300, faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4, start=start),)
+        )
         [f] = stragglers(sc)
         assert abs(f.first_step - start) <= 3, (start, f.first_step)
     sc = Scenario(ranks=8, steps=300, faults=(Fault("data_stall", ranks=(1,), delay_s=0.01, start=100),))
@@ -76,6 +83,9 @@ def test_a_clear_two_to_four_percent_regression_is_a_finding_and_a_clean_run_has
         sc = Scenario(ranks=8, steps=800, faults=(Fault("regression", phase=phase, factor=factor, start=300),))
         [f] = [f for f in analyze(simulate(sc)).findings if f.kind == "regression"]
         assert f.phase == phase and abs(f.first_step - 300) <= 5 and abs(f.slowdown - cost) < 0.005
-    for sc in (Scenario(ranks=8, steps=800), Scenario(ranks=8, steps=800, checkpoint_every=50, seed=5),
-               Scenario(ranks=8, steps=800, jitter=0.3, static=0.02, seed=3)):
+    for sc in (
+        Scenario(ranks=8, steps=800),
+        Scenario(ranks=8, steps=800, checkpoint_every=50, seed=5),
+        Scenario(ranks=8, steps=800, jitter=0.3, static=0.02, seed=3),
+    ):
         assert not [f for f in analyze(simulate(sc)).findings if f.kind in ("regression", "slow_comm", "data_stall")]

@@ -5,17 +5,30 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from telemetry.demo.simulate import Fault, Scenario, simulate
 
+from telemetry.analysis.table import TableError, phase_columns, validate
 from telemetry.cli import main as cli
 from telemetry.demo.faults import InjectError, check_against_job, parse_inject
-from telemetry.analysis.table import TableError, phase_columns, validate
+from telemetry.demo.simulate import Fault, Scenario, simulate
 
 
 def test_phase_columns_follow_the_contract():
-    t = validate(pd.DataFrame({"rank": [0], "step": [0], "start_s": [0.0], "duration_s": [1.0],
-                               "data_s": [0.1], "forward_s": [0.2], "comm_s": [0.3],
-                               "comm.forward_s": [0.1], "log.loss_s": [1.0], "tokens": [5]}))
+    t = validate(
+        pd.DataFrame(
+            {
+                "rank": [0],
+                "step": [0],
+                "start_s": [0.0],
+                "duration_s": [1.0],
+                "data_s": [0.1],
+                "forward_s": [0.2],
+                "comm_s": [0.3],
+                "comm.forward_s": [0.1],
+                "log.loss_s": [1.0],
+                "tokens": [5],
+            }
+        )
+    )
     assert phase_columns(t) == ["data_s", "forward_s"]
 
 
@@ -25,10 +38,17 @@ def test_missing_required_columns_are_named():
 
 
 def test_bad_rows_are_reported_and_skipped_never_invented(caplog):
-    t = validate(pd.DataFrame({"rank": [0, 0, 0, 1], "step": [0, 1, 2, 0],
-                               "start_s": [0.0, 1.0, 2.0, 0.0],
-                               "duration_s": [1.0, np.nan, -1.0, 1.0],
-                               "forward_s": [0.5, 0.5, 0.5, np.nan]}))
+    t = validate(
+        pd.DataFrame(
+            {
+                "rank": [0, 0, 0, 1],
+                "step": [0, 1, 2, 0],
+                "start_s": [0.0, 1.0, 2.0, 0.0],
+                "duration_s": [1.0, np.nan, -1.0, 1.0],
+                "forward_s": [0.5, 0.5, 0.5, np.nan],
+            }
+        )
+    )
     assert t[["rank", "step"]].values.tolist() == [[0, 0], [1, 0]]
     assert np.isnan(t.loc[t["rank"] == 1, "forward_s"]).all()  # a missing phase stays missing
     assert "2 row(s) with missing, non-finite or negative" in caplog.text
@@ -56,25 +76,40 @@ def test_analyze_readable_report_on_parquet(tmp_path, capsys):
     assert "forward" in out and "backward" in out and "compute" in out
 
 
-@pytest.mark.parametrize("arg, message", [
-    ("missing.csv", "does not exist; accepted: a run directory, a steps table or per-operation trace (.csv, .parquet)"),
-    ("notes.txt", "unknown file type"),
-])
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        (
+            "missing.csv",
+            "does not exist; accepted: a run directory, a steps table or per-operation trace (.csv, .parquet)",
+        ),
+        ("notes.txt", "unknown file type"),
+    ],
+)
 def test_analyze_bad_path(tmp_path, capsys, arg, message):
     (tmp_path / "notes.txt").write_text("hello")
     assert cli(["analyze", str(tmp_path / arg)]) == 2
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("stragler:rank=1", "unknown kind 'stragler'; accepted kinds: straggler, data_stall, regression, slow_comm, hang"),
-    ("straggler:rank=1,phase=forward,factor=1.5,speed=2", "unknown key 'speed' for straggler; accepted: rank, phase, factor"),
-    ("straggler:rank=1,factor=1.5", "straggler needs phase"),
-    ("straggler:rank=1,phase=loss,factor=1.5", "phase='loss'; accepted: forward, backward, optimizer"),
-    ("straggler:rank=x,phase=forward,factor=1.5", "rank='x' is not an integer"),
-    ("slow_comm:factor=0.5", "factor=0.5; accepted: a number above 1"),
-    ("data_stall:rank=0,delay_ms=-3", "delay_ms=-3.0; accepted: above 0"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (
+            "stragler:rank=1",
+            "unknown kind 'stragler'; accepted kinds: straggler, data_stall, regression, slow_comm, hang",
+        ),
+        (
+            "straggler:rank=1,phase=forward,factor=1.5,speed=2",
+            "unknown key 'speed' for straggler; accepted: rank, phase, factor",
+        ),
+        ("straggler:rank=1,factor=1.5", "straggler needs phase"),
+        ("straggler:rank=1,phase=loss,factor=1.5", "phase='loss'; accepted: forward, backward, optimizer"),
+        ("straggler:rank=x,phase=forward,factor=1.5", "rank='x' is not an integer"),
+        ("slow_comm:factor=0.5", "factor=0.5; accepted: a number above 1"),
+        ("data_stall:rank=0,delay_ms=-3", "delay_ms=-3.0; accepted: above 0"),
+    ],
+)
 def test_bad_inject_specs(spec, message):
     with pytest.raises(InjectError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_inject(spec)
@@ -108,8 +143,13 @@ def test_demo_regression_is_real_compute_and_a_straggler_a_held_phase():
     from telemetry.demo.faults import FaultPlan
     from telemetry.demo.worker import _compute_more
 
-    plan = FaultPlan([parse_inject("regression:factor=2,start=10,phase=backward"),
-                      parse_inject("straggler:rank=1,phase=forward,factor=1.5")], rank=1)
+    plan = FaultPlan(
+        [
+            parse_inject("regression:factor=2,start=10,phase=backward"),
+            parse_inject("straggler:rank=1,phase=forward,factor=1.5"),
+        ],
+        rank=1,
+    )
     assert plan.work_factor(9, "backward") == 1.0 and plan.work_factor(10, "backward") == 2.0
     assert plan.phase_factor(10, "backward") == 1.0 and plan.work_factor(10, "forward") == 1.0
     assert plan.phase_factor(0, "forward") == 1.5

@@ -15,13 +15,16 @@ def gaps(table, **kw):
     return [f for f in analyze(table, **kw).findings if f.kind == "low_utilization"]
 
 
-@pytest.mark.parametrize("largest, scenario", [
-    ("data_wait", Scenario(data_s=0.015)),
-    ("exposed_comm", Scenario(comm_s=0.02)),
-    ("checkpoint", Scenario(checkpoint_every=3, checkpoint_s=0.2)),
-    ("between_steps", Scenario(gap_s=0.015)),
-    ("waiting_for_ranks", Scenario(jitter=0.3, seed=3)),
-])
+@pytest.mark.parametrize(
+    "largest, scenario",
+    [
+        ("data_wait", Scenario(data_s=0.015)),
+        ("exposed_comm", Scenario(comm_s=0.02)),
+        ("checkpoint", Scenario(checkpoint_every=3, checkpoint_s=0.2)),
+        ("between_steps", Scenario(gap_s=0.015)),
+        ("waiting_for_ranks", Scenario(jitter=0.3, seed=3)),
+    ],
+)
 def test_the_largest_idle_part_is_named(largest, scenario):
     [f] = gaps(simulate(scenario))
     d = f.details

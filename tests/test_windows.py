@@ -35,8 +35,9 @@ def test_simulate_writes_a_run_directory_that_analyze_reads(tmp_path, capsys):
     names = os.listdir(os.path.join(out, "ranks"))
     assert "rank-00005.seg-000001.parquet" in names and not [n for n in names if "tail" in n]
     code, doc = analyzed(capsys, out)
-    stragglers = [(f["ranks"], f["phase"]) for f in doc["findings"] if f["kind"] == "straggler"
-                  and f["severity"] != "info"]
+    stragglers = [
+        (f["ranks"], f["phase"]) for f in doc["findings"] if f["kind"] == "straggler" and f["severity"] != "info"
+    ]
     assert stragglers == [([5], "forward")]
     run = open_input(out)
     assert set(run.table["node"]) == {"node0", "node1"}  # eight ranks a node
@@ -87,8 +88,18 @@ def test_plan_and_merge():
     from telemetry.analysis.findings import Finding
 
     def f(a, b, cost):
-        return Finding(kind="straggler", ranks=[1], phase="forward", first_step=a, last_step=b, severity="warning",
-                       slowdown=cost, evidence="e", details={})
+        return Finding(
+            kind="straggler",
+            ranks=[1],
+            phase="forward",
+            first_step=a,
+            last_step=b,
+            severity="warning",
+            slowdown=cost,
+            evidence="e",
+            details={},
+        )
+
     [m] = merge_findings([[f(10, 99, 0.02)], [f(100, 199, 0.04)]], tolerance=5)
     assert (m.first_step, m.last_step, m.slowdown) == (10, 199, pytest.approx(0.03, abs=1e-3))
     assert len(merge_findings([[f(10, 50, 0.02)], [f(150, 199, 0.04)]], tolerance=5)) == 2  # a gap: two

@@ -41,7 +41,9 @@ class Expect:
     ranks: tuple[int, ...] | None = None  # None: job-wide (empty ranks) or not checked
     phase: str | None = None
     start: int = 0
-    cause: str | None = None  # the first of the finding's causes must be this kind (low_utilization: its largest idle part)
+    cause: str | None = (
+        None  # the first of the finding's causes must be this kind (low_utilization: its largest idle part)
+    )
     info: bool = False  # expected at info (it costs under 1% today): matched at any severity
     end: int | None = None  # the fault's last step, for faults that end before the run
 
@@ -53,92 +55,235 @@ def S(name, expect=(), **kw):
 SCENARIOS = [
     S("healthy, 8 ranks"),
     S("healthy, heavy jitter (30%) and 2% static differences", jitter=0.3, static=0.02),
-    S("healthy, GC spikes and checkpoints every 25 steps", spikes=((3, 50, 0.2), (6, 120, 0.3), (1, 222, 0.5)),
-      checkpoint_every=25, static=0.02),
+    S(
+        "healthy, GC spikes and checkpoints every 25 steps",
+        spikes=((3, 50, 0.2), (6, 120, 0.3), (1, 222, 0.5)),
+        checkpoint_every=25,
+        static=0.02,
+    ),
     S("healthy, 256 ranks, 15% jitter", ranks=256, steps=200, jitter=0.15, static=0.02),
     S("healthy, 1024 ranks", ranks=1024, steps=120, jitter=0.1, static=0.02),
-    S("straggler 1.5x forward", [Expect("straggler", (5,), "forward")],
-      faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),)),
-    S("straggler 1.2x backward (12% of compute)", [Expect("straggler", (2,), "backward")],
-      faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.2),)),
-    S("straggler from step 150", [Expect("straggler", (2,), "backward", 150)],
-      faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4, start=150),)),
-    S("intermittent straggler (20% of steps, 2x forward)", [Expect("straggler", (6,), "forward")], steps=400,
-      faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.2),)),
-    S("two stragglers, 16 ranks", [Expect("straggler", (3,), "forward"), Expect("straggler", (11,), "optimizer")],
-      ranks=16, faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.6),
-                        Fault("straggler", ranks=(11,), phase="optimizer", factor=3.0))),
-    S("straggler among 256 ranks", [Expect("straggler", (200,), "backward")], ranks=256, steps=200, jitter=0.1,
-      faults=(Fault("straggler", ranks=(200,), phase="backward", factor=1.6),)),
-    S("straggler with GC spikes and checkpoints", [Expect("straggler", (4,), "forward")],
-      spikes=((3, 50, 0.2), (6, 120, 0.3)), checkpoint_every=25,
-      faults=(Fault("straggler", ranks=(4,), phase="forward", factor=1.5),)),
-    S("straggler in a 4-stage pipeline layout", [Expect("straggler", (5,), "forward")], stages=4,
-      faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),)),
-    S("data stall, 10 ms on one rank", [Expect("data_stall", (4,), "data")],
-      faults=(Fault("data_stall", ranks=(4,), delay_s=0.01),)),
-    S("data stall from step 100", [Expect("data_stall", (1,), "data", 100)],
-      faults=(Fault("data_stall", ranks=(1,), delay_s=0.01, start=100),)),
-    S("slow communication x3 from step 150", [Expect("slow_comm", None, None, 150)],
-      faults=(Fault("slow_comm", factor=3.0, start=150),)),
-    S("regression: backward 1.3x from step 120", [Expect("regression", None, "backward", 120)],
-      faults=(Fault("regression", phase="backward", factor=1.3, start=120),)),
-    S("small regression under 30% jitter: backward 1.15x from step 150", [Expect("regression", None, "backward", 150)],
-      seed=1, jitter=0.3, faults=(Fault("regression", phase="backward", factor=1.15, start=150),)),
-    S("4% regression: forward 1.16x from step 300 of 800", [Expect("regression", None, "forward", 300)], steps=800,
-      faults=(Fault("regression", phase="forward", factor=1.16, start=300),)),
-    S("2.5% regression: backward 1.05x from step 300 of 800", [Expect("regression", None, "backward", 300)],
-      steps=800, faults=(Fault("regression", phase="backward", factor=1.05, start=300),)),
+    S(
+        "straggler 1.5x forward",
+        [Expect("straggler", (5,), "forward")],
+        faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),),
+    ),
+    S(
+        "straggler 1.2x backward (12% of compute)",
+        [Expect("straggler", (2,), "backward")],
+        faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.2),),
+    ),
+    S(
+        "straggler from step 150",
+        [Expect("straggler", (2,), "backward", 150)],
+        faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4, start=150),),
+    ),
+    S(
+        "intermittent straggler (20% of steps, 2x forward)",
+        [Expect("straggler", (6,), "forward")],
+        steps=400,
+        faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.2),),
+    ),
+    S(
+        "two stragglers, 16 ranks",
+        [Expect("straggler", (3,), "forward"), Expect("straggler", (11,), "optimizer")],
+        ranks=16,
+        faults=(
+            Fault("straggler", ranks=(3,), phase="forward", factor=1.6),
+            Fault("straggler", ranks=(11,), phase="optimizer", factor=3.0),
+        ),
+    ),
+    S(
+        "straggler among 256 ranks",
+        [Expect("straggler", (200,), "backward")],
+        ranks=256,
+        steps=200,
+        jitter=0.1,
+        faults=(Fault("straggler", ranks=(200,), phase="backward", factor=1.6),),
+    ),
+    S(
+        "straggler with GC spikes and checkpoints",
+        [Expect("straggler", (4,), "forward")],
+        spikes=((3, 50, 0.2), (6, 120, 0.3)),
+        checkpoint_every=25,
+        faults=(Fault("straggler", ranks=(4,), phase="forward", factor=1.5),),
+    ),
+    S(
+        "straggler in a 4-stage pipeline layout",
+        [Expect("straggler", (5,), "forward")],
+        stages=4,
+        faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),),
+    ),
+    S(
+        "data stall, 10 ms on one rank",
+        [Expect("data_stall", (4,), "data")],
+        faults=(Fault("data_stall", ranks=(4,), delay_s=0.01),),
+    ),
+    S(
+        "data stall from step 100",
+        [Expect("data_stall", (1,), "data", 100)],
+        faults=(Fault("data_stall", ranks=(1,), delay_s=0.01, start=100),),
+    ),
+    S(
+        "slow communication x3 from step 150",
+        [Expect("slow_comm", None, None, 150)],
+        faults=(Fault("slow_comm", factor=3.0, start=150),),
+    ),
+    S(
+        "regression: backward 1.3x from step 120",
+        [Expect("regression", None, "backward", 120)],
+        faults=(Fault("regression", phase="backward", factor=1.3, start=120),),
+    ),
+    S(
+        "small regression under 30% jitter: backward 1.15x from step 150",
+        [Expect("regression", None, "backward", 150)],
+        seed=1,
+        jitter=0.3,
+        faults=(Fault("regression", phase="backward", factor=1.15, start=150),),
+    ),
+    S(
+        "4% regression: forward 1.16x from step 300 of 800",
+        [Expect("regression", None, "forward", 300)],
+        steps=800,
+        faults=(Fault("regression", phase="forward", factor=1.16, start=300),),
+    ),
+    S(
+        "2.5% regression: backward 1.05x from step 300 of 800",
+        [Expect("regression", None, "backward", 300)],
+        steps=800,
+        faults=(Fault("regression", phase="backward", factor=1.05, start=300),),
+    ),
     S("healthy, 800 steps with checkpoints every 50", steps=800, checkpoint_every=50, seed=5),
-    S("temporary regression: forward 1.6x, steps 100-180", [Expect("regression", None, "forward", 100)],
-      faults=(Fault("regression", phase="forward", factor=1.6, start=100, end=180),)),
+    S(
+        "temporary regression: forward 1.6x, steps 100-180",
+        [Expect("regression", None, "forward", 100)],
+        faults=(Fault("regression", phase="forward", factor=1.6, start=100, end=180),),
+    ),
     S("moving imbalance, 16 ranks", [Expect("imbalance")], ranks=16, faults=(Fault("imbalance"),)),
-    S("stage imbalance: last of 4 stages 1.5x", [Expect("stage_imbalance", (6, 7))], stages=4,
-      faults=(Fault("stage_imbalance", stage=3, factor=1.5),)),
-    S("memory growth on one rank (4 MiB/step)", [Expect("memory_growth", (2,))], ranks=4,
-      faults=(Fault("memory_growth", ranks=(2,)),)),
+    S(
+        "stage imbalance: last of 4 stages 1.5x",
+        [Expect("stage_imbalance", (6, 7))],
+        stages=4,
+        faults=(Fault("stage_imbalance", stage=3, factor=1.5),),
+    ),
+    S(
+        "memory growth on one rank (4 MiB/step)",
+        [Expect("memory_growth", (2,))],
+        ranks=4,
+        faults=(Fault("memory_growth", ranks=(2,)),),
+    ),
     # stragglers in groups and in the small (each under 1% alone)
-    S("co-stragglers: ranks 3 and 11 1.2x forward, 16 ranks", [Expect("straggler", (3,), "forward"),
-                                                               Expect("straggler", (11,), "forward")],
-      ranks=16, steps=400, faults=(Fault("straggler", ranks=(3, 11), phase="forward", factor=1.2),)),
-    S("slow node: ranks 4-7 1.1x backward, 4 ranks per node", [Expect("straggler", (4, 5, 6, 7), "backward")],
-      ranks=16, steps=400, ranks_per_node=4, faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward",
-                                                            factor=1.1),)),
-    S("hidden straggler: 1.12x backward among 256 noisy ranks (info)", [Expect("straggler", (100,), "backward",
-                                                                              info=True)],
-      ranks=256, steps=300, jitter=0.1, faults=(Fault("straggler", ranks=(100,), phase="backward", factor=1.12),)),
+    S(
+        "co-stragglers: ranks 3 and 11 1.2x forward, 16 ranks",
+        [Expect("straggler", (3,), "forward"), Expect("straggler", (11,), "forward")],
+        ranks=16,
+        steps=400,
+        faults=(Fault("straggler", ranks=(3, 11), phase="forward", factor=1.2),),
+    ),
+    S(
+        "slow node: ranks 4-7 1.1x backward, 4 ranks per node",
+        [Expect("straggler", (4, 5, 6, 7), "backward")],
+        ranks=16,
+        steps=400,
+        ranks_per_node=4,
+        faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),),
+    ),
+    S(
+        "hidden straggler: 1.12x backward among 256 noisy ranks (info)",
+        [Expect("straggler", (100,), "backward", info=True)],
+        ranks=256,
+        steps=300,
+        jitter=0.1,
+        faults=(Fault("straggler", ranks=(100,), phase="backward", factor=1.12),),
+    ),
     # the cause behind a straggler: its device and host signals against its peers'
-    *[S(f"straggler 1.3x forward, cause {c}", [Expect("straggler", (3,), "forward", cause=c)],
-        faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.3, cause=c),))
-      for c in ("gpu_thermal", "gpu_power_cap", "gpu_hw_slowdown", "gpu_clocks", "gpu_errors", "cpu_contention",
-                "memory_pressure")],
-    S("data stall 10 ms on one rank, cause data_loader", [Expect("data_stall", (6,), "data", cause="data_loader")],
-      faults=(Fault("data_stall", ranks=(6,), delay_s=0.01),)),
-    S("healthy, one rank throttled (HwSlowdown) but not slower: a signal alone is no finding",
-      faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.0, cause="gpu_hw_slowdown"),)),
-    S("small straggler: 1.05x forward among 64 ranks (info)", [Expect("straggler", (17,), "forward", info=True)],
-      ranks=64, faults=(Fault("straggler", ranks=(17,), phase="forward", factor=1.05),)),
+    *[
+        S(
+            f"straggler 1.3x forward, cause {c}",
+            [Expect("straggler", (3,), "forward", cause=c)],
+            faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.3, cause=c),),
+        )
+        for c in (
+            "gpu_thermal",
+            "gpu_power_cap",
+            "gpu_hw_slowdown",
+            "gpu_clocks",
+            "gpu_errors",
+            "cpu_contention",
+            "memory_pressure",
+        )
+    ],
+    S(
+        "data stall 10 ms on one rank, cause data_loader",
+        [Expect("data_stall", (6,), "data", cause="data_loader")],
+        faults=(Fault("data_stall", ranks=(6,), delay_s=0.01),),
+    ),
+    S(
+        "healthy, one rank throttled (HwSlowdown) but not slower: a signal alone is no finding",
+        faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.0, cause="gpu_hw_slowdown"),),
+    ),
+    S(
+        "small straggler: 1.05x forward among 64 ranks (info)",
+        [Expect("straggler", (17,), "forward", info=True)],
+        ranks=64,
+        faults=(Fault("straggler", ranks=(17,), phase="forward", factor=1.05),),
+    ),
     # onsets and ends
-    S("intermittent straggler from step 200 (30% of steps, 2x forward)", [Expect("straggler", (6,), "forward", 200)],
-      steps=500, faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.3, start=200),)),
-    S("intermittent straggler, steps 150-350", [Expect("straggler", (6,), "forward", 150, end=350)], steps=500,
-      faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.3, start=150, end=350),)),
-    S("straggler steps 100-250", [Expect("straggler", (2,), "backward", 100, end=250)], steps=400,
-      faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4, start=100, end=250),)),
-    S("a 1% wobble from step 484, then forward 1.3x from step 750", [Expect("regression", None, "forward", 750)],
-      steps=1000, faults=(Fault("regression", phase="forward", factor=1.01, start=484),
-                          Fault("regression", phase="forward", factor=1.3, start=750))),
+    S(
+        "intermittent straggler from step 200 (30% of steps, 2x forward)",
+        [Expect("straggler", (6,), "forward", 200)],
+        steps=500,
+        faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.3, start=200),),
+    ),
+    S(
+        "intermittent straggler, steps 150-350",
+        [Expect("straggler", (6,), "forward", 150, end=350)],
+        steps=500,
+        faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.3, start=150, end=350),),
+    ),
+    S(
+        "straggler steps 100-250",
+        [Expect("straggler", (2,), "backward", 100, end=250)],
+        steps=400,
+        faults=(Fault("straggler", ranks=(2,), phase="backward", factor=1.4, start=100, end=250),),
+    ),
+    S(
+        "a 1% wobble from step 484, then forward 1.3x from step 750",
+        [Expect("regression", None, "forward", 750)],
+        steps=1000,
+        faults=(
+            Fault("regression", phase="forward", factor=1.01, start=484),
+            Fault("regression", phase="forward", factor=1.3, start=750),
+        ),
+    ),
     # utilization gaps, each with its largest idle part
-    S("utilization gap: input-bound (every rank waits 15 ms for data)", [
-        Expect("data_stall", None, "data"), Expect("low_utilization", cause="data_wait")], data_s=0.015),
-    S("utilization gap: exposed communication (20 ms all-reduce)", [Expect("low_utilization", cause="exposed_comm")],
-      comm_s=0.02),
-    S("utilization gap: a checkpoint every 3 steps", [Expect("low_utilization", cause="checkpoint")],
-      checkpoint_every=3, checkpoint_s=0.2),
-    S("utilization gap: 15 ms of host work between steps", [Expect("low_utilization", cause="between_steps")],
-      gap_s=0.015),
-    S("utilization gap: waiting for ranks under heavy jitter (30%)", [
-        Expect("low_utilization", cause="waiting_for_ranks")], jitter=0.3, seed=3),
+    S(
+        "utilization gap: input-bound (every rank waits 15 ms for data)",
+        [Expect("data_stall", None, "data"), Expect("low_utilization", cause="data_wait")],
+        data_s=0.015,
+    ),
+    S(
+        "utilization gap: exposed communication (20 ms all-reduce)",
+        [Expect("low_utilization", cause="exposed_comm")],
+        comm_s=0.02,
+    ),
+    S(
+        "utilization gap: a checkpoint every 3 steps",
+        [Expect("low_utilization", cause="checkpoint")],
+        checkpoint_every=3,
+        checkpoint_s=0.2,
+    ),
+    S(
+        "utilization gap: 15 ms of host work between steps",
+        [Expect("low_utilization", cause="between_steps")],
+        gap_s=0.015,
+    ),
+    S(
+        "utilization gap: waiting for ranks under heavy jitter (30%)",
+        [Expect("low_utilization", cause="waiting_for_ranks")],
+        jitter=0.3,
+        seed=3,
+    ),
 ]
 
 BUSY_BOUND = 0.8  # the low_utilization default
@@ -218,10 +363,22 @@ def score_simulated():
             truth = true_slowdown(sc, f["first_step"], f["last_step"])
             err = abs(f["slowdown"] - truth) / truth if truth > 0 else None
             err = (err, f["slowdown"], truth)
-        rows.append({"name": sc.name, "ranks": sc.ranks, "steps": sc.steps, "expected": len(expect),
-                     "found": len(hits), "false_positives": [(f["kind"], f["ranks"][:4], f["severity"]) for f in fps],
-                     "delay": [d for d in delays if d is not None], "onset": onsets, "end": ends, "whatif": err, "seconds": secs,
-                     "kinds": sorted({f["kind"] for f in found})})
+        rows.append(
+            {
+                "name": sc.name,
+                "ranks": sc.ranks,
+                "steps": sc.steps,
+                "expected": len(expect),
+                "found": len(hits),
+                "false_positives": [(f["kind"], f["ranks"][:4], f["severity"]) for f in fps],
+                "delay": [d for d in delays if d is not None],
+                "onset": onsets,
+                "end": ends,
+                "whatif": err,
+                "seconds": secs,
+                "kinds": sorted({f["kind"] for f in found}),
+            }
+        )
     return rows
 
 
@@ -231,14 +388,31 @@ GAP = Expect("low_utilization")
 DEMOS = [
     ("no fault", [], [GAP]),
     ("no fault (again)", [], []),
-    ("straggler:rank=2,phase=forward,factor=1.5", ["--inject", "straggler:rank=2,phase=forward,factor=1.5"],
-     [Expect("straggler", (2,), "forward")]),
-    ("data_stall:rank=1,delay_ms=20,start=30", ["--inject", "data_stall:rank=1,delay_ms=20,start=30"],
-     [Expect("data_stall", (1,), "data", 30)]),
-    ("slow_comm:factor=4,start=100", ["--inject", "slow_comm:factor=4,start=100"], [Expect("slow_comm", None, None, 100)]),
-    ("regression:factor=2,start=100,phase=backward", ["--inject", "regression:factor=2,start=100,phase=backward"],
-     [Expect("regression", None, "backward", 100)]),
-    ("hang:rank=1,step=60", ["--inject", "hang:rank=1,step=60", "--hang-after", "8"], [Expect("hang", (1,), "forward", 60)]),
+    (
+        "straggler:rank=2,phase=forward,factor=1.5",
+        ["--inject", "straggler:rank=2,phase=forward,factor=1.5"],
+        [Expect("straggler", (2,), "forward")],
+    ),
+    (
+        "data_stall:rank=1,delay_ms=20,start=30",
+        ["--inject", "data_stall:rank=1,delay_ms=20,start=30"],
+        [Expect("data_stall", (1,), "data", 30)],
+    ),
+    (
+        "slow_comm:factor=4,start=100",
+        ["--inject", "slow_comm:factor=4,start=100"],
+        [Expect("slow_comm", None, None, 100)],
+    ),
+    (
+        "regression:factor=2,start=100,phase=backward",
+        ["--inject", "regression:factor=2,start=100,phase=backward"],
+        [Expect("regression", None, "backward", 100)],
+    ),
+    (
+        "hang:rank=1,step=60",
+        ["--inject", "hang:rank=1,step=60", "--hang-after", "8"],
+        [Expect("hang", (1,), "forward", 60)],
+    ),
     ("kill:rank=1,step=60", ["--inject", "kill:rank=1,step=60"], [Expect("rank_lost", (1,), None, 60)]),
     # a process spinning on rank 2's CPU from step 50 (rank 2 pinned beside it): rank 2 is the
     # straggler; the hog also takes a core from the whole 2-core machine, so a job-wide slow_comm or
@@ -257,9 +431,14 @@ def score_demos(keep: str | None = None):
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = os.path.join(keep, f"{i:02d}") if keep else os.path.join(tmp, "r")
             t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--overwrite",
-                                   "--json", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                                  env={**os.environ, "PYTHONPATH": ROOT})
+            proc = subprocess.run(
+                [sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--overwrite", "--json", *args],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "PYTHONPATH": ROOT},
+            )
             wall = time.perf_counter() - t0
         if proc.returncode != max((EXIT.get(e.kind, 0) for e in expect), default=0):
             rows.append({"name": name, "error": proc.stderr[-300:]})
@@ -267,21 +446,34 @@ def score_demos(keep: str | None = None):
         doc = json.loads(proc.stdout)
         found = reported(doc["findings"])
         hits = [e for e in expect if any(matches(f, e) for f in found)]
-        fps = [f for f in found if not any(matches(f, e) for e in expect + [GAP])
-               and f["kind"] not in ACCEPTED.get(name, ())]
+        fps = [
+            f
+            for f in found
+            if not any(matches(f, e) for e in expect + [GAP]) and f["kind"] not in ACCEPTED.get(name, ())
+        ]
         # onset error for faults injected mid-run (one from step 0 is found after the warm-up by design)
         onsets = [next(f["first_step"] for f in found if matches(f, e)) - e.start for e in hits if e.start > 0]
-        rows.append({"name": name, "expected": len(expect), "found": len(hits), "wall_s": wall,
-                     "false_positives": [(f["kind"], f["ranks"], f["severity"]) for f in fps],
-                     "findings": [(f["kind"], f["ranks"], f["phase"], f["severity"], round(f["slowdown"], 3))
-                                  for f in found],
-                     "delay": onsets})
+        rows.append(
+            {
+                "name": name,
+                "expected": len(expect),
+                "found": len(hits),
+                "wall_s": wall,
+                "false_positives": [(f["kind"], f["ranks"], f["severity"]) for f in fps],
+                "findings": [
+                    (f["kind"], f["ranks"], f["phase"], f["severity"], round(f["slowdown"], 3)) for f in found
+                ],
+                "delay": onsets,
+            }
+        )
     return rows
 
 
-PAPER = {"AR": ("straggler at rank 0 (dp 0, stage 0)", "result-AR.json"),
-         "ST": ("last pipeline stage too long", "result-ST.json"),
-         "SE": ("sequence-length imbalance moving between workers", "result-SE.json")}
+PAPER = {
+    "AR": ("straggler at rank 0 (dp 0, stage 0)", "result-AR.json"),
+    "ST": ("last pipeline stage too long", "result-ST.json"),
+    "SE": ("sequence-length imbalance moving between workers", "result-SE.json"),
+}
 
 
 def score_corpus():
@@ -291,13 +483,35 @@ def score_corpus():
         if not os.path.exists(path):
             continue
         S_paper = json.load(open(os.path.join(CORPUS, result)))["blocking_slowdown"]
-        proc = subprocess.run([sys.executable, "-m", "telemetry", "analyze", path, "--json"], cwd=ROOT,
-                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+        proc = subprocess.run(
+            [sys.executable, "-m", "telemetry", "analyze", path, "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
         doc = json.loads(proc.stdout)
-        found = [(f["kind"], f["ranks"] if len(f["ranks"]) <= 4 else f"{len(f['ranks'])} ranks", f["phase"],
-                  f["severity"], round(f["slowdown"], 3)) for f in doc["findings"] if f["severity"] != "info"]
-        rows.append({"trace": trace, "truth": truth, "paper_S": S_paper, "paper_slowdown": 1 - 1 / S_paper,
-                     "ours": doc["summary"]["slowdown"], "found": found})
+        found = [
+            (
+                f["kind"],
+                f["ranks"] if len(f["ranks"]) <= 4 else f"{len(f['ranks'])} ranks",
+                f["phase"],
+                f["severity"],
+                round(f["slowdown"], 3),
+            )
+            for f in doc["findings"]
+            if f["severity"] != "info"
+        ]
+        rows.append(
+            {
+                "trace": trace,
+                "truth": truth,
+                "paper_S": S_paper,
+                "paper_slowdown": 1 - 1 / S_paper,
+                "ours": doc["summary"]["slowdown"],
+                "found": found,
+            }
+        )
     return rows
 
 
@@ -307,52 +521,73 @@ def render(sim, demos, corpus, scale) -> str:
     fps = sum(len(r["false_positives"]) for r in sim)
     errs = [r["whatif"][0] for r in sim if r["whatif"]]
     delays = [d for r in sim for d in r["delay"]]
-    lines = [f"Measured {time.strftime('%Y-%m-%d')} (`python bench/detectors/evaluate.py`). Counted: findings at "
-             "severity warning or above (memory growth, which costs no time, at any severity).", "",
-             f"**Simulated** ({len(sim)} scenarios): recall {got}/{exp}, false positives {fps}, median what-if error "
-             f"{statistics.median(errs):.1%} (max {max(errs):.1%}) over {len(errs)} single-fault scenarios, median "
-             f"detection delay {statistics.median(delays) if delays else '-'} steps (detectors rerun every 10 steps), "
-             f"onset error (first step found against the fault's, for faults that begin mid-run) "
-             f"{', '.join(str(o) for r in sim for o in r['onset']) or '-'} steps; end error (last step found against "
-             f"the fault's, for faults that end before the run) {', '.join(str(o) for r in sim for o in r['end']) or '-'} "
-             "steps. A `low_utilization` finding is also right in any scenario whose simulated busy share (compute over "
-             f"the job's time, after warm-up) is under {BUSY_BOUND:.0%}: there it is neither counted in recall nor a "
-             "false positive; elsewhere it is a false positive.", "",
-             "| scenario | ranks x steps | expected | found | false positives | delay (steps) | onset error (steps) | end error (steps) | what-if: ours / true (error) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d')} (`python bench/detectors/evaluate.py`). Counted: findings at "
+        "severity warning or above (memory growth, which costs no time, at any severity).",
+        "",
+        f"**Simulated** ({len(sim)} scenarios): recall {got}/{exp}, false positives {fps}, median what-if error "
+        f"{statistics.median(errs):.1%} (max {max(errs):.1%}) over {len(errs)} single-fault scenarios, median "
+        f"detection delay {statistics.median(delays) if delays else '-'} steps (detectors rerun every 10 steps), "
+        f"onset error (first step found against the fault's, for faults that begin mid-run) "
+        f"{', '.join(str(o) for r in sim for o in r['onset']) or '-'} steps; end error (last step found against "
+        f"the fault's, for faults that end before the run) {', '.join(str(o) for r in sim for o in r['end']) or '-'} "
+        "steps. A `low_utilization` finding is also right in any scenario whose simulated busy share (compute over "
+        f"the job's time, after warm-up) is under {BUSY_BOUND:.0%}: there it is neither counted in recall nor a "
+        "false positive; elsewhere it is a false positive.",
+        "",
+        "| scenario | ranks x steps | expected | found | false positives | delay (steps) | onset error (steps) | end error (steps) | what-if: ours / true (error) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in sim:
         w = f"{r['whatif'][1]:.3f} / {r['whatif'][2]:.3f} ({r['whatif'][0]:.0%})" if r["whatif"] else "-"
         fp = ", ".join(f"{k} {rk} {sv}" for k, rk, sv in r["false_positives"]) or "0"
-        lines.append(f"| {r['name']} | {r['ranks']} x {r['steps']} | {r['expected']} | {r['found']} | {fp} | "
-                     f"{', '.join(map(str, r['delay'])) or '-'} | {', '.join(map(str, r['onset'])) or '-'} | "
-                     f"{', '.join(map(str, r['end'])) or '-'} | {w} |")
+        lines.append(
+            f"| {r['name']} | {r['ranks']} x {r['steps']} | {r['expected']} | {r['found']} | {fp} | "
+            f"{', '.join(map(str, r['delay'])) or '-'} | {', '.join(map(str, r['onset'])) or '-'} | "
+            f"{', '.join(map(str, r['end'])) or '-'} | {w} |"
+        )
     if demos:
         d_exp = sum(r.get("expected", 0) for r in demos)
         d_got = sum(r.get("found", 0) for r in demos)
         d_fp = sum(len(r.get("false_positives", [])) for r in demos)
-        lines += ["", f"**Real 4-rank gloo runs** of `telemetry demo` (200 steps): recall {d_got}/{d_exp}, false positives {d_fp}. "
-                  "This VM's own speed drifts (up to 2x over minutes); a job-wide regression in a run with nothing "
-                  "injected is the machine slowing down during that run, counted here as a false positive.", "",
-                  "| run | found / expected | findings (kind, ranks, phase, severity, what-if) | onset error (steps) | wall |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"**Real 4-rank gloo runs** of `telemetry demo` (200 steps): recall {d_got}/{d_exp}, false positives {d_fp}. "
+            "This VM's own speed drifts (up to 2x over minutes); a job-wide regression in a run with nothing "
+            "injected is the machine slowing down during that run, counted here as a false positive.",
+            "",
+            "| run | found / expected | findings (kind, ranks, phase, severity, what-if) | onset error (steps) | wall |",
+            "|---|---|---|---|---|",
+        ]
         for r in demos:
             if "error" in r:
                 lines.append(f"| {r['name']} | error | {r['error']} | | |")
                 continue
-            lines.append(f"| {r['name']} | {r['found']} / {r['expected']} | {r['findings'] or 'none'} | "
-                         f"{', '.join(map(str, r['delay'])) or '-'} | {r['wall_s']:.0f} s |")
+            lines.append(
+                f"| {r['name']} | {r['found']} / {r['expected']} | {r['findings'] or 'none'} | "
+                f"{', '.join(map(str, r['delay'])) or '-'} | {r['wall_s']:.0f} s |"
+            )
     if corpus:
-        lines += ["", "**Real traces** (`../shared/corpora/straggler-analysis`, OSDI 2025 what-if study):", "",
-                  "| trace | the authors' finding | paper's what-if 1 - 1/S | ours (all findings) | our findings |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "**Real traces** (`../shared/corpora/straggler-analysis`, OSDI 2025 what-if study):",
+            "",
+            "| trace | the authors' finding | paper's what-if 1 - 1/S | ours (all findings) | our findings |",
+            "|---|---|---|---|---|",
+        ]
         for r in corpus:
-            lines.append(f"| {r['trace']} | {r['truth']} (S = {r['paper_S']:.2f}) | {r['paper_slowdown']:.3f} | "
-                         f"{r['ours']:.3f} | {r['found']} |")
+            lines.append(
+                f"| {r['trace']} | {r['truth']} (S = {r['paper_S']:.2f}) | {r['paper_slowdown']:.3f} | "
+                f"{r['ours']:.3f} | {r['found']} |"
+            )
     if scale:
-        lines += ["", f"**Scale**: `telemetry analyze` on {scale['ranks']:,} ranks x {scale['steps']:,} steps "
-                  f"({scale['rows']:,} rows, Parquet): {scale['analyze_s']:.1f} s, peak {scale['peak_rss_gib']:.2f} GiB "
-                  f"(target 10 s, 4 GB); found {scale['findings']} (one straggler injected at rank "
-                  f"{(scale['ranks'] * 3) // 4}, forward)."]
+        lines += [
+            "",
+            f"**Scale**: `telemetry analyze` on {scale['ranks']:,} ranks x {scale['steps']:,} steps "
+            f"({scale['rows']:,} rows, Parquet): {scale['analyze_s']:.1f} s, peak {scale['peak_rss_gib']:.2f} GiB "
+            f"(target 10 s, 4 GB); found {scale['findings']} (one straggler injected at rank "
+            f"{(scale['ranks'] * 3) // 4}, forward).",
+        ]
     return "\n".join(lines) + "\n"
 
 

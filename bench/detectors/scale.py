@@ -36,13 +36,21 @@ def make_table(ranks: int, steps: int, seed: int = 0) -> pd.DataFrame:
     comm = end - arrival
     duration = f + b + comm + o
     start = 1.7e9 + np.cumsum(np.median(duration + d, axis=1))[:, None] + np.zeros(shape)
-    return pd.DataFrame({
-        "rank": np.tile(np.arange(ranks, dtype=np.int32), steps),
-        "step": np.repeat(np.arange(steps, dtype=np.int32), ranks),
-        "start_s": start.ravel(), "duration_s": duration.ravel(), "data_s": d.ravel(),
-        "forward_s": f.ravel(), "backward_s": (b + comm).ravel(), "optimizer_s": o.ravel(),
-        "comm_s": comm.ravel(), "comm.backward_s": comm.ravel(),
-        "tokens": np.full(ranks * steps, 4096, dtype=np.int32)})
+    return pd.DataFrame(
+        {
+            "rank": np.tile(np.arange(ranks, dtype=np.int32), steps),
+            "step": np.repeat(np.arange(steps, dtype=np.int32), ranks),
+            "start_s": start.ravel(),
+            "duration_s": duration.ravel(),
+            "data_s": d.ravel(),
+            "forward_s": f.ravel(),
+            "backward_s": (b + comm).ravel(),
+            "optimizer_s": o.ravel(),
+            "comm_s": comm.ravel(),
+            "comm.backward_s": comm.ravel(),
+            "tokens": np.full(ranks * steps, 4096, dtype=np.int32),
+        }
+    )
 
 
 def run(ranks: int, steps: int) -> dict:
@@ -53,17 +61,29 @@ def run(ranks: int, steps: int) -> dict:
         gen_s = time.perf_counter() - t0
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "telemetry", "analyze", path, "--json"], cwd=ROOT,
-                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+        proc = subprocess.run(
+            [sys.executable, "-m", "telemetry", "analyze", path, "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
         wall = time.perf_counter() - t0
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-2000:])
         doc = json.loads(proc.stdout)
     found = [(f["kind"], f["ranks"], f["phase"]) for f in doc["findings"] if f["severity"] != "info"]
-    return {"ranks": ranks, "steps": steps, "rows": ranks * steps, "analyze_s": wall,
-            "peak_rss_gib": max(peak_kib, before) / 2**20, "findings": found, "generate_s": gen_s,
-            "file_mib": None}
+    return {
+        "ranks": ranks,
+        "steps": steps,
+        "rows": ranks * steps,
+        "analyze_s": wall,
+        "peak_rss_gib": max(peak_kib, before) / 2**20,
+        "findings": found,
+        "generate_s": gen_s,
+        "file_mib": None,
+    }
 
 
 def main() -> None:

@@ -32,8 +32,7 @@ class Export:
     suffixes: tuple[str, ...] = ()
     needs_records = False  # True: needs a run directory's step records (spans), not only the table
 
-    def write(self, run: "RunInput", path: str, first_step: int | None = None,
-              last_step: int | None = None) -> str:
+    def write(self, run: "RunInput", path: str, first_step: int | None = None, last_step: int | None = None) -> str:
         raise NotImplementedError
 
 

@@ -44,13 +44,27 @@ def compare_online(offline: list[Finding], online: list[dict[str, Any]]) -> list
     out = []
     for d in online:
         key = (d.get("kind"), tuple(d.get("ranks") or ()), d.get("phase"))
-        row = {k: d.get(k) for k in ("kind", "ranks", "phase", "first_step", "last_step", "severity",
-                                     "slowdown", "evidence", "block_steps", "time_s")}
+        row = {
+            k: d.get(k)
+            for k in (
+                "kind",
+                "ranks",
+                "phase",
+                "first_step",
+                "last_step",
+                "severity",
+                "slowdown",
+                "evidence",
+                "block_steps",
+                "time_s",
+            )
+        }
         row["confirmed_offline"] = key in seen
         if not row["confirmed_offline"]:
             row["why_not_offline"] = (
                 "online detection saw medians of blocks of steps in a moving window while the job ran; "
                 "the offline analysis of every step of the whole run did not find it, so it did not "
-                "hold over the run (a passing episode, or block noise)")
+                "hold over the run (a passing episode, or block noise)"
+            )
         out.append(row)
     return out

@@ -21,9 +21,23 @@ import pandas as pd
 log = logging.getLogger("telemetry")
 
 PER_OP_COLUMNS = {"rank", "step", "optype", "start_ts", "duration"}
-_COMM_WORDS = ("send", "recv", "all-gather", "reduce-scatter", "all-reduce", "allreduce", "allgather",
-               "broadcast", "all-to-all", "comm",
-               "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "barrier")  # torch's own op names
+_COMM_WORDS = (
+    "send",
+    "recv",
+    "all-gather",
+    "reduce-scatter",
+    "all-reduce",
+    "allreduce",
+    "allgather",
+    "broadcast",
+    "all-to-all",
+    "comm",
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "barrier",
+)  # torch's own op names
 
 
 def phase_of(optype: str) -> str | None:
@@ -52,13 +66,22 @@ def per_op_to_steps(ops: pd.DataFrame, source: str = "trace", warnings: list[str
     """Per-operation trace -> steps table (one row per rank and step). Operations with a start,
     duration, rank or step that is not a number (or a negative duration) are skipped and counted
     in ``warnings``."""
-    nums = {c: pd.to_numeric(ops[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-            for c in ("rank", "step", "start_ts", "duration")}
-    good = np.isfinite(nums["start_ts"]) & np.isfinite(nums["duration"]) & (nums["duration"] >= 0) \
-        & np.isfinite(nums["rank"]) & np.isfinite(nums["step"])
+    nums = {
+        c: pd.to_numeric(ops[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        for c in ("rank", "step", "start_ts", "duration")
+    }
+    good = (
+        np.isfinite(nums["start_ts"])
+        & np.isfinite(nums["duration"])
+        & (nums["duration"] >= 0)
+        & np.isfinite(nums["rank"])
+        & np.isfinite(nums["step"])
+    )
     if not good.all():
-        text = (f"{int((~good).sum())} operation(s) with a missing, non-numeric or negative "
-                "rank/step/start_ts/duration skipped")
+        text = (
+            f"{int((~good).sum())} operation(s) with a missing, non-numeric or negative "
+            "rank/step/start_ts/duration skipped"
+        )
         log.warning("telemetry: %s: %s", source, text)
         if warnings is not None:
             warnings.append(f"{source}: {text}")

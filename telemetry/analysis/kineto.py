@@ -69,14 +69,37 @@ _RANK_IN_NAME = (re.compile(r"rank[-_.]?(\d+)", re.I), re.compile(r"_(\d+)\."))
 _HEAD = 1 << 20  # bytes read to recognise a trace file
 _BLOCK = 1 << 14  # kernels or operations attributed at a time
 _DATA_PREFIX = "enumerate(DataLoader)"
-DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
-               "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
-               "byte": 1, "uint8": 1, "bool": 1, "complexfloat": 8, "complexdouble": 16,
-               "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
+DTYPE_BYTES = {
+    "float": 4,
+    "float32": 4,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "short": 2,
+    "int16": 2,
+    "char": 1,
+    "int8": 1,
+    "byte": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complexfloat": 8,
+    "complexdouble": 16,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+}
 RESERVED = frozenset({"start", "duration", "comm", "step", "rank", "data", "other"})
 
 
 # ---- streaming -----------------------------------------------------------------------------------
+
 
 class _Cols:
     """Compact columns: one typed array per field."""
@@ -180,9 +203,11 @@ def rank_from_name(path: str) -> int:
         m = pattern.search(name)
         if m:
             return int(m.group(1))
-    raise TableError(f"{name}: a trace without distributedInfo and no rank in its file name "
-                     "(accepted: distributedInfo.rank in the trace, or a name such as rank-3, rank3 "
-                     "or worker_3.json)")
+    raise TableError(
+        f"{name}: a trace without distributedInfo and no rank in its file name "
+        "(accepted: distributedInfo.rank in the trace, or a name such as rank-3, rank3 "
+        "or worker_3.json)"
+    )
 
 
 def _comm_bytes(args: dict[str, Any]) -> float:
@@ -209,6 +234,7 @@ def phase_name(annotation: str) -> str:
 
 
 # ---- one file -> rows --------------------------------------------------------------------------
+
 
 def _union(starts: np.ndarray, ends: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
     """Per group, the length of the union of its intervals."""
@@ -300,7 +326,7 @@ def file_rows(scan: _FileScan, rank: int, warnings: list[str]) -> pd.DataFrame |
         """Compute at times ``when`` (a launch or an op's start) -> its step's phase, or other;
         nothing inside a data-loader annotation. In blocks: the temporaries stay small."""
         for lo in range(0, len(when), _BLOCK):
-            w, a = when[lo:lo + _BLOCK], amount[lo:lo + _BLOCK]
+            w, a = when[lo : lo + _BLOCK], amount[lo : lo + _BLOCK]
             st = _locate(w, s_ts, s_end)
             ph = _locate(w, p_ts, p_end)
             col = np.where(ph >= 0, p_col[np.clip(ph, 0, None)] if len(p_col) else other, other)
@@ -355,8 +381,14 @@ def file_rows(scan: _FileScan, rank: int, warnings: list[str]) -> pd.DataFrame |
     np.add.at(nbytes, st[ok], c_bytes[ok])
 
     us = 1e-6
-    table = pd.DataFrame({"rank": np.full(k, rank, dtype=np.int64), "step": n.astype(np.int64),
-                          "start_s": base_s + start * us, "duration_s": duration * us})
+    table = pd.DataFrame(
+        {
+            "rank": np.full(k, rank, dtype=np.int64),
+            "step": n.astype(np.int64),
+            "start_s": base_s + start * us,
+            "duration_s": duration * us,
+        }
+    )
     for p, i in phase_ix.items():
         table[f"{p}_s"] = compute[:, i] * us
     if compute[:, other].any() or not phases:
@@ -379,9 +411,13 @@ def file_rows(scan: _FileScan, rank: int, warnings: list[str]) -> pd.DataFrame |
 
 # ---- a directory -------------------------------------------------------------------------------
 
+
 def trace_files(path: str) -> list[str]:
-    return sorted(os.path.join(path, f) for f in os.listdir(path)
-                  if f.lower().endswith(SUFFIXES) and os.path.isfile(os.path.join(path, f)))
+    return sorted(
+        os.path.join(path, f)
+        for f in os.listdir(path)
+        if f.lower().endswith(SUFFIXES) and os.path.isfile(os.path.join(path, f))
+    )
 
 
 def looks_like_trace(path: str) -> bool:
@@ -400,8 +436,9 @@ def is_trace_dir(path: str) -> bool:
     return any(looks_like_trace(f) for f in trace_files(path))
 
 
-def read_trace_dir(path: str, warnings: list[str] | None = None
-                   ) -> tuple[pd.DataFrame, dict[str, Any], dict[int, dict]]:
+def read_trace_dir(
+    path: str, warnings: list[str] | None = None
+) -> tuple[pd.DataFrame, dict[str, Any], dict[int, dict]]:
     """A directory of per-rank Kineto traces -> (steps table, meta, ranks). Raises TableError for a
     file whose rank cannot be told, or when no file holds a step."""
     warnings = warnings if warnings is not None else []
@@ -416,18 +453,22 @@ def read_trace_dir(path: str, warnings: list[str] | None = None
         info = scan.top.get("distributedInfo") or {}
         if isinstance(info, dict) and isinstance(info.get("world_size"), int):
             world = max(world or 0, info["world_size"])
-        ranks.setdefault(rank, {}).update({k: v for k, v in (("host", scan.top.get("host_name")),
-                                                             ("trace", name)) if v})
+        ranks.setdefault(rank, {}).update(
+            {k: v for k, v in (("host", scan.top.get("host_name")), ("trace", name)) if v}
+        )
         rows = file_rows(scan, rank, warnings)
         files.append(name)
         if rows is not None:
             tables.append(rows)
-        log.info("telemetry: %s: rank %d, %d events, %d steps", name, rank, scan.events,
-                 0 if rows is None else len(rows))
+        log.info(
+            "telemetry: %s: rank %d, %d events, %d steps", name, rank, scan.events, 0 if rows is None else len(rows)
+        )
     if not tables:
-        raise TableError(f"{path!r}: no steps in its {len(files)} trace file(s) (no ProfilerStep#N or "
-                         "telemetry.step#N annotation); accepted: traces of a profiled loop that calls "
-                         "prof.step(), or of telemetry.init(profiler_ranges=True)")
+        raise TableError(
+            f"{path!r}: no steps in its {len(files)} trace file(s) (no ProfilerStep#N or "
+            "telemetry.step#N annotation); accepted: traces of a profiled loop that calls "
+            "prof.step(), or of telemetry.init(profiler_ranges=True)"
+        )
     table = pd.concat(tables, ignore_index=True, sort=False)
     for c in table.columns:
         if c.endswith("_s") and c not in ("start_s", "duration_s"):

@@ -30,8 +30,10 @@ RUN_DIR = "run_dir"
 STEPS_TABLE = "steps_table"
 PER_OP_TRACE = "per_op_trace"
 KINETO_TRACES = "kineto_traces"
-ACCEPTED = ("a run directory, a steps table or per-operation trace (.csv, .parquet), or a directory of "
-            "PyTorch profiler traces (.json, .json.gz)")
+ACCEPTED = (
+    "a run directory, a steps table or per-operation trace (.csv, .parquet), or a directory of "
+    "PyTorch profiler traces (.json, .json.gz)"
+)
 
 
 @dataclass
@@ -68,9 +70,11 @@ def open_input(path: str, steps: tuple[int, int] | None = None) -> RunInput:
 
             if kineto.is_trace_dir(path):
                 return _open_kineto(path, steps)
-            raise TableError(f"{path!r} is a directory but neither a run directory (no {layout.META} or "
-                             f"{layout.RANKS_DIR}/) nor a directory of PyTorch profiler traces (no .json or "
-                             ".json.gz file with traceEvents)")
+            raise TableError(
+                f"{path!r} is a directory but neither a run directory (no {layout.META} or "
+                f"{layout.RANKS_DIR}/) nor a directory of PyTorch profiler traces (no .json or "
+                ".json.gz file with traceEvents)"
+            )
         run = read_run(path, steps)
         table = records_to_table(run.lines, run.warnings)
         if run.columns is not None:
@@ -80,9 +84,17 @@ def open_input(path: str, steps: tuple[int, int] | None = None) -> RunInput:
         nodes = {r: info.get("node") for r, info in run.ranks.items() if info.get("node")}
         if nodes and len(table):  # the layout: ranks that share a node (a slow node is one finding)
             table["node"] = table["rank"].map(nodes).astype(object)
-        return RunInput(path, RUN_DIR, table, meta=run.meta, ranks=run.ranks, progress=run.progress,
-                        records=run.steps, warnings=run.warnings + _coverage(table),
-                        online_findings=run.findings)
+        return RunInput(
+            path,
+            RUN_DIR,
+            table,
+            meta=run.meta,
+            ranks=run.ranks,
+            progress=run.progress,
+            records=run.steps,
+            warnings=run.warnings + _coverage(table),
+            online_findings=run.findings,
+        )
     if not os.path.exists(path):
         raise TableError(f"{path!r} does not exist; accepted: {ACCEPTED}")
     raw = _read_file(path)
@@ -114,10 +126,12 @@ def _coverage(table: pd.DataFrame) -> list[str]:
     """What the input lacks that the analysis needs to be trusted."""
     ranks = table["rank"].nunique() if len(table) else 0
     if ranks > 1 and ("comm_s" not in table.columns or not (table["comm_s"].fillna(0) > 0).any()):
-        return [f"{ranks} ranks but no time in collectives was recorded: every rank's step counts as "
-                "compute, so a straggler cannot be told from the ranks waiting for it (DDP's all-reduce "
-                "is timed by telemetry's comm hook, set at the model's first forward unless the model "
-                "has a hook of its own; collectives bound before telemetry.init are not seen)"]
+        return [
+            f"{ranks} ranks but no time in collectives was recorded: every rank's step counts as "
+            "compute, so a straggler cannot be told from the ranks waiting for it (DDP's all-reduce "
+            "is timed by telemetry's comm hook, set at the model's first forward unless the model "
+            "has a hook of its own; collectives bound before telemetry.init are not seen)"
+        ]
     return []
 
 

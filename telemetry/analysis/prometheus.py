@@ -80,8 +80,12 @@ WORKERS = 4  # queries in flight at once
 ANSWER_TIMEOUTS = 3  # a request's answer is read within this many timeouts (each read waits at most one)
 COLLECTIVE = "a collective"  # train_blocked_in_collective names no op
 
-_PROGRESS = {"train_last_step": "last_step", "train_last_step_timestamp_seconds": "last_step_end_s",
-             "train_step_in_progress_seconds": "in_progress", "train_blocked_in_collective": "blocked"}
+_PROGRESS = {
+    "train_last_step": "last_step",
+    "train_last_step_timestamp_seconds": "last_step_end_s",
+    "train_step_in_progress_seconds": "in_progress",
+    "train_blocked_in_collective": "blocked",
+}
 _GAUGES = "train_(last_step|last_step_timestamp_seconds|step_in_progress_seconds|blocked_in_collective|gpu_.+|process_.+|cuda_.+)"
 _NOT_PHASES = frozenset({"start", "duration", "comm", "data"})  # columns of their own
 _USUAL_ORDER = ("forward", "backward", "optimizer")  # phase columns in this order, then the others by name
@@ -99,8 +103,15 @@ def list_jobs(url: str, timeout_s: float = 5.0, *, minutes: float | None = None)
     return api.jobs(now - _range_s(minutes), now)
 
 
-def open_prometheus(url: str, job: str | None = None, *, minutes: float = 30.0, window_s: float | None = None,
-                    now: float | None = None, timeout_s: float = 10.0) -> RunInput:
+def open_prometheus(
+    url: str,
+    job: str | None = None,
+    *,
+    minutes: float = 30.0,
+    window_s: float | None = None,
+    now: float | None = None,
+    timeout_s: float = 10.0,
+) -> RunInput:
     """The last ``minutes`` (up to ``now``, epoch seconds; default: the current time) of ``job`` on
     the Prometheus server at ``url`` (its base URL, e.g. ``http://localhost:9090``), as a
     :class:`RunInput` of kind :data:`PROMETHEUS` (see the module doc for what a step is and the
@@ -131,20 +142,35 @@ def open_prometheus(url: str, job: str | None = None, *, minutes: float = 30.0, 
         warnings.append(f"Prometheus: {x}")
     with np.errstate(all="ignore"):  # absurd values (1e308 + 1e308) become inf, then are dropped
         g = {name: grid.arrays(series, _KEYS[name]) for name, (series, _) in results.items() if name != "gauges"}
-        gauges = grid.arrays(results["gauges"][0], ("rank", "__name__", "gpu", "type", "reason", "direction",
-                                                    "local_rank"), add=False)
+        gauges = grid.arrays(
+            results["gauges"][0], ("rank", "__name__", "gpu", "type", "reason", "direction", "local_rank"), add=False
+        )
         progress_g, device_g = _split_gauges(gauges, ranks)
         table, records = _build(grid, g, device_g, ranks)
     table = validate(table, source=f"Prometheus {api.url} job {job}", owned=True)
     progress = _progress(ranks, g["seen"], progress_g, device_g, grid.start_s(np.int64(0)))
     meta: dict[str, Any] = {
-        "job": job, "world_size": len(ranks), "window_s": w_ms / 1000, "windows": n, "source": PROMETHEUS,
-        "url": api.url, "start_time_s": (first_ms - w_ms) / 1000, "end_time_s": end_ms / 1000,
+        "job": job,
+        "world_size": len(ranks),
+        "window_s": w_ms / 1000,
+        "windows": n,
+        "source": PROMETHEUS,
+        "url": api.url,
+        "start_time_s": (first_ms - w_ms) / 1000,
+        "end_time_s": end_ms / 1000,
         "scrape_interval_s": interval,
         "hosts": {str(r): info["node"] for r, info in ranks.items() if info.get("node") is not None},
     }
-    return RunInput(api.url, PROMETHEUS, table, meta=meta, ranks=ranks, progress=progress, records=records,
-                    warnings=warnings + _coverage(table))
+    return RunInput(
+        api.url,
+        PROMETHEUS,
+        table,
+        meta=meta,
+        ranks=ranks,
+        progress=progress,
+        records=records,
+        warnings=warnings + _coverage(table),
+    )
 
 
 # ---- the HTTP API -------------------------------------------------------------------------------
@@ -176,14 +202,20 @@ class _Api:
         doc = _json(body)
         if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
             if code >= 500 or code == 429:
-                raise TableError(f"Prometheus at {self.url} answered {status} to GET /api/v1/{path} "
-                                 "(starting, overloaded, or a proxy in front of it failed)")
+                raise TableError(
+                    f"Prometheus at {self.url} answered {status} to GET /api/v1/{path} "
+                    "(starting, overloaded, or a proxy in front of it failed)"
+                )
             got = status or "an answer that is not Prometheus API JSON"
-            raise TableError(f"{self.url} is not a Prometheus server's HTTP API (GET /api/v1/{path} gave {got}); "
-                             "give the server's base URL, e.g. http://localhost:9090")
+            raise TableError(
+                f"{self.url} is not a Prometheus server's HTTP API (GET /api/v1/{path} gave {got}); "
+                "give the server's base URL, e.g. http://localhost:9090"
+            )
         if doc["status"] == "error":
-            raise TableError(f"Prometheus at {self.url} refused a query ({doc.get('errorType', status)}: "
-                             f"{doc.get('error')}): GET /api/v1/{path} {params.get('query', '')}".rstrip())
+            raise TableError(
+                f"Prometheus at {self.url} refused a query ({doc.get('errorType', status)}: "
+                f"{doc.get('error')}): GET /api/v1/{path} {params.get('query', '')}".rstrip()
+            )
         warn = doc.get("warnings")
         return doc.get("data"), [str(x) for x in warn] if isinstance(warn, list) else []
 
@@ -207,8 +239,9 @@ class _Api:
         return [d for d in data if isinstance(d, dict)]
 
     def query_range(self, expr: str, start_ms: int, end_ms: int, step_ms: int) -> tuple[list, list[str]]:
-        data, warn = self.get("query_range", {"query": expr, "start": start_ms / 1000, "end": end_ms / 1000,
-                                              "step": step_ms / 1000})
+        data, warn = self.get(
+            "query_range", {"query": expr, "start": start_ms / 1000, "end": end_ms / 1000, "step": step_ms / 1000}
+        )
         return _series_of(data, "matrix", self.url), warn
 
     def query(self, expr: str, at: float) -> list:
@@ -301,10 +334,12 @@ def _names(names: list[str]) -> str:
 
 
 def _nothing(url: str) -> TableError:
-    return TableError(f"Prometheus at {url} holds no train_steps_total series: is the training job's /metrics "
-                      "scraped? telemetry writes each job's targets for file_sd_configs to its prometheus_sd_dir "
-                      "(default: prometheus_targets/ beside the run directory); scrape <that dir>/*.json with "
-                      "honor_labels: true")
+    return TableError(
+        f"Prometheus at {url} holds no train_steps_total series: is the training job's /metrics "
+        "scraped? telemetry writes each job's targets for file_sd_configs to its prometheus_sd_dir "
+        "(default: prometheus_targets/ beside the run directory); scrape <that dir>/*.json with "
+        "honor_labels: true"
+    )
 
 
 def _choose_job(api: _Api, job: str | None, start: float, end: float, minutes: float) -> str:
@@ -315,25 +350,31 @@ def _choose_job(api: _Api, job: str | None, start: float, end: float, minutes: f
             return job
         every = api.jobs()
         if job in every:
-            raise TableError(f"job {job!r} has no train_steps_total sample in {span} on {api.url} "
-                             "(it has older ones: widen the time range)")
+            raise TableError(
+                f"job {job!r} has no train_steps_total sample in {span} on {api.url} "
+                "(it has older ones: widen the time range)"
+            )
         if not every:
             raise _nothing(api.url)
         raise TableError(f"no job {job!r} on {api.url}; the training jobs there: {_names(every)}")
     if len(recent) == 1:
         return recent[0]
     if recent:
-        raise TableError(f"{api.url} holds {len(recent)} training jobs in {span} ({_names(recent)}): "
-                         "choose one with --job")
+        raise TableError(
+            f"{api.url} holds {len(recent)} training jobs in {span} ({_names(recent)}): choose one with --job"
+        )
     every = api.jobs()
     if not every:
         raise _nothing(api.url)
-    raise TableError(f"no training job on {api.url} has samples in {span}; older ones: {_names(every)} "
-                     "(choose one with --job and widen the time range)")
+    raise TableError(
+        f"no training job on {api.url} has samples in {span}; older ones: {_names(every)} "
+        "(choose one with --job and widen the time range)"
+    )
 
 
-def _ranks(api: _Api, sel: str, job: str, start: float, end: float,
-           minutes: float) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+def _ranks(
+    api: _Api, sel: str, job: str, start: float, end: float, minutes: float
+) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
     """{rank: {"node", "local_rank"}} and each rank's label value, from the series API."""
     ranks: dict[int, dict[str, Any]] = {}
     labels: dict[int, str] = {}
@@ -344,11 +385,14 @@ def _ranks(api: _Api, sel: str, job: str, start: float, end: float,
         ranks[r] = {"node": s.get("node"), "local_rank": _int(s.get("local_rank"))}
         labels[r] = s["rank"]
         if len(ranks) > MAX_RANKS:
-            raise TableError(f"job {job!r} on {api.url} has more than {MAX_RANKS} ranks; this view reads at most "
-                             f"{MAX_RANKS} (query Prometheus with recording rules that aggregate across ranks)")
+            raise TableError(
+                f"job {job!r} on {api.url} has more than {MAX_RANKS} ranks; this view reads at most "
+                f"{MAX_RANKS} (query Prometheus with recording rules that aggregate across ranks)"
+            )
     if not ranks:
-        raise TableError(f"job {job!r} on {api.url} has no train_steps_total series with a rank label in the "
-                         f"last {minutes:g} min")
+        raise TableError(
+            f"job {job!r} on {api.url} has no train_steps_total series with a rank label in the last {minutes:g} min"
+        )
     return dict(sorted(ranks.items())), labels
 
 
@@ -378,8 +422,7 @@ def _scrape_interval(api: _Api, sel: str, rank: str, now: float, range_s: float)
     return None
 
 
-def _window(range_s: float, window_s: float | None, interval: float | None, n_ranks: int,
-            warnings: list[str]) -> float:
+def _window(range_s: float, window_s: float | None, interval: float | None, n_ranks: int, warnings: list[str]) -> float:
     """The window length in seconds (see the module doc)."""
     if window_s is None:
         # whole seconds; a scrape interval measured a few ms long does not add one
@@ -392,21 +435,38 @@ def _window(range_s: float, window_s: float | None, interval: float | None, n_ra
         if not (math.isfinite(w) and w >= 0.001):
             raise TableError(f"window_s={window_s!r}; accepted: seconds, at least 0.001")
         if interval and w < 2 * interval:
-            warnings.append(f"windows of {w:g} s hold fewer than 2 scrapes (every {interval:g} s): windows "
-                            "without two samples of a rank show no steps")
+            warnings.append(
+                f"windows of {w:g} s hold fewer than 2 scrapes (every {interval:g} s): windows "
+                "without two samples of a rank show no steps"
+            )
     bound = max(range_s / MAX_POINTS, range_s * n_ranks / MAX_CELLS)
     if w < bound:
         raised = float(math.ceil(bound))
-        warnings.append(f"windows of {w:g} s would give {range_s / w * n_ranks:,.0f} (rank, window) cells; "
-                        f"raised to {raised:g} s (at most {MAX_POINTS:,} windows and {MAX_CELLS:,} cells)")
+        warnings.append(
+            f"windows of {w:g} s would give {range_s / w * n_ranks:,.0f} (rank, window) cells; "
+            f"raised to {raised:g} s (at most {MAX_POINTS:,} windows and {MAX_CELLS:,} cells)"
+        )
         w = raised
     return w
 
 
 # ---- queries ------------------------------------------------------------------------------------
-_KEYS = {"n": ("rank",), "dur": ("rank",), "phase": ("rank", "phase"), "data": ("rank",), "comm": ("rank",),
-         "tokens": ("rank",), "samples": ("rank",), "calls": ("rank", "op"), "bytes": ("rank", "op"),
-         "op_s": ("rank", "op"), "busbw": ("rank", "op"), "factor": ("rank", "op"), "mfu": ("rank",), "seen": ("rank",)}
+_KEYS = {
+    "n": ("rank",),
+    "dur": ("rank",),
+    "phase": ("rank", "phase"),
+    "data": ("rank",),
+    "comm": ("rank",),
+    "tokens": ("rank",),
+    "samples": ("rank",),
+    "calls": ("rank", "op"),
+    "bytes": ("rank", "op"),
+    "op_s": ("rank", "op"),
+    "busbw": ("rank", "op"),
+    "factor": ("rank", "op"),
+    "mfu": ("rank",),
+    "seen": ("rank",),
+}
 
 
 def _queries(sel: str, w: str) -> dict[str, str]:
@@ -428,7 +488,7 @@ def _queries(sel: str, w: str) -> dict[str, str]:
         # algbw gauge, the latest busbw x the op's time
         "busbw": f"max by (rank, op) (last_over_time(train_collective_busbw_bytes_per_second{{{sel}}}[{w}]))",
         "factor": f"max by (rank, op) (last_over_time(train_collective_busbw_bytes_per_second{{{sel}}}[{w}]) "
-                  f"/ last_over_time(train_collective_algbw_bytes_per_second{{{sel}}}[{w}]))",
+        f"/ last_over_time(train_collective_algbw_bytes_per_second{{{sel}}}[{w}]))",
         "mfu": f"max by (rank) (avg_over_time(train_mfu_ratio{{{sel}}}[{w}]))",
         # when each rank was last scraped (its heartbeat), and the latest gauges at each window's end
         "seen": f"max by (rank) (timestamp(train_steps_total{{{sel}}}))",
@@ -436,8 +496,9 @@ def _queries(sel: str, w: str) -> dict[str, str]:
     }
 
 
-def _run_queries(api: _Api, queries: dict[str, str], first_ms: int, end_ms: int,
-                 w_ms: int) -> dict[str, tuple[list, list[str]]]:
+def _run_queries(
+    api: _Api, queries: dict[str, str], first_ms: int, end_ms: int, w_ms: int
+) -> dict[str, tuple[list, list[str]]]:
     """Every query's answer; the first failure is raised at once, the queries not started are
     cancelled (a server that stopped answering costs one request's timeout, not one per query)."""
     pool = ThreadPoolExecutor(max_workers=WORKERS)
@@ -481,12 +542,11 @@ class _Grid:
 
 
 # ---- gauges: progress and device readings -------------------------------------------------------
-def _device_key(name: str, gpu: str | None, kind: str | None, reason: str | None,
-                direction: str | None) -> str | None:
+def _device_key(name: str, gpu: str | None, kind: str | None, reason: str | None, direction: str | None) -> str | None:
     """A device metric's name -> the run store's reading name (exporters/device_metrics.py)."""
     if not name.startswith("train_") or name.endswith("_created"):
         return None
-    base = name[len("train_"):]
+    base = name[len("train_") :]
     if base.endswith("_total"):
         base = base[: -len("_total")]
     if base == "gpu_ecc_errors":
@@ -498,13 +558,14 @@ def _device_key(name: str, gpu: str | None, kind: str | None, reason: str | None
     return base
 
 
-def _split_gauges(gauges: dict[tuple, np.ndarray],
-                  ranks: dict[int, dict[str, Any]]) -> tuple[dict[tuple, np.ndarray], dict[int, dict[str, np.ndarray]]]:
+def _split_gauges(
+    gauges: dict[tuple, np.ndarray], ranks: dict[int, dict[str, Any]]
+) -> tuple[dict[tuple, np.ndarray], dict[int, dict[str, np.ndarray]]]:
     """({(rank, progress key): values}, {rank: {device reading: values}}). A rank's GPU readings
     come from its own GPU (label gpu = its local rank) when it exports several, else the lowest."""
     progress: dict[tuple, np.ndarray] = {}
     device: dict[tuple, list[tuple[int, str, np.ndarray]]] = {}
-    for (r, name, gpu, kind, reason, direction, local), a in gauges.items():
+    for (r, name, gpu, kind, reason, direction, _local), a in gauges.items():
         if name in _PROGRESS:
             key = (r, _PROGRESS[name])
             prev = progress.get(key)
@@ -533,8 +594,13 @@ def _last(a: np.ndarray | None) -> float | None:
     return float(a[idx[-1]]) if len(idx) else None
 
 
-def _progress(ranks: dict[int, dict[str, Any]], seen: dict[tuple, np.ndarray], gauges: dict[tuple, np.ndarray],
-              device: dict[int, dict[str, np.ndarray]], range_start_s: float) -> dict[int, dict[str, Any]]:
+def _progress(
+    ranks: dict[int, dict[str, Any]],
+    seen: dict[tuple, np.ndarray],
+    gauges: dict[tuple, np.ndarray],
+    device: dict[int, dict[str, np.ndarray]],
+    range_start_s: float,
+) -> dict[int, dict[str, Any]]:
     """Each rank's heartbeat. Its time is when the rank was last scraped (so a rank that is no
     longer scraped goes silent, and a finished job is not live); a rank with no sample at any
     window's end was last seen before the range started."""
@@ -555,11 +621,17 @@ def _heartbeat(rank: int, time_s: float, g: dict[str, float | None], device: dic
     is_open = open_s is not None and open_s > 0
     blocked = g.get("blocked")
     return {
-        "rank": rank, "time_s": time_s, "last_step": last, "last_step_end_s": g.get("last_step_end_s"),
+        "rank": rank,
+        "time_s": time_s,
+        "last_step": last,
+        "last_step_end_s": g.get("last_step_end_s"),
         "open_step": (last + 1 if last is not None else 0) if is_open else None,
         "open_step_since_s": time_s - open_s if is_open else None,
-        "phase": None, "collective": COLLECTIVE if blocked is not None and blocked >= 0.5 else None,
-        "collective_since_s": None, "finished": False, "device": device or None,
+        "phase": None,
+        "collective": COLLECTIVE if blocked is not None and blocked >= 0.5 else None,
+        "collective_since_s": None,
+        "finished": False,
+        "device": device or None,
     }
 
 
@@ -571,10 +643,16 @@ def _per_step(a: np.ndarray | None, idx: np.ndarray, count: np.ndarray, missing:
     return np.where(np.isfinite(v), v, missing)
 
 
-def _build(grid: _Grid, g: dict[str, dict[tuple, np.ndarray]], device: dict[int, dict[str, np.ndarray]],
-           ranks: dict[int, dict[str, Any]]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    phases = sorted({k[1] for k in g["phase"] if k[1] and k[1] not in _NOT_PHASES},
-                    key=lambda p: (_USUAL_ORDER.index(p) if p in _USUAL_ORDER else len(_USUAL_ORDER), p))
+def _build(
+    grid: _Grid,
+    g: dict[str, dict[tuple, np.ndarray]],
+    device: dict[int, dict[str, np.ndarray]],
+    ranks: dict[int, dict[str, Any]],
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    phases = sorted(
+        {k[1] for k in g["phase"] if k[1] and k[1] not in _NOT_PHASES},
+        key=lambda p: (_USUAL_ORDER.index(p) if p in _USUAL_ORDER else len(_USUAL_ORDER), p),
+    )
     ops = sorted({k[1] for name in ("calls", "bytes", "op_s") for k in g[name] if k[1]})
     has = {name: bool(g[name]) for name in ("comm", "tokens", "samples", "mfu")}
     has_data = any(np.nansum(a) > 0 for a in g["data"].values())
@@ -636,15 +714,26 @@ def _build(grid: _Grid, g: dict[str, dict[tuple, np.ndarray]], device: dict[int,
                     # [count, duration_s, blocked_s, bytes, bus_bytes] per step, as OpStats
                     rec_ops[op] = [float(calls[j]), float(secs[j]), float(secs[j]), float(nbytes[j]), float(bus[j])]
             rec_dev = {s: float(a[k]) for s, a in dev.items() if np.isfinite(a[k])}
-            rec: dict[str, Any] = {"rank": r, "step": k, "start_s": float(start[j]), "duration_s": float(duration[j]),
-                                   "device": rec_dev or None, "ops": rec_ops}
+            rec: dict[str, Any] = {
+                "rank": r,
+                "step": k,
+                "start_s": float(start[j]),
+                "duration_s": float(duration[j]),
+                "device": rec_dev or None,
+                "ops": rec_ops,
+            }
             if has["comm"] and np.isfinite(comm[j]):
                 rec["comm_s"] = float(comm[j])
             records.append(rec)
     if not cols:
-        return pd.DataFrame({"rank": pd.Series([], dtype="int64"), "step": pd.Series([], dtype="int64"),
-                             "start_s": pd.Series([], dtype="float64"),
-                             "duration_s": pd.Series([], dtype="float64")}), records
+        return pd.DataFrame(
+            {
+                "rank": pd.Series([], dtype="int64"),
+                "step": pd.Series([], dtype="int64"),
+                "start_s": pd.Series([], dtype="float64"),
+                "duration_s": pd.Series([], dtype="float64"),
+            }
+        ), records
     table = pd.DataFrame({name: np.concatenate(parts) for name, parts in cols.items()})
     if has["comm"]:
         # Not known: the exporter does not say in which phase collectives ran (see the module doc).

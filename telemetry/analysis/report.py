@@ -44,7 +44,7 @@ def rank_table(m: StepMatrix, warmup: int) -> str:
     note = ""
     if len(rows) > MAX_RANK_ROWS:
         key = meds["compute"] if "compute" in meds else meds["in step"]
-        top = np.argsort(-np.nan_to_num(key, nan=-np.inf))[:MAX_RANK_ROWS - 1]
+        top = np.argsort(-np.nan_to_num(key, nan=-np.inf))[: MAX_RANK_ROWS - 1]
         rows = sorted(int(i) for i in top)
         note = f"  ({m.n_ranks - len(rows)} more ranks not shown; the {len(rows)} with most compute are)\n"
     widths = [max(len(name), 7) for name, _ in cols]
@@ -76,36 +76,53 @@ def online_section(online: list[dict], offline: list[Finding]) -> str:
         where = f"  phase {d['phase']}" if d.get("phase") else ""
         block = f", blocks of {d['block_steps']} steps" if d.get("block_steps") else ""
         verdict = "confirmed offline" if d["confirmed_offline"] else "NOT found offline"
-        lines.append(f"  [online] [{d.get('severity')}] {d.get('kind')}  {who}{where}  steps "
-                     f"{d.get('first_step')}-{d.get('last_step')}{block}: {verdict}")
+        lines.append(
+            f"  [online] [{d.get('severity')}] {d.get('kind')}  {who}{where}  steps "
+            f"{d.get('first_step')}-{d.get('last_step')}{block}: {verdict}"
+        )
         if not d["confirmed_offline"]:
-            lines.append(textwrap.fill(d["why_not_offline"], width=100, initial_indent="      ",
-                                       subsequent_indent="      "))
+            lines.append(
+                textwrap.fill(d["why_not_offline"], width=100, initial_indent="      ", subsequent_indent="      ")
+            )
     keys = {(d.get("kind"), tuple(d.get("ranks") or ()), d.get("phase")) for d in online}
     only = [f for f in offline if f.severity != "info" and (f.kind, tuple(f.ranks), f.phase) not in keys]
     if only:
-        lines.append(textwrap.fill(
-            f"Found offline only: {', '.join(sorted({f.kind for f in only}))}. Online detection reports a "
-            "finding once, from warning up, after enough blocks of steps; it does not look for moving "
-            "imbalance, and a finding of the last blocks may come after the job ended.",
-            width=100, initial_indent="  ", subsequent_indent="  "))
+        lines.append(
+            textwrap.fill(
+                f"Found offline only: {', '.join(sorted({f.kind for f in only}))}. Online detection reports a "
+                "finding once, from warning up, after enough blocks of steps; it does not look for moving "
+                "imbalance, and a finding of the last blocks may come after the job ended.",
+                width=100,
+                initial_indent="  ",
+                subsequent_indent="  ",
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
-def render(analysis: Analysis, source: str, warmup: int = 0, warnings: list[str] | None = None,
-           online: list[dict] | None = None) -> str:
+def render(
+    analysis: Analysis,
+    source: str,
+    warmup: int = 0,
+    warnings: list[str] | None = None,
+    online: list[dict] | None = None,
+) -> str:
     s = analysis.summary
     out = []
     if not s.get("steps"):
         return f"{source}: no steps recorded\n"
     tps = f", {s['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in s else ""
-    out.append(f"{source}: {_n(s['ranks'], 'rank')}, {_n(s['steps'], 'step')} ({s['first_step']}-{s['last_step']}), "
-               f"median step time {_ms(s['step_time_s'])} ms (data wait included){tps}\n")
+    out.append(
+        f"{source}: {_n(s['ranks'], 'rank')}, {_n(s['steps'], 'step')} ({s['first_step']}-{s['last_step']}), "
+        f"median step time {_ms(s['step_time_s'])} ms (data wait included){tps}\n"
+    )
     up = s.get("uptime") or {}
     if up.get("restarts"):
-        out.append(f"Uptime {up['wall_s'] / 60:.1f} min, of which {up['lost_s'] / 60:.1f} min lost in "
-                   f"{_n(up['restarts'], 'restart')} or outages (before steps "
-                   f"{', '.join(map(str, up['restarted_at_steps']))}; goodput 'lost')\n")
+        out.append(
+            f"Uptime {up['wall_s'] / 60:.1f} min, of which {up['lost_s'] / 60:.1f} min lost in "
+            f"{_n(up['restarts'], 'restart')} or outages (before steps "
+            f"{', '.join(map(str, up['restarted_at_steps']))}; goodput 'lost')\n"
+        )
     if analysis.matrix is not None:
         out.append(rank_table(analysis.matrix, warmup))
     for w in warnings or []:
@@ -124,12 +141,19 @@ def render(analysis: Analysis, source: str, warmup: int = 0, warnings: list[str]
         out.append(f"  [{f.severity}] {f.kind}  {who}{where}{steps}  slowdown {f.slowdown:.1%} of those steps{share}")
         out.append(textwrap.fill(f.evidence, width=100, initial_indent="      ", subsequent_indent="      "))
         for i, c in enumerate(f.causes):
-            out.append(textwrap.fill(f"{c['kind']}: {c['evidence']}", width=100,
-                                     initial_indent=f"      {'cause' if i == 0 else 'also '}  ",
-                                     subsequent_indent="             "))
+            out.append(
+                textwrap.fill(
+                    f"{c['kind']}: {c['evidence']}",
+                    width=100,
+                    initial_indent=f"      {'cause' if i == 0 else 'also '}  ",
+                    subsequent_indent="             ",
+                )
+            )
     if online:
         out.append("\n" + online_section(online, analysis.findings).rstrip())
-    out.append(f"\nEstimated slowdown from all findings together: {s['slowdown']:.1%} of the whole run's step time "
-               f"(steps {s['first_step']}-{s['last_step']}; each finding above is over its own steps, and its "
-               "share of the run in brackets).\n")
+    out.append(
+        f"\nEstimated slowdown from all findings together: {s['slowdown']:.1%} of the whole run's step time "
+        f"(steps {s['first_step']}-{s['last_step']}; each finding above is over its own steps, and its "
+        "share of the run in brackets).\n"
+    )
     return "\n".join(out)

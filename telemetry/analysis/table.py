@@ -37,8 +37,11 @@ class TableError(ValueError):
 
 
 def phase_columns(table: pd.DataFrame) -> list[str]:
-    return [c for c in table.columns
-            if isinstance(c, str) and c.endswith("_s") and c[:-2].isidentifier() and c not in NOT_PHASES]
+    return [
+        c
+        for c in table.columns
+        if isinstance(c, str) and c.endswith("_s") and c[:-2].isidentifier() and c not in NOT_PHASES
+    ]
 
 
 def phase_names(table: pd.DataFrame) -> list[str]:
@@ -48,8 +51,9 @@ def phase_names(table: pd.DataFrame) -> list[str]:
 def records_to_table(rows: Iterable[dict[str, Any]], warnings: list[str] | None = None) -> pd.DataFrame:
     """The run store's step lines (dicts, as :mod:`telemetry.store.writer` writes them) -> steps table.
     What :func:`validate` skips is said in ``warnings``."""
-    cols: dict[str, list] = {k: [] for k in ("rank", "step", "start_s", "duration_s", "ok",
-                                              "tokens", "samples", "comm_s", "comm_bytes")}
+    cols: dict[str, list] = {
+        k: [] for k in ("rank", "step", "start_s", "duration_s", "ok", "tokens", "samples", "comm_s", "comm_bytes")
+    }
     extra: dict[str, dict[int, Any]] = {}
     n = 0
     for r in rows:
@@ -97,8 +101,9 @@ def records_to_table(rows: Iterable[dict[str, Any]], warnings: list[str] | None 
     return validate(table, source="run store", owned=True, warnings=warnings)
 
 
-def columns_to_table(columns: Any, before: pd.DataFrame | None = None,
-                     warnings: list[str] | None = None) -> pd.DataFrame:
+def columns_to_table(
+    columns: Any, before: pd.DataFrame | None = None, warnings: list[str] | None = None
+) -> pd.DataFrame:
     """The run store's step columns (format 2, an Arrow table already named as the steps table
     names them) -> steps table, after ``before`` (format 1's rows of the same run, which later rows
     replace). A phase column missing from some segments took no time in their steps. ``columns``
@@ -125,13 +130,19 @@ def _zero_when_absent(name: str) -> bool:
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame({"rank": pd.Series([], dtype="int64"), "step": pd.Series([], dtype="int64"),
-                         "start_s": pd.Series([], dtype="float64"),
-                         "duration_s": pd.Series([], dtype="float64")})
+    return pd.DataFrame(
+        {
+            "rank": pd.Series([], dtype="int64"),
+            "step": pd.Series([], dtype="int64"),
+            "start_s": pd.Series([], dtype="float64"),
+            "duration_s": pd.Series([], dtype="float64"),
+        }
+    )
 
 
-def validate(table: pd.DataFrame, source: str = "table", owned: bool = False,
-             warnings: list[str] | None = None) -> pd.DataFrame:
+def validate(
+    table: pd.DataFrame, source: str = "table", owned: bool = False, warnings: list[str] | None = None
+) -> pd.DataFrame:
     """Check and normalize a steps table: types, missing or bad rows (reported and dropped), and
     duplicate (rank, step) rows (the last kept). ``owned``: the frame may be changed in place.
     Row order is kept; rows are sorted by (rank, step) only when they had to be de-duplicated.
@@ -145,8 +156,10 @@ def validate(table: pd.DataFrame, source: str = "table", owned: bool = False,
 
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
-        raise TableError(f"{source}: missing column(s) {', '.join(missing)}; a steps table needs "
-                         f"{', '.join(REQUIRED)} (found: {', '.join(map(str, table.columns[:20]))})")
+        raise TableError(
+            f"{source}: missing column(s) {', '.join(missing)}; a steps table needs "
+            f"{', '.join(REQUIRED)} (found: {', '.join(map(str, table.columns[:20]))})"
+        )
     t = table if owned else table.copy(deep=False)
     for c in REQUIRED + tuple(phase_columns(t)) + (("comm_s",) if "comm_s" in t.columns else ()):
         if isinstance(t[c], pd.DataFrame):
@@ -162,8 +175,10 @@ def validate(table: pd.DataFrame, source: str = "table", owned: bool = False,
                 said(f"{unread} value(s) in {c} are not numbers; read as missing")
     if len(t) and not t[list(REQUIRED)].notna().any(axis=0).all():
         empty = [c for c in REQUIRED if not t[c].notna().any()]
-        raise TableError(f"{source}: column(s) {', '.join(empty)} hold no number in any of its {len(t)} row(s); "
-                         "accepted: numbers (rank and step integers, start_s and duration_s seconds)")
+        raise TableError(
+            f"{source}: column(s) {', '.join(empty)} hold no number in any of its {len(t)} row(s); "
+            "accepted: numbers (rank and step integers, start_s and duration_s seconds)"
+        )
     bad = np.zeros(len(t), dtype=bool)
     odd = np.zeros(len(t), dtype=bool)
     for c in REQUIRED:
@@ -172,11 +187,13 @@ def validate(table: pd.DataFrame, source: str = "table", owned: bool = False,
         if c in ("rank", "duration_s"):
             bad |= v < 0
         if c in ("rank", "step"):
-            odd |= np.isfinite(v) & ((v != np.floor(v)) | (np.abs(v) >= 2.0 ** 63))  # int64 holds it
+            odd |= np.isfinite(v) & ((v != np.floor(v)) | (np.abs(v) >= 2.0**63))  # int64 holds it
     odd &= ~bad
     if bad.any():
-        said(f"{int(bad.sum())} row(s) with missing, non-finite or negative "
-             f"rank/step/start_s/duration_s skipped{_where(t, bad)}")
+        said(
+            f"{int(bad.sum())} row(s) with missing, non-finite or negative "
+            f"rank/step/start_s/duration_s skipped{_where(t, bad)}"
+        )
     if odd.any():
         said(f"{int(odd.sum())} row(s) whose rank or step is not an integer skipped{_where(t, odd)}")
     if bad.any() or odd.any():
@@ -193,8 +210,7 @@ def validate(table: pd.DataFrame, source: str = "table", owned: bool = False,
         t["step"] = t["step"].astype("int64")
     n_dup = _duplicates(t["rank"].to_numpy(), t["step"].to_numpy())
     if n_dup:
-        said(f"{n_dup} duplicate (rank, step) row(s); the last of each kept (a restarted job re-ran "
-             "those steps)")
+        said(f"{n_dup} duplicate (rank, step) row(s); the last of each kept (a restarted job re-ran those steps)")
         t = t[~t.duplicated(["rank", "step"], keep="last")].sort_values(["rank", "step"], kind="stable")
     return t.reset_index(drop=True)
 

@@ -31,7 +31,7 @@ class _Reader:
         data = self.f.read(_CHUNK)
         if not data:
             self.eof = True
-        self.buf = self.buf[self.pos:] + data
+        self.buf = self.buf[self.pos :] + data
         self.pos = 0
 
     def peek(self) -> str:
@@ -49,8 +49,9 @@ class _Reader:
     def expect(self, ch: str) -> None:
         got = self.peek()
         if got != ch:
-            raise TableError(f"{self.source}: not a Chrome trace (expected {ch!r} at character "
-                             f"{self.pos}, found {got[:1]!r})")
+            raise TableError(
+                f"{self.source}: not a Chrome trace (expected {ch!r} at character {self.pos}, found {got[:1]!r})"
+            )
         self.pos += 1
 
     def value(self) -> Any:

@@ -46,8 +46,11 @@ def plan(first: int, last: int, ranks: int, rows: int = WINDOW_ROWS) -> list[tup
     return [(a, min(last, a + size - 1)) for a in range(first, last + 1, size)]
 
 
-def analyze_windows(windows: list[tuple[int, int]], run_window: Callable[[tuple[int, int], bool, bool], Any],
-                    tolerance: int | None = None) -> Any:
+def analyze_windows(
+    windows: list[tuple[int, int]],
+    run_window: Callable[[tuple[int, int], bool, bool], Any],
+    tolerance: int | None = None,
+) -> Any:
     """``run_window((a, b), first, last)`` -> an Analysis of that window (``first``: the run's first
     window, with warm-up; ``last``: the one that gets the heartbeats). Returns one Analysis."""
     from .detectors import Analysis
@@ -58,7 +61,9 @@ def analyze_windows(windows: list[tuple[int, int]], run_window: Callable[[tuple[
         r.matrix = None  # the window's rank x step arrays: gone before the next window is read
         results.append(r)
     size = windows[0][1] - windows[0][0] + 1
-    findings = merge_findings([r.findings for r in results], tolerance if tolerance is not None else max(10, size // 20))
+    findings = merge_findings(
+        [r.findings for r in results], tolerance if tolerance is not None else max(10, size // 20)
+    )
     summary = merge_summaries([r.summary for r in results], findings)
     summary["windows"] = {"count": len(windows), "steps_each": size}
     return Analysis(findings, summary, None)
@@ -73,8 +78,13 @@ def merge_findings(per_window: list[list[Finding]], tolerance: int) -> list[Find
         for f in findings:
             key = (f.kind, tuple(f.ranks), f.phase)
             prev = open_.get(key)
-            if prev is not None and key not in seen and f.first_step is not None and prev[0].last_step is not None \
-                    and f.first_step <= prev[0].last_step + tolerance:
+            if (
+                prev is not None
+                and key not in seen
+                and f.first_step is not None
+                and prev[0].last_step is not None
+                and f.first_step <= prev[0].last_step + tolerance
+            ):
                 open_[key] = (_join(prev[0], f), prev[1] + 1)
             else:
                 if prev is not None:
@@ -96,15 +106,18 @@ def _join(a: Finding, b: Finding) -> Finding:
     na, nb = _steps(a), _steps(b)
     cost = (a.slowdown * na + b.slowdown * nb) / (na + nb)
     worse = a if SEVERITIES.index(a.severity) >= SEVERITIES.index(b.severity) else b
-    return replace(a, last_step=b.last_step, slowdown=round(cost, 6), severity=worse.severity,
-                   causes=a.causes or b.causes)
+    return replace(
+        a, last_step=b.last_step, slowdown=round(cost, 6), severity=worse.severity, causes=a.causes or b.causes
+    )
 
 
 def _close(f: Finding, windows: int) -> Finding:
     if windows == 1:
         return f
-    note = (f" [one finding over steps {f.first_step}-{f.last_step}, merged from {windows} windows of the run; "
-            f"the numbers above are the first window's, the what-if is over all of them]")
+    note = (
+        f" [one finding over steps {f.first_step}-{f.last_step}, merged from {windows} windows of the run; "
+        f"the numbers above are the first window's, the what-if is over all of them]"
+    )
     return replace(f, evidence=f.evidence + note, details={**f.details, "windows": windows})
 
 
@@ -115,8 +128,10 @@ def merge_summaries(summaries: list[dict[str, Any]], findings: list[Finding]) ->
     secs = np.array([s.get("uptime", {}).get("in_steps_s", 0.0) or s["steps"] * s["step_time_s"] for s in ok])
     w = secs / secs.sum() if secs.sum() > 0 else np.full(len(ok), 1 / len(ok))
     out: dict[str, Any] = {
-        "ranks": max(s["ranks"] for s in ok), "steps": sum(s["steps"] for s in ok),
-        "first_step": min(s["first_step"] for s in ok), "last_step": max(s["last_step"] for s in ok),
+        "ranks": max(s["ranks"] for s in ok),
+        "steps": sum(s["steps"] for s in ok),
+        "first_step": min(s["first_step"] for s in ok),
+        "last_step": max(s["last_step"] for s in ok),
         "step_time_s": float(np.median([s["step_time_s"] for s in ok])),
         "slowdown": round(float(np.dot(w, [s["slowdown"] for s in ok])), 6),
         "findings": len(findings),
@@ -140,8 +155,11 @@ def merge_summaries(summaries: list[dict[str, Any]], findings: list[Finding]) ->
     for k in ("tokens_per_s", "mfu"):
         vals = [s[k] for s in ok if k in s]
         if vals:
-            out[k] = float(np.dot(w[: len(vals)] / w[: len(vals)].sum(), vals)) if len(vals) == len(ok) else \
-                float(np.median(vals))
+            out[k] = (
+                float(np.dot(w[: len(vals)] / w[: len(vals)].sum(), vals))
+                if len(vals) == len(ok)
+                else float(np.median(vals))
+            )
     if any("stages" in s for s in ok):
         out["stages"] = max(s.get("stages", 0) for s in ok)
     return out

@@ -14,21 +14,34 @@ SEQUENTIAL = "viridis"
 def step_percentiles(df: pd.DataFrame) -> alt.Chart:
     """p50 and p95 over steps, the y axis clipped as in :func:`_clipped_top`."""
     top = _clipped_top(df["ms"])
-    return alt.Chart(df).mark_line(clip=True).encode(
-        x=alt.X("step:Q", title="step"),
-        y=alt.Y("ms:Q", title="ms per step (data wait included)",
-                scale=alt.Scale(domain=[0, top]) if top else alt.Undefined),
-        color=alt.Color("percentile:N", title="over ranks", scale=alt.Scale(scheme=CATEGORICAL)),
-        tooltip=["step", "percentile", alt.Tooltip("ms:Q", format=".1f")],
-    ).properties(height=260)
+    return (
+        alt.Chart(df)
+        .mark_line(clip=True)
+        .encode(
+            x=alt.X("step:Q", title="step"),
+            y=alt.Y(
+                "ms:Q",
+                title="ms per step (data wait included)",
+                scale=alt.Scale(domain=[0, top]) if top else alt.Undefined,
+            ),
+            color=alt.Color("percentile:N", title="over ranks", scale=alt.Scale(scheme=CATEGORICAL)),
+            tooltip=["step", "percentile", alt.Tooltip("ms:Q", format=".1f")],
+        )
+        .properties(height=260)
+    )
 
 
 def goodput(df: pd.DataFrame) -> alt.Chart:
-    return alt.Chart(df).mark_bar().encode(
-        x=alt.X("share:Q", title="share of the run's step time", axis=alt.Axis(format="%")),
-        y=alt.Y("part:N", title=None, sort="-x", axis=alt.Axis(labelOverlap=False)),
-        tooltip=["part", alt.Tooltip("share:Q", format=".1%")],
-    ).properties(height=28 * max(len(df), 1) + 20)
+    return (
+        alt.Chart(df)
+        .mark_bar()
+        .encode(
+            x=alt.X("share:Q", title="share of the run's step time", axis=alt.Axis(format="%")),
+            y=alt.Y("part:N", title=None, sort="-x", axis=alt.Axis(labelOverlap=False)),
+            tooltip=["part", alt.Tooltip("share:Q", format=".1%")],
+        )
+        .properties(height=28 * max(len(df), 1) + 20)
+    )
 
 
 def heatmap(df: pd.DataFrame, title: str, marked: dict[int, str], value: str = "ms") -> alt.Chart:
@@ -38,14 +51,23 @@ def heatmap(df: pd.DataFrame, title: str, marked: dict[int, str], value: str = "
     df = df.assign(label=[f"{r}  <- {marked[r]}" if r in marked else str(r) for r in df["rank"]])
     order = [f"{r}  <- {marked[r]}" if r in marked else str(r) for r in sorted(df["rank"].unique())]
     lo, hi = (float(df[value].quantile(q)) for q in (0.01, 0.99)) if df[value].notna().any() else (0.0, 1.0)
-    return alt.Chart(df).mark_rect().encode(
-        x=alt.X("step:O", title="step (first step of each block)", axis=alt.Axis(labelOverlap=True)),
-        y=alt.Y("label:O", title="rank", sort=order,
-                axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)),  # every rank's label up to 64
-        color=alt.Color(f"{value}:Q", title=title,
-                        scale=alt.Scale(scheme=SEQUENTIAL, domain=[lo, hi if hi > lo else lo + 1e-9], clamp=True)),
-        tooltip=["rank", "step", alt.Tooltip(f"{value}:Q", format=".2f", title=title)],
-    ).properties(width="container", height=_band_height(len(order), 18, 110))
+    return (
+        alt.Chart(df)
+        .mark_rect()
+        .encode(
+            x=alt.X("step:O", title="step (first step of each block)", axis=alt.Axis(labelOverlap=True)),
+            y=alt.Y(
+                "label:O", title="rank", sort=order, axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)
+            ),  # every rank's label up to 64
+            color=alt.Color(
+                f"{value}:Q",
+                title=title,
+                scale=alt.Scale(scheme=SEQUENTIAL, domain=[lo, hi if hi > lo else lo + 1e-9], clamp=True),
+            ),
+            tooltip=["rank", "step", alt.Tooltip(f"{value}:Q", format=".2f", title=title)],
+        )
+        .properties(width="container", height=_band_height(len(order), 18, 110))
+    )
 
 
 def _band_height(rows: int, per_row: int, axes: int) -> int:
@@ -65,12 +87,17 @@ def lines(df: pd.DataFrame, y_title: str, color: str, color_title: str, x_title:
     """One line per ``color`` value over ``step`` (long format with a ``value`` column), the y axis
     clipped a little above the 99th percentile."""
     top = _clipped_top(df["value"])
-    return alt.Chart(df).mark_line(point=len(df) <= 60, clip=True).encode(
-        x=alt.X("step:Q", title=x_title),
-        y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domain=[0, top]) if top else alt.Undefined),
-        color=alt.Color(f"{color}:N", title=color_title, scale=alt.Scale(scheme=CATEGORICAL)),
-        tooltip=["step", color, alt.Tooltip("value:Q", format=".3g", title=y_title)],
-    ).properties(height=240)
+    return (
+        alt.Chart(df)
+        .mark_line(point=len(df) <= 60, clip=True)
+        .encode(
+            x=alt.X("step:Q", title=x_title),
+            y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domain=[0, top]) if top else alt.Undefined),
+            color=alt.Color(f"{color}:N", title=color_title, scale=alt.Scale(scheme=CATEGORICAL)),
+            tooltip=["step", color, alt.Tooltip("value:Q", format=".3g", title=y_title)],
+        )
+        .properties(height=240)
+    )
 
 
 def rank_bars(df: pd.DataFrame, value: str, title: str, marked: dict[int, str]) -> alt.Chart:
@@ -78,32 +105,52 @@ def rank_bars(df: pd.DataFrame, value: str, title: str, marked: dict[int, str]) 
     ranks."""
     df = df.assign(label=[f"{r}  <- {marked[r]}" if r in marked else str(r) for r in df["rank"]])
     order = [f"{r}  <- {marked[r]}" if r in marked else str(r) for r in sorted(df["rank"].unique())]
-    return alt.Chart(df).mark_bar().encode(
-        x=alt.X(f"{value}:Q", title=title),
-        y=alt.Y("label:O", title="rank", sort=order, axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)),
-        tooltip=["rank", alt.Tooltip(f"{value}:Q", format=".3g", title=title)],
-    ).properties(height=_band_height(len(order), 16, 70))
+    return (
+        alt.Chart(df)
+        .mark_bar()
+        .encode(
+            x=alt.X(f"{value}:Q", title=title),
+            y=alt.Y("label:O", title="rank", sort=order, axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)),
+            tooltip=["rank", alt.Tooltip(f"{value}:Q", format=".3g", title=title)],
+        )
+        .properties(height=_band_height(len(order), 16, 70))
+    )
 
 
 def by_size(df: pd.DataFrame, value: str, title: str) -> alt.Chart:
     """A measure by message size bucket, one line per op (log-scaled sizes)."""
-    return alt.Chart(df).mark_line(point=True).encode(
-        x=alt.X("bucket_bytes:Q", title="message size (bytes, bucket start; log scale)", scale=alt.Scale(type="log"),
-                axis=alt.Axis(format="~s")),
-        y=alt.Y(f"{value}:Q", title=title),
-        color=alt.Color("op:N", title="op", scale=alt.Scale(scheme=CATEGORICAL)),
-        tooltip=["op", "size", "calls", alt.Tooltip(f"{value}:Q", format=".3g", title=title)],
-    ).properties(height=240)
+    return (
+        alt.Chart(df)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "bucket_bytes:Q",
+                title="message size (bytes, bucket start; log scale)",
+                scale=alt.Scale(type="log"),
+                axis=alt.Axis(format="~s"),
+            ),
+            y=alt.Y(f"{value}:Q", title=title),
+            color=alt.Color("op:N", title="op", scale=alt.Scale(scheme=CATEGORICAL)),
+            tooltip=["op", "size", "calls", alt.Tooltip(f"{value}:Q", format=".3g", title=title)],
+        )
+        .properties(height=240)
+    )
 
 
 def compare_bars(df: pd.DataFrame) -> alt.Chart:
     """Base against new, ms per step, per series (the diff's series)."""
     long = df.rename(columns={"base ms": "base", "new ms": "new"}).melt(
-        "series", value_vars=["base", "new"], var_name="run", value_name="ms")
-    return alt.Chart(long).mark_bar().encode(
-        y=alt.Y("series:N", title=None, sort=list(df["series"])),
-        yOffset=alt.YOffset("run:N", sort=["base", "new"]),
-        x=alt.X("ms:Q", title="ms per step (median over ranks and steps)"),
-        color=alt.Color("run:N", title="run", scale=alt.Scale(scheme=CATEGORICAL), sort=["base", "new"]),
-        tooltip=["series", "run", alt.Tooltip("ms:Q", format=".2f")],
-    ).properties(height=36 * max(len(df), 1) + 30)
+        "series", value_vars=["base", "new"], var_name="run", value_name="ms"
+    )
+    return (
+        alt.Chart(long)
+        .mark_bar()
+        .encode(
+            y=alt.Y("series:N", title=None, sort=list(df["series"])),
+            yOffset=alt.YOffset("run:N", sort=["base", "new"]),
+            x=alt.X("ms:Q", title="ms per step (median over ranks and steps)"),
+            color=alt.Color("run:N", title="run", scale=alt.Scale(scheme=CATEGORICAL), sort=["base", "new"]),
+            tooltip=["series", "run", alt.Tooltip("ms:Q", format=".2f")],
+        )
+        .properties(height=36 * max(len(df), 1) + 30)
+    )

@@ -72,9 +72,14 @@ def per_rank(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=["rank", "op", "calls per step", "latency ms", "busbw GB/s", "blocked ms/step"])
     g = df.groupby(["rank", "op"])
-    return pd.DataFrame({"calls per step": g["calls"].mean(), "latency ms": g["latency_ms"].median(),
-                         "busbw GB/s": g["busbw_gbps"].median(),
-                         "blocked ms/step": g["blocked_s"].median() * 1e3}).reset_index()
+    return pd.DataFrame(
+        {
+            "calls per step": g["calls"].mean(),
+            "latency ms": g["latency_ms"].median(),
+            "busbw GB/s": g["busbw_gbps"].median(),
+            "blocked ms/step": g["blocked_s"].median() * 1e3,
+        }
+    ).reset_index()
 
 
 def by_size(run: RunInput, steps: tuple[int, int] | None = None, ranks: list[int] | None = None) -> pd.DataFrame:
@@ -96,8 +101,9 @@ def by_size(run: RunInput, steps: tuple[int, int] | None = None, ranks: list[int
     d["bucket_bytes"] = 2.0 ** np.floor(np.log2(d["nbytes"]))
     d["busbw"] = d["nbytes"] * d["factor"] / d["seconds"] / 1e9
     g = d.groupby(["op", "bucket_bytes"])
-    out = pd.DataFrame({"calls": g.size(), "latency ms": g["seconds"].median() * 1e3,
-                        "busbw GB/s": g["busbw"].median()}).reset_index()
+    out = pd.DataFrame(
+        {"calls": g.size(), "latency ms": g["seconds"].median() * 1e3, "busbw GB/s": g["busbw"].median()}
+    ).reset_index()
     out.insert(1, "size", [f"{size_label(b)}-{size_label(2 * b)}" for b in out["bucket_bytes"]])
     return out.sort_values(["op", "bucket_bytes"]).reset_index(drop=True)
 

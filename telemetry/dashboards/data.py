@@ -21,7 +21,7 @@ from telemetry.analysis.findings import compare_online
 from telemetry.analysis.load import RunInput, open_input
 from telemetry.analysis.table import TableError
 
-from .grid import MAX_HEATMAP_COLUMNS, MAX_LINE_POINTS, _blocks, grid_cells, step_columns  # noqa: F401 - for views
+from .grid import MAX_HEATMAP_COLUMNS, MAX_LINE_POINTS, _blocks, grid_cells, step_columns
 
 LIVE_REFRESH_S = 5.0  # a run directory still being written is checked for new steps this often (at least)
 PROMETHEUS_REFRESH_S = 15.0  # a Prometheus job is queried again this often
@@ -117,8 +117,9 @@ def links_out(root: str) -> list[str]:
     except OSError:
         return []
     real_root = os.path.realpath(root)
-    return sorted(n for n in names
-                  if os.path.isdir(os.path.join(root, n)) and not inside(os.path.join(root, n), real_root))
+    return sorted(
+        n for n in names if os.path.isdir(os.path.join(root, n)) and not inside(os.path.join(root, n), real_root)
+    )
 
 
 def inside(path: str, real_root: str) -> bool:
@@ -143,7 +144,7 @@ def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.Dat
         p50 = nanmedian(p50[: nb * width].reshape(nb, width), axis=1)
         with np.errstate(all="ignore"):
             p95 = np.nanmax(p95[: nb * width].reshape(nb, width), axis=1)
-        steps = steps[: nb * width: width]
+        steps = steps[: nb * width : width]
     wide = pd.DataFrame({"step": steps, "p50": p50, "p95": p95})
     return wide.melt("step", var_name="percentile", value_name="ms").dropna()
 
@@ -169,8 +170,13 @@ def series(m: StepMatrix, what: str) -> np.ndarray:
     raise ViewError(f"no series {what!r}; accepted: compute, blocked, data, " + ", ".join(m.phase_compute))
 
 
-def heatmap(m: StepMatrix, what: str, ranks: list[int] | None = None, steps: tuple[int, int] | None = None,
-            max_columns: int = MAX_HEATMAP_COLUMNS) -> pd.DataFrame:
+def heatmap(
+    m: StepMatrix,
+    what: str,
+    ranks: list[int] | None = None,
+    steps: tuple[int, int] | None = None,
+    max_columns: int = MAX_HEATMAP_COLUMNS,
+) -> pd.DataFrame:
     """A rank x step grid of ``what`` (see :func:`series`) in ms, long format (``rank``, ``step``,
     ``ms``); see :func:`grid_cells` for the downsampling."""
     return grid_cells(m, series(m, what) * 1e3, ranks, steps, max_columns).rename(columns={"value": "ms"})
@@ -237,8 +243,11 @@ def focus_series(m: StepMatrix, card: dict[str, Any]) -> tuple[np.ndarray, str, 
     if phase == "data":
         return m.data * 1e3, "data-loader wait (ms/step)", "time waiting for the next batch"
     if phase in m.phase_compute:
-        return (m.phase_compute[phase] * 1e3, f"{phase} compute (ms/step)",
-                f"phase {phase}'s time with the time blocked in collectives removed")
+        return (
+            m.phase_compute[phase] * 1e3,
+            f"{phase} compute (ms/step)",
+            f"phase {phase}'s time with the time blocked in collectives removed",
+        )
     if card.get("kind") == "slow_comm" and m.comm is not None:
         return m.comm * 1e3, "in collectives (ms/step)", "time blocked in collectives"
     return (m.duration + m.data) * 1e3, "step time (ms)", "the step's wall time, data wait included"
@@ -266,8 +275,11 @@ def focus(view: RunView, card: dict[str, Any], max_lines: int = 8) -> Focus:
     wide = pd.DataFrame({"step": m.steps[cols], **lines})
     if len(wide) > MAX_LINE_POINTS:
         width, nb = _blocks(len(wide), MAX_LINE_POINTS)
-        wide = wide.iloc[: nb * width].groupby(np.arange(nb * width) // width).agg(
-            {"step": "first", **{k: "median" for k in lines}})
+        wide = (
+            wide.iloc[: nb * width]
+            .groupby(np.arange(nb * width) // width)
+            .agg({"step": "first", **{k: "median" for k in lines}})
+        )
     long = wide.melt("step", var_name="who", value_name="value").dropna()
     return Focus(label, note, steps, grid_cells(m, a, None, steps), long)
 
@@ -283,9 +295,17 @@ def compare_series(doc: dict[str, Any]) -> pd.DataFrame:
     """The diff's per-series changes as rows: series, base ms, new ms, change, p, and whether the
     change is significant (p under its bound and at least the minimum effect)."""
     s = doc["summary"]
-    rows = [(name, c["base_s"] * 1e3, c["new_s"] * 1e3, c["change"], c["p"],
-             abs(c["change"]) >= s["min_effect"] and c["p"] < c["p_bound"])
-            for name, c in s["series"].items()]
+    rows = [
+        (
+            name,
+            c["base_s"] * 1e3,
+            c["new_s"] * 1e3,
+            c["change"],
+            c["p"],
+            abs(c["change"]) >= s["min_effect"] and c["p"] < c["p_bound"],
+        )
+        for name, c in s["series"].items()
+    ]
     return pd.DataFrame(rows, columns=["series", "base ms", "new ms", "change", "p", "significant"])
 
 

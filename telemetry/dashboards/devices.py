@@ -23,24 +23,30 @@ SIGNALS: dict[str, tuple[str, str, float]] = {
     "gpu_memory_clock_hertz": ("memory clock", "MHz", 1e-6),
     "gpu_power_watts": ("GPU power", "W", 1.0),
     "gpu_temperature_celsius": ("GPU temperature", "°C", 1.0),
-    "gpu_memory_used_bytes": ("GPU memory used", "GiB", 2.0 ** -30),
-    "gpu_memory_total_bytes": ("GPU memory total", "GiB", 2.0 ** -30),
+    "gpu_memory_used_bytes": ("GPU memory used", "GiB", 2.0**-30),
+    "gpu_memory_total_bytes": ("GPU memory total", "GiB", 2.0**-30),
     "gpu_energy_joules": ("GPU energy (since boot)", "kJ", 1e-3),
     "gpu_pcie_replays": ("PCIe replays (since boot)", "count", 1.0),
-    "gpu_nvlink_tx_bytes": ("NVLink sent (since boot)", "GiB", 2.0 ** -30),
-    "gpu_nvlink_rx_bytes": ("NVLink received (since boot)", "GiB", 2.0 ** -30),
-    "cuda_memory_allocated_bytes": ("CUDA memory allocated", "GiB", 2.0 ** -30),
-    "cuda_memory_reserved_bytes": ("CUDA memory reserved", "GiB", 2.0 ** -30),
-    "cuda_memory_peak_bytes": ("CUDA memory peak", "GiB", 2.0 ** -30),
+    "gpu_nvlink_tx_bytes": ("NVLink sent (since boot)", "GiB", 2.0**-30),
+    "gpu_nvlink_rx_bytes": ("NVLink received (since boot)", "GiB", 2.0**-30),
+    "cuda_memory_allocated_bytes": ("CUDA memory allocated", "GiB", 2.0**-30),
+    "cuda_memory_reserved_bytes": ("CUDA memory reserved", "GiB", 2.0**-30),
+    "cuda_memory_peak_bytes": ("CUDA memory peak", "GiB", 2.0**-30),
     "process_cpu_ratio": ("process CPU", "% of one core", 100.0),
     "process_cpu_seconds": ("process CPU time", "s", 1.0),
-    "process_resident_memory_bytes": ("process resident memory", "GiB", 2.0 ** -30),
+    "process_resident_memory_bytes": ("process resident memory", "GiB", 2.0**-30),
 }
 THROTTLE_PREFIX = "gpu_clock_event_"  # 1 while NVML reports the clock-event (throttle) reason
 # What a CPU run shows first, and a GPU run first.
 HOST_FIRST = ("process_cpu_ratio", "process_resident_memory_bytes")
-GPU_FIRST = ("gpu_utilization_ratio", "gpu_sm_activity_ratio", "gpu_sm_clock_hertz", "gpu_power_watts",
-             "gpu_temperature_celsius", "gpu_memory_used_bytes")
+GPU_FIRST = (
+    "gpu_utilization_ratio",
+    "gpu_sm_activity_ratio",
+    "gpu_sm_clock_hertz",
+    "gpu_power_watts",
+    "gpu_temperature_celsius",
+    "gpu_memory_used_bytes",
+)
 
 
 def signals(m: StepMatrix) -> list[str]:
@@ -94,7 +100,7 @@ def throttle_reasons(m: StepMatrix, steps: tuple[int, int] | None = None) -> pd.
             share = np.nansum(a > 0, axis=1) / seen
         for r, v, n in zip(m.ranks, share, seen):
             if n and v > 0:
-                rows.append((int(r), c[len("dev." + THROTTLE_PREFIX):].replace("_", " "), float(v)))
+                rows.append((int(r), c[len("dev." + THROTTLE_PREFIX) :].replace("_", " "), float(v)))
     return pd.DataFrame(rows, columns=["rank", "reason", "share of steps"])
 
 
@@ -105,6 +111,11 @@ def data_wait(m: StepMatrix, steps: tuple[int, int] | None = None) -> pd.DataFra
     d = m.data[:, cols] * 1e3
     t = (m.duration + m.data)[:, cols]
     with np.errstate(all="ignore"):
-        return pd.DataFrame({"rank": m.ranks.astype(int), "median ms": nanmedian(d, axis=1),
-                             "p95 ms": np.nanpercentile(d, 95, axis=1),
-                             "% of step time": 100 * np.nansum(d, axis=1) / 1e3 / np.nansum(t, axis=1)})
+        return pd.DataFrame(
+            {
+                "rank": m.ranks.astype(int),
+                "median ms": nanmedian(d, axis=1),
+                "p95 ms": np.nanpercentile(d, 95, axis=1),
+                "% of step time": 100 * np.nansum(d, axis=1) / 1e3 / np.nansum(t, axis=1),
+            }
+        )

@@ -26,8 +26,13 @@ def step_columns(m: StepMatrix, steps: tuple[int, int] | None) -> np.ndarray:
     return (m.steps >= steps[0]) & (m.steps <= steps[1])
 
 
-def grid_cells(m: StepMatrix, a: np.ndarray, ranks: list[int] | None = None, steps: tuple[int, int] | None = None,
-               max_columns: int = MAX_HEATMAP_COLUMNS) -> pd.DataFrame:
+def grid_cells(
+    m: StepMatrix,
+    a: np.ndarray,
+    ranks: list[int] | None = None,
+    steps: tuple[int, int] | None = None,
+    max_columns: int = MAX_HEATMAP_COLUMNS,
+) -> pd.DataFrame:
     """An (R, S) array of ``m``'s shape as long-format cells (``rank``, ``step``, ``value``) over the
     chosen ranks and steps. Beyond ``max_columns`` steps, consecutive steps are grouped and each cell
     is the block's median (labelled by the block's first step), so one slow rank still stands out at
@@ -38,7 +43,7 @@ def grid_cells(m: StepMatrix, a: np.ndarray, ranks: list[int] | None = None, ste
     if a.shape[1] > max_columns:
         width, nb = _blocks(a.shape[1], max_columns)
         a = nanmedian(a[:, : nb * width].reshape(a.shape[0], nb, width), axis=2)
-        step_ids = step_ids[: nb * width: width]
+        step_ids = step_ids[: nb * width : width]
     grid = pd.DataFrame(a, index=rank_ids, columns=step_ids)
     grid.index.name, grid.columns.name = "rank", "step"
     return grid.stack(future_stack=True).rename("value").reset_index()

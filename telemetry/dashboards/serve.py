@@ -27,8 +27,14 @@ CHROME_OFF = ("--client.toolbarMode", "viewer")
 
 def command(flags: list[str]) -> list[str]:
     """The server process's command line: this interpreter, isolated, then Streamlit's ``flags``."""
-    return [sys.executable, "-I", "-c", "import sys; from telemetry.dashboards.serve import main; main(sys.argv[1:])",
-            *CHROME_OFF, *flags]
+    return [
+        sys.executable,
+        "-I",
+        "-c",
+        "import sys; from telemetry.dashboards.serve import main; main(sys.argv[1:])",
+        *CHROME_OFF,
+        *flags,
+    ]
 
 
 def warm_up() -> float:

@@ -30,8 +30,12 @@ def finding_title(f: dict[str, Any]) -> str:
     who = f"rank {', '.join(map(str, f['ranks']))}" if f.get("ranks") else "job-wide"
     steps = f"steps {f.get('first_step')}-{f.get('last_step')}" if f.get("first_step") is not None else "all steps"
     slowdown = f.get("slowdown")
-    return (f"[{f.get('severity', '?')}] {f.get('kind', '?')} - {who}" + (f" - phase {f['phase']}" if f.get("phase") else "")
-            + f" - {steps}" + (f" - what-if {slowdown:.1%}" if isinstance(slowdown, (int, float)) else ""))
+    return (
+        f"[{f.get('severity', '?')}] {f.get('kind', '?')} - {who}"
+        + (f" - phase {f['phase']}" if f.get("phase") else "")
+        + f" - {steps}"
+        + (f" - what-if {slowdown:.1%}" if isinstance(slowdown, (int, float)) else "")
+    )
 
 
 def finding_list(cards: list[dict[str, Any]], compact: bool = False) -> None:
@@ -53,30 +57,50 @@ def finding_list(cards: list[dict[str, Any]], compact: bool = False) -> None:
                 st.code(json.dumps(rest, indent=1, default=str), language="json")
 
 
-def overview(view: D.RunView, choice: Choice, percentiles: Any) -> None:  # noqa: ARG001 - same signature
+def overview(view: D.RunView, choice: Choice, percentiles: Any) -> None:
     s = view.analysis.summary
     cols = st.columns(5)
     cols[0].metric("median step time", f"{s['step_time_s'] * 1e3:.1f} ms", help="data wait included")
-    cols[1].metric("tokens/s", f"{s['tokens_per_s']:,.0f}" if "tokens_per_s" in s else "-",
-                   help=None if "tokens_per_s" in s else "no step carried a token count")
-    cols[2].metric("MFU", f"{s['mfu']:.1%}" if "mfu" in s else "-",
-                   help=None if "mfu" in s else "not configured: init(flops_per_token=...) and a known peak")
+    cols[1].metric(
+        "tokens/s",
+        f"{s['tokens_per_s']:,.0f}" if "tokens_per_s" in s else "-",
+        help=None if "tokens_per_s" in s else "no step carried a token count",
+    )
+    cols[2].metric(
+        "MFU",
+        f"{s['mfu']:.1%}" if "mfu" in s else "-",
+        help=None if "mfu" in s else "not configured: init(flops_per_token=...) and a known peak",
+    )
     cols[3].metric("estimated slowdown", f"{s['slowdown']:.1%}", help="all findings together, over the run")
     up = s.get("uptime") or {}
     if "wall_s" in up:
-        lost = (f"; {up['lost_s'] / 60:.1f} min lost in {up['restarts']} restart(s) or outage(s) (at steps "
-                f"{', '.join(map(str, up['restarted_at_steps']))})" if up.get("restarts") else "")
-        cols[4].metric("uptime", f"{up['wall_s'] / 60:.1f} min",
-                       help=f"first step start to last step end: {up['in_steps_s'] / 60:.1f} min in steps{lost}")
+        lost = (
+            f"; {up['lost_s'] / 60:.1f} min lost in {up['restarts']} restart(s) or outage(s) (at steps "
+            f"{', '.join(map(str, up['restarted_at_steps']))})"
+            if up.get("restarts")
+            else ""
+        )
+        cols[4].metric(
+            "uptime",
+            f"{up['wall_s'] / 60:.1f} min",
+            help=f"first step start to last step end: {up['in_steps_s'] / 60:.1f} min in steps{lost}",
+        )
     else:
         cols[4].metric("uptime", "-", help="the input has no step start times")
-    st.caption(f"{s['ranks']} ranks, {s['steps']} steps ({s['first_step']}-{s['last_step']})"
-               + (f"; a step here is a {view.run.meta['window_s']:.0f} s window of the live job"
-                  if view.run.kind == "prometheus" else ""))
+    st.caption(
+        f"{s['ranks']} ranks, {s['steps']} steps ({s['first_step']}-{s['last_step']})"
+        + (
+            f"; a step here is a {view.run.meta['window_s']:.0f} s window of the live job"
+            if view.run.kind == "prometheus"
+            else ""
+        )
+    )
     left, right = st.columns([2, 1])
     left.subheader("Step time over steps")
-    left.caption("median (p50) and 95th percentile over ranks; steps far above the rest are clipped; "
-                 f"beyond {D.MAX_LINE_POINTS} steps a point is a block of steps (median p50, highest p95)")
+    left.caption(
+        "median (p50) and 95th percentile over ranks; steps far above the rest are clipped; "
+        f"beyond {D.MAX_LINE_POINTS} steps a point is a block of steps (median p50, highest p95)"
+    )
     left.altair_chart(charts.step_percentiles(percentiles), width="stretch")
     right.subheader("Where the time went")
     right.altair_chart(charts.goodput(D.goodput(s)), width="stretch")
@@ -89,8 +113,12 @@ def ranks(view: D.RunView, choice: Choice) -> None:
     options = ["compute", "blocked", "data"] + [p for p in m.phase_compute if p != "data"]
     if m.comm is None:
         options.remove("blocked")
-    what = st.selectbox("series", options, help="compute: busy time; blocked: time in collectives; data: "
-                        "data-loader wait; a phase: its compute, blocked time removed")
+    what = st.selectbox(
+        "series",
+        options,
+        help="compute: busy time; blocked: time in collectives; data: "
+        "data-loader wait; a phase: its compute, blocked time removed",
+    )
     try:
         cells = D.heatmap(m, what, choice.ranks or None, choice.steps)
     except D.ViewError as exc:
@@ -109,8 +137,10 @@ def findings(view: D.RunView, choice: Choice) -> None:
         st.subheader("The evidence behind one finding")
         i = st.selectbox("finding", range(len(cards)), format_func=lambda k: finding_title(cards[k]), key="focus")
         f = D.focus(view, cards[i])
-        st.caption(f"{f.label}: {f.note}; steps {f.steps[0]}-{f.steps[1]} (the finding's steps and a margin "
-                   "either side); its ranks against the others' median")
+        st.caption(
+            f"{f.label}: {f.note}; steps {f.steps[0]}-{f.steps[1]} (the finding's steps and a margin "
+            "either side); its ranks against the others' median"
+        )
         st.altair_chart(charts.lines(f.lines, f.label, "who", "ranks"), width="stretch")
         st.altair_chart(charts.heatmap(f.cells, f.label, D.marked_ranks(view), value="value"), width="stretch")
     if view.online:
@@ -122,13 +152,21 @@ def collectives(view: D.RunView, choice: Choice) -> None:
     df = comm.per_step(view.run, choice.steps, choice.ranks)
     if df.empty:
         m = view.matrix
-        st.info("This input holds no per-collective records (a steps table carries only `comm_s`, the time in "
-                "collectives per step): latency, bytes and bandwidth by op come from a run directory or "
-                "Prometheus." + ("" if m.comm is not None else " It has no time in collectives either."))
+        st.info(
+            "This input holds no per-collective records (a steps table carries only `comm_s`, the time in "
+            "collectives per step): latency, bytes and bandwidth by op come from a run directory or "
+            "Prometheus." + ("" if m.comm is not None else " It has no time in collectives either.")
+        )
         if m.comm is not None:
             st.subheader("Time in collectives, ms per step, rank x step")
-            st.altair_chart(charts.heatmap(D.heatmap(m, "blocked", choice.ranks or None, choice.steps),
-                                           "time in collectives (ms per step)", D.marked_ranks(view)), width="stretch")
+            st.altair_chart(
+                charts.heatmap(
+                    D.heatmap(m, "blocked", choice.ranks or None, choice.steps),
+                    "time in collectives (ms per step)",
+                    D.marked_ranks(view),
+                ),
+                width="stretch",
+            )
         return
     ops = sorted(df["op"].unique())
     cols = st.columns(4)
@@ -140,11 +178,14 @@ def collectives(view: D.RunView, choice: Choice) -> None:
     series = comm.over_steps(df)
     left, right = st.columns(2)
     left.subheader("Latency per call over steps")
-    left.altair_chart(charts.lines(series[series["measure"] == "latency_ms"], "ms per call (median over ranks)",
-                                   "op", "op"), width="stretch")
+    left.altair_chart(
+        charts.lines(series[series["measure"] == "latency_ms"], "ms per call (median over ranks)", "op", "op"),
+        width="stretch",
+    )
     right.subheader("Bus bandwidth over steps")
-    right.altair_chart(charts.lines(series[series["measure"] == "busbw_gbps"], "GB/s (median over ranks)",
-                                    "op", "op"), width="stretch")
+    right.altair_chart(
+        charts.lines(series[series["measure"] == "busbw_gbps"], "GB/s (median over ranks)", "op", "op"), width="stretch"
+    )
     sizes = comm.by_size(view.run, choice.steps, choice.ranks)
     if not sizes.empty:
         left, right = st.columns(2)
@@ -157,8 +198,12 @@ def collectives(view: D.RunView, choice: Choice) -> None:
     st.subheader("Per rank and op")
     table = comm.per_rank(df)
     op = st.selectbox("op", ops, key="comm_op")
-    st.altair_chart(charts.rank_bars(table[table["op"] == op], "blocked ms/step", f"{op}: ms blocked per step (median)",
-                                     D.marked_ranks(view)), width="stretch")
+    st.altair_chart(
+        charts.rank_bars(
+            table[table["op"] == op], "blocked ms/step", f"{op}: ms blocked per step (median)", D.marked_ranks(view)
+        ),
+        width="stretch",
+    )
     st.dataframe(table.round(3), hide_index=True, width="stretch")
 
 
@@ -170,13 +215,16 @@ def input_and_devices(view: D.RunView, choice: Choice) -> None:
     if choice.ranks:
         wait = wait[wait["rank"].isin(choice.ranks)]
     left, right = st.columns([1, 1])
-    left.altair_chart(charts.rank_bars(wait, "median ms", "data-loader wait (ms per step, median)", marked),
-                      width="stretch")
+    left.altair_chart(
+        charts.rank_bars(wait, "median ms", "data-loader wait (ms per step, median)", marked), width="stretch"
+    )
     right.dataframe(wait.round(3), hide_index=True, width="stretch")
     names = devices.signals(m)
     if not names:
-        st.info("No device or host signal was sampled with these steps (a steps table without `dev.` columns, "
-                "or the sampler was off).")
+        st.info(
+            "No device or host signal was sampled with these steps (a steps table without `dev.` columns, "
+            "or the sampler was off)."
+        )
         return
     if devices.has_gpu(m):
         st.subheader("Devices")
@@ -197,16 +245,20 @@ def input_and_devices(view: D.RunView, choice: Choice) -> None:
         st.dataframe(throttle, hide_index=True, width="stretch")
 
 
-def compare(view: D.RunView, choice: Choice, base: D.RunView | None, base_name: str) -> None:  # noqa: ARG001
+def compare(view: D.RunView, choice: Choice, base: D.RunView | None, base_name: str) -> None:
     if base is None:
-        st.info("Nothing to compare with: start `telemetry dashboard NEW --base BASE`, or start it with no run "
-                "to choose both runs among the run directories under runs/.")
+        st.info(
+            "Nothing to compare with: start `telemetry dashboard NEW --base BASE`, or start it with no run "
+            "to choose both runs among the run directories under runs/."
+        )
         return
     doc = D.compare(base, view)
     s = doc["summary"]
     cols = st.columns(2)
-    for col, name, v, steps in ((cols[0], f"base: {base_name}", base, s["base_steps"]),
-                                (cols[1], "new: this run", view, s["new_steps"])):
+    for col, name, v, steps in (
+        (cols[0], f"base: {base_name}", base, s["base_steps"]),
+        (cols[1], "new: this run", view, s["new_steps"]),
+    ):
         col.markdown(f"**{name}**")
         sub = col.columns(3)
         sub[0].metric("median step time", f"{v.analysis.summary['step_time_s'] * 1e3:.1f} ms")
@@ -215,15 +267,24 @@ def compare(view: D.RunView, choice: Choice, base: D.RunView | None, base_name: 
         sub[2].metric("findings", len(v.analysis.findings))
         col.caption(f"{v.analysis.summary['ranks']} ranks, {steps} steps")
     change = s.get("step_change")
-    st.metric("step time change (new against base)", f"{change:+.1%}" if change is not None else "-",
-              delta=f"{(s['new_step_s'] - s['base_step_s']) * 1e3:+.2f} ms", delta_color="inverse")
+    st.metric(
+        "step time change (new against base)",
+        f"{change:+.1%}" if change is not None else "-",
+        delta=f"{(s['new_step_s'] - s['base_step_s']) * 1e3:+.2f} ms",
+        delta_color="inverse",
+    )
     table = D.compare_series(doc)
     st.subheader("Per series (ms per step, median over ranks and steps)")
     st.altair_chart(charts.compare_bars(table), width="stretch")
-    st.dataframe(table.style.format({"base ms": "{:.2f}", "new ms": "{:.2f}", "change": "{:+.1%}", "p": "{:.1e}"}),
-                 hide_index=True, width="stretch")
-    st.caption(f"A change is significant from {s['min_effect']:.0%} with a Mann-Whitney p under its bound "
-               f"(blocks of steps compared, as `telemetry diff` does).")
+    st.dataframe(
+        table.style.format({"base ms": "{:.2f}", "new ms": "{:.2f}", "change": "{:+.1%}", "p": "{:.1e}"}),
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption(
+        f"A change is significant from {s['min_effect']:.0%} with a Mann-Whitney p under its bound "
+        f"(blocks of steps compared, as `telemetry diff` does)."
+    )
     for name, why in s["undecided"].items():
         st.warning(f"undecided: {name}: {why}")
     st.subheader(f"Changes ({len(doc['findings'])})")

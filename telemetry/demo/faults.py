@@ -78,8 +78,10 @@ class Fault:
 def parse_inject(spec: str) -> Fault:
     kind, sep, rest = spec.strip().partition(":")
     if kind not in KINDS:
-        raise InjectError(f"--inject {spec!r}: unknown kind {kind!r}; accepted kinds: "
-                          f"{', '.join(KINDS)} (e.g. straggler:rank=2,phase=forward,factor=1.5)")
+        raise InjectError(
+            f"--inject {spec!r}: unknown kind {kind!r}; accepted kinds: "
+            f"{', '.join(KINDS)} (e.g. straggler:rank=2,phase=forward,factor=1.5)"
+        )
     required, optional = KINDS[kind]
     values: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))) if sep else ():
@@ -88,20 +90,25 @@ def parse_inject(spec: str) -> Fault:
         if not eq:
             raise InjectError(f"--inject {spec!r}: {item!r} is not key=value")
         if key not in required + optional:
-            raise InjectError(f"--inject {spec!r}: unknown key {key!r} for {kind}; accepted: "
-                              f"{', '.join(required)} (required), {', '.join(optional) or 'none'} (optional)")
+            raise InjectError(
+                f"--inject {spec!r}: unknown key {key!r} for {kind}; accepted: "
+                f"{', '.join(required)} (required), {', '.join(optional) or 'none'} (optional)"
+            )
         if key in values:
             raise InjectError(f"--inject {spec!r}: {key} given twice")
         typ = _TYPES[key]
         try:
             values[key] = typ(raw.strip())
         except ValueError:
-            raise InjectError(f"--inject {spec!r}: {key}={raw!r} is not {'an integer' if typ is int else 'a number'}") from None
+            raise InjectError(
+                f"--inject {spec!r}: {key}={raw!r} is not {'an integer' if typ is int else 'a number'}"
+            ) from None
     missing = [k for k in required if k not in values]
     if missing:
-        raise InjectError(f"--inject {spec!r}: {kind} needs {', '.join(missing)}; "
-                          f"form: {kind}:{','.join(k + '=...' for k in required)}"
-                          + "".join(f"[,{k}=...]" for k in optional))
+        raise InjectError(
+            f"--inject {spec!r}: {kind} needs {', '.join(missing)}; "
+            f"form: {kind}:{','.join(k + '=...' for k in required)}" + "".join(f"[,{k}=...]" for k in optional)
+        )
     _check_values(spec, kind, values)
     if "rank" in values:
         values["ranks"] = (values.pop("rank"),)
@@ -118,8 +125,9 @@ def _check_values(spec: str, kind: str, values: dict[str, Any]) -> None:
         raise InjectError(f"--inject {spec!r}: phase={phase!r}; accepted: {', '.join(DEMO_PHASES)}")
     factor = values.get("factor")
     if factor is not None and not 1.0 < factor <= 100.0:
-        raise InjectError(f"--inject {spec!r}: factor={factor}; accepted: a number above 1 and "
-                          "at most 100 (1.5 means 50% slower)")
+        raise InjectError(
+            f"--inject {spec!r}: factor={factor}; accepted: a number above 1 and at most 100 (1.5 means 50% slower)"
+        )
     delay = values.get("delay_ms")
     if delay is not None and not 0.0 < delay <= 60000.0:
         raise InjectError(f"--inject {spec!r}: delay_ms={delay}; accepted: above 0, at most 60000")
@@ -133,12 +141,15 @@ def check_against_job(faults: Iterable[Fault], ranks: int, steps: int) -> None:
     """Reject faults that name a rank or step the job will not have."""
     for f in faults:
         if f.rank is not None and f.rank >= ranks:
-            raise InjectError(f"--inject {f.kind}: rank={f.rank} but the job has --ranks {ranks} "
-                              f"(accepted: 0..{ranks - 1})")
+            raise InjectError(
+                f"--inject {f.kind}: rank={f.rank} but the job has --ranks {ranks} (accepted: 0..{ranks - 1})"
+            )
         last = f.start
         if last >= steps:
-            raise InjectError(f"--inject {f.kind}: {'step' if f.kind in ('hang', 'kill') else 'start'}={last} "
-                              f"but the job runs --steps {steps} (accepted: 0..{steps - 1})")
+            raise InjectError(
+                f"--inject {f.kind}: {'step' if f.kind in ('hang', 'kill') else 'start'}={last} "
+                f"but the job runs --steps {steps} (accepted: 0..{steps - 1})"
+            )
 
 
 class FaultPlan:
@@ -165,8 +176,9 @@ class FaultPlan:
         return factor
 
     def data_delay_s(self, step: int) -> float:
-        return sum(f.delay_s for f in self.faults
-                   if f.kind == "data_stall" and self.rank in f.ranks and step >= f.start)
+        return sum(
+            f.delay_s for f in self.faults if f.kind == "data_stall" and self.rank in f.ranks and step >= f.start
+        )
 
     def comm_factor(self, step: int) -> float:
         factor = 1.0

@@ -55,8 +55,10 @@ def _store_socket() -> socket.socket:
 def prepare_run_dir(run_dir: str, overwrite: bool) -> None:
     if os.path.exists(run_dir) and os.listdir(run_dir):
         if not overwrite:
-            raise DemoError(f"run directory {run_dir!r} exists and is not empty; pass --overwrite "
-                            "to replace it, or choose another --run-dir")
+            raise DemoError(
+                f"run directory {run_dir!r} exists and is not empty; pass --overwrite "
+                "to replace it, or choose another --run-dir"
+            )
         if not layout.is_run_dir(run_dir):
             raise DemoError(f"refusing to overwrite {run_dir!r}: it does not look like a run directory")
         shutil.rmtree(run_dir)
@@ -85,15 +87,30 @@ def _kill(procs: Sequence[subprocess.Popen], grace_s: float = 2.0) -> None:
             p.wait()
 
 
-def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
-             overwrite: bool = False, out: TextIO = sys.stdout, hang_after_s: float | None = None,
-             startup_timeout_s: float = 180.0, extra_args: dict | None = None) -> DemoResult:
+def run_demo(
+    ranks: int,
+    steps: int,
+    run_dir: str,
+    faults: Sequence[Fault],
+    *,
+    overwrite: bool = False,
+    out: TextIO = sys.stdout,
+    hang_after_s: float | None = None,
+    startup_timeout_s: float = 180.0,
+    extra_args: dict | None = None,
+) -> DemoResult:
     """Run the job to its end (or its hang) and return what happened."""
     prepare_run_dir(run_dir, overwrite)
     store_sock = _store_socket()
     port = store_sock.getsockname()[1]
-    demo_args = {"steps": steps, "run_dir": run_dir, "job": os.path.basename(os.path.abspath(run_dir)),
-                 "faults": [f.as_dict() for f in faults], "launcher_store": True, **(extra_args or {})}
+    demo_args = {
+        "steps": steps,
+        "run_dir": run_dir,
+        "job": os.path.basename(os.path.abspath(run_dir)),
+        "faults": [f.as_dict() for f in faults],
+        "launcher_store": True,
+        **(extra_args or {}),
+    }
     procs: list[subprocess.Popen] = []
     logs = []
     t_start = time.monotonic()
@@ -104,19 +121,34 @@ def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
     previous = _on_sigterm_interrupt()
     try:
         for r in range(ranks):
-            env = {**base_env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),
-                   "LOCAL_WORLD_SIZE": str(ranks), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(port), "TRAINING_TELEMETRY_DEMO": json.dumps(demo_args),
-                   "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+            env = {
+                **base_env,
+                "RANK": str(r),
+                "LOCAL_RANK": str(r),
+                "WORLD_SIZE": str(ranks),
+                "LOCAL_WORLD_SIZE": str(ranks),
+                "GROUP_RANK": "0",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "TRAINING_TELEMETRY_DEMO": json.dumps(demo_args),
+                "OMP_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1",
+            }
             if r == 0:  # rank 0 serves the process group's store on this socket: 127.0.0.1 only
                 env["TRAINING_TELEMETRY_DEMO_STORE_FD"] = str(store_sock.fileno())  # worker.STORE_FD_ENV
             # appended to (a new file each run): on a full disk every write past the end fails alike
             log_file = open(os.path.join(run_dir, "logs", f"rank-{r}.log"), "a")
             logs.append(log_file)
-            procs.append(subprocess.Popen([sys.executable, "-m", "telemetry.demo.worker"], env=env,
-                                          stdout=log_file, stderr=subprocess.STDOUT,
-                                          start_new_session=True,
-                                          pass_fds=(store_sock.fileno(),) if r == 0 else ()))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "telemetry.demo.worker"],
+                    env=env,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=(store_sock.fileno(),) if r == 0 else (),
+                )
+            )
             if r == 0:
                 store_sock.close()  # rank 0 holds it now; connections wait in its backlog until it serves
         return _follow(procs, ranks, steps, run_dir, out, t_start, hang_after_s, startup_timeout_s)
@@ -129,7 +161,7 @@ def run_demo(ranks: int, steps: int, run_dir: str, faults: Sequence[Fault], *,
             signal.signal(signal.SIGTERM, previous)
 
 
-def _on_sigterm_interrupt():  # noqa: ANN202 - the previous handler, or None off the main thread
+def _on_sigterm_interrupt():
     """Make SIGTERM raise KeyboardInterrupt (so ``finally`` blocks run); returns the previous handler."""
     import threading
 
@@ -173,17 +205,29 @@ class _Watch:
     def status(self, steps: int, elapsed_s: float) -> str:
         lo, hi = min(self.done.values()), max(self.done.values())
         if not self.started:
-            return (f"  starting {len(self.done)} ranks: importing torch, joining the process group, "
-                    f"waiting for the first step  {elapsed_s:5.1f} s")
+            return (
+                f"  starting {len(self.done)} ranks: importing torch, joining the process group, "
+                f"waiting for the first step  {elapsed_s:5.1f} s"
+            )
         if lo >= steps:
             return f"  all {steps} steps done; the ranks are flushing telemetry and exiting  {elapsed_s:5.1f} s"
         loss = f"  loss {self.last_loss:.3f}" if isinstance(self.last_loss, (int, float)) else ""
-        return (f"  step {lo:4d}/{steps}  (ranks at {lo}-{hi})  median step {self.median_step_s() * 1e3:6.1f} ms"
-                f"{loss}  {elapsed_s:5.1f} s")
+        return (
+            f"  step {lo:4d}/{steps}  (ranks at {lo}-{hi})  median step {self.median_step_s() * 1e3:6.1f} ms"
+            f"{loss}  {elapsed_s:5.1f} s"
+        )
 
 
-def _follow(procs: list[subprocess.Popen], ranks: int, steps: int, run_dir: str, out: TextIO,
-            t_start: float, hang_after_s: float | None, startup_timeout_s: float) -> DemoResult:
+def _follow(
+    procs: list[subprocess.Popen],
+    ranks: int,
+    steps: int,
+    run_dir: str,
+    out: TextIO,
+    t_start: float,
+    hang_after_s: float | None,
+    startup_timeout_s: float,
+) -> DemoResult:
     watch = _Watch(run_dir, ranks)
     last_print = 0.0
     tty = out.isatty()
@@ -235,12 +279,22 @@ def _short_store(run_dir: str, steps: int, done: dict[int, int]) -> str:
             why = f"its disk is full ({free // 1024} KiB free)"
     except OSError as exc:
         why = f"it cannot be read ({exc.strerror or exc})"
-    return (f"every rank finished its {steps} steps, but the run directory holds fewer ({held}): {why}; "
-            "the analysis below covers what was recorded")
+    return (
+        f"every rank finished its {steps} steps, but the run directory holds fewer ({held}): {why}; "
+        "the analysis below covers what was recorded"
+    )
 
 
-def _ended(result: DemoResult, codes: dict[int, int | None], watch: _Watch, now: float, t_start: float,
-           run_dir: str, ranks: int, startup_timeout_s: float) -> bool:
+def _ended(
+    result: DemoResult,
+    codes: dict[int, int | None],
+    watch: _Watch,
+    now: float,
+    t_start: float,
+    run_dir: str,
+    ranks: int,
+    startup_timeout_s: float,
+) -> bool:
     """Whether the job is over: every rank exited, one failed, it hung, or it never started.
     Sets ``result``'s outcome and message accordingly."""
     failed = {r: c for r, c in codes.items() if c not in (None, 0)}

@@ -28,8 +28,9 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    def __init__(self, vocab: int = 128, d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
-                 seq_len: int = 64) -> None:
+    def __init__(
+        self, vocab: int = 128, d_model: int = 64, n_layers: int = 2, n_heads: int = 4, seq_len: int = 64
+    ) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq_len, d_model)

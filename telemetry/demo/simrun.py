@@ -46,14 +46,25 @@ def write_simulated_run(sc: Scenario, out: str, overwrite: bool = False, chunk_s
             order = np.argsort(piece["rank"].to_numpy(), kind="stable")  # rows by rank, then step
             table = table.take(pa.array(order))
             n = len(piece) // sc.ranks
-            list(pool.map(lambda r: write_columns(out, r, seq, table.slice(r * n, n)), range(sc.ranks)))
+            list(pool.map(lambda r: write_columns(out, r, seq, table.slice(r * n, n)), range(sc.ranks)))  # noqa: B023 - consumed here, in this iteration
             records += len(piece)
     start = 1.7e9
-    meta = {"job": sc.name, "world_size": sc.ranks, "format": 2, "simulated": True, "start_time_s": start,
-            "hosts": {str(r): node[r] for r in range(sc.ranks)}, "versions": {}, "config": {}}
+    meta = {
+        "job": sc.name,
+        "world_size": sc.ranks,
+        "format": 2,
+        "simulated": True,
+        "start_time_s": start,
+        "hosts": {str(r): node[r] for r in range(sc.ranks)},
+        "versions": {},
+        "config": {},
+    }
     layout.write_json_atomic(os.path.join(out, layout.META), meta)
-    truth = {"scenario": {k: v for k, v in asdict(sc).items() if k != "faults"},
-             "faults": [asdict(f) for f in sc.faults], "records": records}
+    truth = {
+        "scenario": {k: v for k, v in asdict(sc).items() if k != "faults"},
+        "faults": [asdict(f) for f in sc.faults],
+        "records": records,
+    }
     layout.write_json_atomic(os.path.join(out, "truth.json"), truth)
     return {"records": records, "seconds": time.perf_counter() - t0}
 

@@ -95,12 +95,15 @@ def simulate_chunks(sc: Scenario, chunk_steps: int | None = None):
         yield table
 
 
-def _steps(sc: Scenario, lo: int, n: int, static: np.ndarray, stage_of: np.ndarray, draws: dict,
-           state: dict) -> pd.DataFrame:
+def _steps(
+    sc: Scenario, lo: int, n: int, static: np.ndarray, stage_of: np.ndarray, draws: dict, state: dict
+) -> pd.DataFrame:
     """Steps lo .. lo + n - 1 of every rank, one numpy pass over the ranks per step."""
     R = sc.ranks
-    cols = {k: np.empty((n, R)) for k in ("start_s", "duration_s", "data_s", "forward_s", "backward_s",
-                                          "optimizer_s", "comm_s", "mem")}
+    cols = {
+        k: np.empty((n, R))
+        for k in ("start_s", "duration_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "mem")
+    }
     t, prev_opt, mem = state["t"], state["prev_opt"], state["mem"]
     for i in range(n):
         s = lo + i
@@ -114,10 +117,10 @@ def _steps(sc: Scenario, lo: int, n: int, static: np.ndarray, stage_of: np.ndarr
                 continue
             idx = list(f.ranks) if f.ranks else list(range(R))
             if f.kind == "straggler":
-                for p in ([f.phase] if f.phase else ["forward", "backward"]):
+                for p in [f.phase] if f.phase else ["forward", "backward"]:
                     comp[p][idx] *= f.factor
             elif f.kind == "regression":
-                for p in ([f.phase] if f.phase else list(PHASES)):
+                for p in [f.phase] if f.phase else list(PHASES):
                     comp[p] *= f.factor
             elif f.kind == "data_stall":
                 data[idx] += f.delay_s
@@ -151,14 +154,24 @@ def _steps(sc: Scenario, lo: int, n: int, static: np.ndarray, stage_of: np.ndarr
         t = end + sc.gap_s
         prev_opt = comp["optimizer"]
     state.update(t=t, prev_opt=prev_opt, mem=mem)
-    table = pd.DataFrame({
-        "rank": np.tile(np.arange(R), n), "step": np.repeat(np.arange(lo, lo + n), R),
-        "start_s": cols["start_s"].ravel(), "duration_s": cols["duration_s"].ravel(),
-        "data_s": cols["data_s"].ravel(), "forward_s": cols["forward_s"].ravel(),
-        "backward_s": cols["backward_s"].ravel(), "optimizer_s": cols["optimizer_s"].ravel(),
-        "comm_s": cols["comm_s"].ravel(), "comm.backward_s": cols["comm_s"].ravel(),
-        "tokens": 4096, "samples": 8, "dev.cuda_memory_allocated_bytes": cols["mem"].ravel(),
-        "dev.gpu_memory_total_bytes": 80.0 * 2**30})
+    table = pd.DataFrame(
+        {
+            "rank": np.tile(np.arange(R), n),
+            "step": np.repeat(np.arange(lo, lo + n), R),
+            "start_s": cols["start_s"].ravel(),
+            "duration_s": cols["duration_s"].ravel(),
+            "data_s": cols["data_s"].ravel(),
+            "forward_s": cols["forward_s"].ravel(),
+            "backward_s": cols["backward_s"].ravel(),
+            "optimizer_s": cols["optimizer_s"].ravel(),
+            "comm_s": cols["comm_s"].ravel(),
+            "comm.backward_s": cols["comm_s"].ravel(),
+            "tokens": 4096,
+            "samples": 8,
+            "dev.cuda_memory_allocated_bytes": cols["mem"].ravel(),
+            "dev.gpu_memory_total_bytes": 80.0 * 2**30,
+        }
+    )
     if sc.stages > 1:
         table["stage"] = np.tile(stage_of, n)
     if sc.ranks_per_node:
@@ -169,13 +182,19 @@ def _steps(sc: Scenario, lo: int, n: int, static: np.ndarray, stage_of: np.ndarr
 # What each cause looks like in the sampled signals: column -> (the culprit's value, everyone else's).
 # Counters (ECC errors) grow by the culprit's value per step.
 CAUSE_SIGNALS: dict[str, dict[str, tuple[float, float]]] = {
-    "gpu_thermal": {"dev.gpu_clock_event_HwThermalSlowdown": (1.0, 0.0), "dev.gpu_temperature_celsius": (90.0, 66.0),
-                    "dev.gpu_sm_clock_hertz": (1.5e9, 1.98e9)},
+    "gpu_thermal": {
+        "dev.gpu_clock_event_HwThermalSlowdown": (1.0, 0.0),
+        "dev.gpu_temperature_celsius": (90.0, 66.0),
+        "dev.gpu_sm_clock_hertz": (1.5e9, 1.98e9),
+    },
     "gpu_power_cap": {"dev.gpu_clock_event_SwPowerCap": (1.0, 0.0), "dev.gpu_sm_clock_hertz": (1.6e9, 1.98e9)},
     "gpu_hw_slowdown": {"dev.gpu_clock_event_HwSlowdown": (1.0, 0.0), "dev.gpu_sm_clock_hertz": (1.2e9, 1.98e9)},
     "gpu_clocks": {"dev.gpu_sm_clock_hertz": (1.6e9, 1.98e9)},
     "gpu_errors": {"dev.gpu_ecc_errors_corrected": (1.0, 0.0)},
-    "cpu_contention": {"dev.process_involuntary_switches_per_second": (300.0, 15.0), "dev.process_cpu_ratio": (0.5, 1.0)},
+    "cpu_contention": {
+        "dev.process_involuntary_switches_per_second": (300.0, 15.0),
+        "dev.process_cpu_ratio": (0.5, 1.0),
+    },
     "memory_pressure": {"dev.process_major_faults_per_second": (80.0, 0.0)},
 }
 

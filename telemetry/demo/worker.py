@@ -26,9 +26,22 @@ import telemetry
 from .faults import Fault, FaultPlan
 from .model import SyntheticTokens, TinyLM
 
-DEFAULTS = {"steps": 200, "batch": 8, "seq_len": 64, "vocab": 128, "d_model": 64, "layers": 2,
-            "heads": 4, "lr": 3e-3, "run_dir": "runs/demo", "job": "demo", "faults": [],
-            "pg_timeout_s": 120, "telemetry": {}, "launcher_store": False}
+DEFAULTS = {
+    "steps": 200,
+    "batch": 8,
+    "seq_len": 64,
+    "vocab": 128,
+    "d_model": 64,
+    "layers": 2,
+    "heads": 4,
+    "lr": 3e-3,
+    "run_dir": "runs/demo",
+    "job": "demo",
+    "faults": [],
+    "pg_timeout_s": 120,
+    "telemetry": {},
+    "launcher_store": False,
+}
 STORE_FD_ENV = "TRAINING_TELEMETRY_DEMO_STORE_FD"  # rank 0's: the launcher's listening socket
 
 
@@ -124,8 +137,14 @@ def _init_process_group(rank: int, world: int, timeout: timedelta, launcher_stor
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world, timeout=timeout)
         return
     fd = os.environ.pop(STORE_FD_ENV, None)
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=rank == 0,
-                          timeout=timeout, master_listen_fd=int(fd) if rank == 0 and fd is not None else None)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=rank == 0,
+        timeout=timeout,
+        master_listen_fd=int(fd) if rank == 0 and fd is not None else None,
+    )
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
 
 

@@ -19,8 +19,17 @@ from typing import Any, Callable, Mapping
 log = logging.getLogger("telemetry")
 
 # Clock-event (throttle) reason bits, by the names NVML gives them.
-_REASONS = ("GpuIdle", "ApplicationsClocksSetting", "SwPowerCap", "HwSlowdown", "SyncBoost",
-            "SwThermalSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown", "DisplayClockSetting")
+_REASONS = (
+    "GpuIdle",
+    "ApplicationsClocksSetting",
+    "SwPowerCap",
+    "HwSlowdown",
+    "SyncBoost",
+    "SwThermalSlowdown",
+    "HwThermalSlowdown",
+    "HwPowerBrakeSlowdown",
+    "DisplayClockSetting",
+)
 _NVLINK_MAX_LINKS = 18
 
 
@@ -107,10 +116,13 @@ class NvmlSource:
         self._field(out, "gpu_sm_clock_hertz", n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM, scale=1e6)
         self._field(out, "gpu_memory_clock_hertz", n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM, scale=1e6)
         self._field(out, "gpu_pcie_replays", n.nvmlDeviceGetPcieReplayCounter, h)
-        for kind, const in (("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
-                            ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")):
-            self._field(out, f"gpu_ecc_errors_{kind}", n.nvmlDeviceGetTotalEccErrors, h,
-                        getattr(n, const), n.NVML_VOLATILE_ECC)
+        for kind, const in (
+            ("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
+            ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
+        ):
+            self._field(
+                out, f"gpu_ecc_errors_{kind}", n.nvmlDeviceGetTotalEccErrors, h, getattr(n, const), n.NVML_VOLATILE_ECC
+            )
         self._clock_events(out)
         self._nvlink(out)
         self._gpm_read(out)
@@ -159,8 +171,9 @@ class NvmlSource:
         if "reasons" in self._unsupported:
             return
         n = self.nvml
-        fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            getattr(n, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            n, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
         try:
             mask = int(fn(self.handle))
         except Exception:  # noqa: BLE001
@@ -178,8 +191,9 @@ class NvmlSource:
             return
         n = self.nvml
         try:
-            ids = [(n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link) for link in range(_NVLINK_MAX_LINKS)] + \
-                  [(n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link) for link in range(_NVLINK_MAX_LINKS)]
+            ids = [(n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link) for link in range(_NVLINK_MAX_LINKS)] + [
+                (n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link) for link in range(_NVLINK_MAX_LINKS)
+            ]
             values = n.nvmlDeviceGetFieldValues(self.handle, ids)
         except Exception:  # noqa: BLE001
             self._unsupported.add("nvlink")

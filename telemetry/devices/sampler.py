@@ -37,8 +37,11 @@ class HostSource:
 
     def _counters(self) -> dict[str, float]:
         t = self.proc.cpu_times()
-        out = {"t": time.monotonic(), "cpu": t.user + t.system,
-               "invol": float(self.proc.num_ctx_switches().involuntary)}
+        out = {
+            "t": time.monotonic(),
+            "cpu": t.user + t.system,
+            "invol": float(self.proc.num_ctx_switches().involuntary),
+        }
         host = self.psutil.cpu_times()
         out["host_total"] = float(sum(host))
         out["host_idle"] = float(host.idle + getattr(host, "iowait", 0.0))
@@ -81,11 +84,13 @@ class CudaMemorySource:
             return {}
         s = torch.cuda.memory_stats(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
-        return {"cuda_memory_allocated_bytes": float(s.get("allocated_bytes.all.current", 0)),
-                "cuda_memory_reserved_bytes": float(s.get("reserved_bytes.all.current", 0)),
-                "cuda_memory_peak_bytes": float(s.get("allocated_bytes.all.peak", 0)),
-                "cuda_alloc_retries": float(s.get("num_alloc_retries", 0)),
-                "cuda_ooms": float(s.get("num_ooms", 0))}
+        return {
+            "cuda_memory_allocated_bytes": float(s.get("allocated_bytes.all.current", 0)),
+            "cuda_memory_reserved_bytes": float(s.get("reserved_bytes.all.current", 0)),
+            "cuda_memory_peak_bytes": float(s.get("allocated_bytes.all.peak", 0)),
+            "cuda_alloc_retries": float(s.get("num_alloc_retries", 0)),
+            "cuda_ooms": float(s.get("num_ooms", 0)),
+        }
 
 
 class Sampler:
@@ -110,8 +115,12 @@ class Sampler:
                 values.update(src.read())
             except Exception as exc:  # noqa: BLE001 - a failing reader must not stop the others
                 self.failures += 1
-                self._once(type(src).__name__, "telemetry: device sampler: %s failed: %s (further failures "
-                           "counted)", type(src).__name__, exc)
+                self._once(
+                    type(src).__name__,
+                    "telemetry: device sampler: %s failed: %s (further failures counted)",
+                    type(src).__name__,
+                    exc,
+                )
         if values:
             self.recorder.emit((ev.DEVICE, self.recorder.now(), values))
 

@@ -16,7 +16,11 @@ from prometheus_client.registry import Collector
 # reading -> (metric, help, counter?, extra label or None)
 _PLAIN = {
     "gpu_utilization_ratio": ("train_gpu_utilization_ratio", "GPU busy fraction (NVML)", False),
-    "gpu_memory_utilization_ratio": ("train_gpu_memory_utilization_ratio", "GPU memory-controller busy fraction", False),
+    "gpu_memory_utilization_ratio": (
+        "train_gpu_memory_utilization_ratio",
+        "GPU memory-controller busy fraction",
+        False,
+    ),
     "gpu_memory_used_bytes": ("train_gpu_memory_used_bytes", "GPU memory in use (all processes)", False),
     "gpu_memory_total_bytes": ("train_gpu_memory_total_bytes", "GPU memory size", False),
     "gpu_power_watts": ("train_gpu_power_watts", "GPU board power", False),
@@ -33,7 +37,11 @@ _PLAIN = {
     "process_cpu_ratio": ("train_process_cpu_ratio", "Cores busy with this rank's process", False),
     "process_resident_memory_bytes": ("train_process_resident_memory_bytes", "Resident memory of this rank", False),
     "cuda_memory_allocated_bytes": ("train_cuda_memory_allocated_bytes", "CUDA memory allocated by tensors", False),
-    "cuda_memory_reserved_bytes": ("train_cuda_memory_reserved_bytes", "CUDA memory held by the caching allocator", False),
+    "cuda_memory_reserved_bytes": (
+        "train_cuda_memory_reserved_bytes",
+        "CUDA memory held by the caching allocator",
+        False,
+    ),
     "cuda_memory_peak_bytes": ("train_cuda_memory_peak_bytes", "Peak allocated over the last sampling interval", False),
     "cuda_alloc_retries": ("train_cuda_alloc_retries", "Allocator retries after freeing its cache", True),
     "cuda_ooms": ("train_cuda_ooms", "CUDA out-of-memory errors", True),
@@ -58,23 +66,27 @@ class DeviceCollector(Collector):
             fam = (CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, labels=labels)
             fam.add_metric(vals, d[reading])
             yield fam
-        ecc = [(k[len("gpu_ecc_errors_"):], v) for k, v in d.items() if k.startswith("gpu_ecc_errors_")]
+        ecc = [(k[len("gpu_ecc_errors_") :], v) for k, v in d.items() if k.startswith("gpu_ecc_errors_")]
         if ecc:
             fam = CounterMetricFamily("train_gpu_ecc_errors", "Volatile ECC errors", labels=keys + ["gpu", "type"])
             for kind, v in ecc:
                 fam.add_metric(values + [self.gpu, kind], v)
             yield fam
-        events = [(k[len("gpu_clock_event_"):], v) for k, v in d.items() if k.startswith("gpu_clock_event_")]
+        events = [(k[len("gpu_clock_event_") :], v) for k, v in d.items() if k.startswith("gpu_clock_event_")]
         if events:
-            fam = GaugeMetricFamily("train_gpu_clock_event_active", "1 while a clock-event (throttle) reason "
-                                    "holds the clocks down", labels=keys + ["gpu", "reason"])
+            fam = GaugeMetricFamily(
+                "train_gpu_clock_event_active",
+                "1 while a clock-event (throttle) reason holds the clocks down",
+                labels=keys + ["gpu", "reason"],
+            )
             for reason, v in events:
                 fam.add_metric(values + [self.gpu, reason], v)
             yield fam
-        nv = [(k[len("gpu_nvlink_"):-len("_bytes")], v) for k, v in d.items() if k.startswith("gpu_nvlink_")]
+        nv = [(k[len("gpu_nvlink_") : -len("_bytes")], v) for k, v in d.items() if k.startswith("gpu_nvlink_")]
         if nv:
-            fam = CounterMetricFamily("train_gpu_nvlink_bytes", "NVLink data bytes, all links",
-                                      labels=keys + ["gpu", "direction"])
+            fam = CounterMetricFamily(
+                "train_gpu_nvlink_bytes", "NVLink data bytes, all links", labels=keys + ["gpu", "direction"]
+            )
             for direction, v in nv:
                 fam.add_metric(values + [self.gpu, direction], v)
             yield fam

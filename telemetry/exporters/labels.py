@@ -22,8 +22,13 @@ class LabelGate:
             self.values.add(value)
             return True
         self.refused += 1
-        self._once("refused", "telemetry: more than %d distinct values of label %r (refused %r); further "
-                   "values are dropped and counted in train_telemetry_dropped_total"
-                   "{sink=\"prometheus_labels\"} (raise max_label_values to allow more)",
-                   self.limit, self.label, value)
+        self._once(
+            "refused",
+            "telemetry: more than %d distinct values of label %r (refused %r); further "
+            "values are dropped and counted in train_telemetry_dropped_total"
+            '{sink="prometheus_labels"} (raise max_label_values to allow more)',
+            self.limit,
+            self.label,
+            value,
+        )
         return False

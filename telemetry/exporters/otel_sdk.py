@@ -81,22 +81,27 @@ class _SdkLogRouter(logging.Filter):
                 self.suppressed += 1
                 return False
             self._last[record.name] = now
-        log.log(record.levelno, "telemetry: otlp: %s (from the OpenTelemetry SDK; such messages are logged "
-                "at most once a minute)", message)
+        log.log(
+            record.levelno,
+            "telemetry: otlp: %s (from the OpenTelemetry SDK; such messages are logged at most once a minute)",
+            message,
+        )
         return False
 
 
 _SDK_LOG_ROUTER = _SdkLogRouter()
-_SDK_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
-                "opentelemetry.exporter.otlp.proto.http.metric_exporter",
-                "opentelemetry.exporter.otlp.proto.http._common",
-                "opentelemetry.exporter.otlp.proto.grpc.exporter",
-                "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
-                "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
-                "opentelemetry.exporter.otlp.proto.common._internal",
-                "opentelemetry.exporter.otlp.common.http",
-                "opentelemetry.sdk.metrics._internal.export",
-                "opentelemetry.sdk.trace.export")
+_SDK_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.common._internal",
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.sdk.metrics._internal.export",
+    "opentelemetry.sdk.trace.export",
+)
 
 
 def route_sdk_loggers() -> None:

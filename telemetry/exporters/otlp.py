@@ -136,8 +136,10 @@ def make_span_exporter(config: Any) -> Any:
 
         return ConsoleSpanExporter(out=sys.stdout)  # the stdout of now (the default is import time's)
     if not config.otlp_endpoint:
-        raise ValueError("no OTLP endpoint: set otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT "
-                         "(or OTEL_TRACES_EXPORTER=console to print spans without a collector)")
+        raise ValueError(
+            "no OTLP endpoint: set otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT "
+            "(or OTEL_TRACES_EXPORTER=console to print spans without a collector)"
+        )
     endpoint = _endpoint(config.otlp_endpoint, config.otlp_protocol)
     if config.otlp_protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
@@ -159,18 +161,23 @@ class OtlpSink(ErrorNote, Sink):
         self.job = config.job
         self.rank = ctx.rank
         self.every = config.otlp_sample_every
-        self.target = ("stdout" if self.kind == "console"
-                       else _endpoint(config.otlp_endpoint, config.otlp_protocol))
-        self.resource = Resource.create({
-            "service.name": config.job, "service.namespace": "training",
-            "training.rank": ctx.rank, "training.local_rank": ctx.local_rank,
-            "training.node_rank": ctx.node_rank, "training.world_size": ctx.world_size,
-            "host.name": ctx.node,
-        })
+        self.target = "stdout" if self.kind == "console" else _endpoint(config.otlp_endpoint, config.otlp_protocol)
+        self.resource = Resource.create(
+            {
+                "service.name": config.job,
+                "service.namespace": "training",
+                "training.rank": ctx.rank,
+                "training.local_rank": ctx.local_rank,
+                "training.node_rank": ctx.node_rank,
+                "training.world_size": ctx.world_size,
+                "host.name": ctx.node,
+            }
+        )
         self.exporter = exporter or make_span_exporter(config)
         self._ids = _PresetIds()
-        self.provider = TracerProvider(sampler=ALWAYS_ON, resource=self.resource, id_generator=self._ids,
-                                       shutdown_on_exit=False)
+        self.provider = TracerProvider(
+            sampler=ALWAYS_ON, resource=self.resource, id_generator=self._ids, shutdown_on_exit=False
+        )
         self.provider.add_span_processor(_Collect(self))
         self.tracer = self.provider.get_tracer("training-telemetry")
         self._queue: collections.deque = collections.deque()
@@ -217,27 +224,26 @@ class OtlpSink(ErrorNote, Sink):
         t0, t1 = _ns(r.start_s), _ns(r.start_s + r.duration_s)
         if self.rank == 0:
             self._ids.next_trace, self._ids.next_span = tid, root_id
-            root = self.tracer.start_span("train.step", start_time=t0,
-                                          attributes={"training.step": r.step})
+            root = self.tracer.start_span("train.step", start_time=t0, attributes={"training.step": r.step})
             root.end(end_time=t1)
-        parent = NonRecordingSpan(SpanContext(tid, root_id, is_remote=True,
-                                              trace_flags=TraceFlags(TraceFlags.SAMPLED)))
-        attrs: dict[str, Any] = {"training.step": r.step, "training.rank": self.rank,
-                                 "training.comm_s": r.comm_s}
+        parent = NonRecordingSpan(SpanContext(tid, root_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
+        attrs: dict[str, Any] = {"training.step": r.step, "training.rank": self.rank, "training.comm_s": r.comm_s}
         if r.tokens is not None:
             attrs["training.tokens"] = r.tokens
         if r.samples is not None:
             attrs["training.samples"] = r.samples
-        step = self.tracer.start_span("train.rank_step", context=otel_trace.set_span_in_context(parent),
-                                      start_time=t0, attributes=attrs)
+        step = self.tracer.start_span(
+            "train.rank_step", context=otel_trace.set_span_in_context(parent), start_time=t0, attributes=attrs
+        )
         if not r.ok:
             step.set_status(Status(StatusCode.ERROR, "exception in the training step"))
         step_ctx = otel_trace.set_span_in_context(step)
         phases = [s for s in r.spans if s.kind == rt.SPAN_PHASE]
         open_phases = []
         for s in phases:
-            span = self.tracer.start_span(s.name, context=step_ctx, start_time=_ns(s.start_s),
-                                          attributes={"training.phase": s.name})
+            span = self.tracer.start_span(
+                s.name, context=step_ctx, start_time=_ns(s.start_s), attributes={"training.phase": s.name}
+            )
             if not s.ok:
                 span.set_status(Status(StatusCode.ERROR))
             open_phases.append((s, span))
@@ -296,8 +302,9 @@ class OtlpSink(ErrorNote, Sink):
                 return
             self.export_failures += 1
             self._dropped["export_failed"] += len(batch)
-        self._log_once("failure", f"export to {self.target} failed: {self.last_error or 'no reason given'}; "
-                       "its spans are dropped")
+        self._log_once(
+            "failure", f"export to {self.target} failed: {self.last_error or 'no reason given'}; its spans are dropped"
+        )
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -310,8 +317,12 @@ class OtlpSink(ErrorNote, Sink):
                 self._export(batch)
 
     def _log_once(self, key: str, message: str) -> None:
-        self._once(key, "telemetry: otlp: %s (further cases counted in train_telemetry_dropped_total"
-                   "{sink=\"otlp\"} and in telemetry.stats())", message)
+        self._once(
+            key,
+            "telemetry: otlp: %s (further cases counted in train_telemetry_dropped_total"
+            '{sink="otlp"} and in telemetry.stats())',
+            message,
+        )
 
     def flush(self, timeout_s: float) -> None:
         self._wake.set()
@@ -322,6 +333,7 @@ class OtlpSink(ErrorNote, Sink):
         self._wake.set()
         self._worker.join(max(0.0, deadline - time.monotonic()))
         if not self._worker.is_alive():
+
             def drain() -> None:
                 while True:
                     batch = self._take()
@@ -358,10 +370,15 @@ class OtlpSink(ErrorNote, Sink):
         total = sum(dropped.values())
         out: dict[str, Any] = {
             "steps_sampled": self.steps_sampled,
-            "spans_accepted": accepted, "spans_delivered": delivered, "spans_pending": pending,
-            "spans_dropped": dropped, "export_failures": failures, "last_error": self.last_error,
+            "spans_accepted": accepted,
+            "spans_delivered": delivered,
+            "spans_pending": pending,
+            "spans_dropped": dropped,
+            "export_failures": failures,
+            "last_error": self.last_error,
             # the generic keys: GuardedSink adds "dropped" to its own; the shutdown warning prints the detail
-            "dropped": total, "dropped_unit": "spans",
+            "dropped": total,
+            "dropped_unit": "spans",
             "dropped_detail": _detail(total, dropped, self.last_error) if total else "",
         }
         if self.metrics is not None:
@@ -370,8 +387,11 @@ class OtlpSink(ErrorNote, Sink):
 
 
 def _detail(total: int, dropped: dict[str, int], last_error: str) -> str:
-    words = {"queue_full": "queue full", "export_failed": "export failed",
-             "closed_before_delivery": "still undelivered at shutdown"}
+    words = {
+        "queue_full": "queue full",
+        "export_failed": "export failed",
+        "closed_before_delivery": "still undelivered at shutdown",
+    }
     parts = [f"{n} {words[k]}" for k, n in dropped.items() if n]
     why = f"; last error: {last_error}" if last_error else ""
     return f"{total} span(s) dropped ({', '.join(parts)}{why})"

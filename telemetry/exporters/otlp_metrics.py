@@ -45,8 +45,10 @@ class _Counted(MetricExporter):
     (the reader calls it on a thread of its own)."""
 
     def __init__(self, inner: MetricExporter, owner: "OtlpMetrics") -> None:
-        super().__init__(preferred_temporality=getattr(inner, "_preferred_temporality", None),
-                         preferred_aggregation=getattr(inner, "_preferred_aggregation", None))
+        super().__init__(
+            preferred_temporality=getattr(inner, "_preferred_temporality", None),
+            preferred_aggregation=getattr(inner, "_preferred_aggregation", None),
+        )
         self.inner = inner
         self.owner = owner
 
@@ -74,21 +76,29 @@ class _Counted(MetricExporter):
 
 class OtlpMetrics(ErrorNote):
     def __init__(self, config: Any, ctx: Any, resource: Any, exporter: Any = None) -> None:
-        self.attrs = {"job": config.job, "rank": str(ctx.rank), "local_rank": str(ctx.local_rank),
-                      "node": ctx.node}
+        self.attrs = {"job": config.job, "rank": str(ctx.rank), "local_rank": str(ctx.local_rank), "node": ctx.node}
         self.exports = 0
         self.failures = 0
-        reader = PeriodicExportingMetricReader(_Counted(exporter or _metric_exporter(config), self),
-                                               export_interval_millis=int(config.push_interval_s * 1000),
-                                               export_timeout_millis=int(config.otlp_timeout_s * 1000))
-        views = [View(instrument_name="train.step.duration",
-                      aggregation=ExplicitBucketHistogramAggregation(config.step_buckets_s)),
-                 View(instrument_name="train.phase.duration",
-                      aggregation=ExplicitBucketHistogramAggregation(config.step_buckets_s)),
-                 View(instrument_name="train.collective.duration",
-                      aggregation=ExplicitBucketHistogramAggregation(config.collective_buckets_s))]
-        self.provider = MeterProvider(metric_readers=[reader], resource=resource, views=views,
-                                      shutdown_on_exit=False)
+        reader = PeriodicExportingMetricReader(
+            _Counted(exporter or _metric_exporter(config), self),
+            export_interval_millis=int(config.push_interval_s * 1000),
+            export_timeout_millis=int(config.otlp_timeout_s * 1000),
+        )
+        views = [
+            View(
+                instrument_name="train.step.duration",
+                aggregation=ExplicitBucketHistogramAggregation(config.step_buckets_s),
+            ),
+            View(
+                instrument_name="train.phase.duration",
+                aggregation=ExplicitBucketHistogramAggregation(config.step_buckets_s),
+            ),
+            View(
+                instrument_name="train.collective.duration",
+                aggregation=ExplicitBucketHistogramAggregation(config.collective_buckets_s),
+            ),
+        ]
+        self.provider = MeterProvider(metric_readers=[reader], resource=resource, views=views, shutdown_on_exit=False)
         m = self.provider.get_meter("training-telemetry")
         self.step = m.create_histogram("train.step.duration", unit="s", description="Wall time of one step")
         self.phase = m.create_histogram("train.phase.duration", unit="s", description="Time in a phase per step")
@@ -115,8 +125,7 @@ class OtlpMetrics(ErrorNote):
             self.coll_bytes.add(st.bytes, {**a, "op": op})
 
     def close(self, timeout_s: float) -> None:
-        t = threading.Thread(target=self.provider.shutdown, kwargs={"timeout_millis": timeout_s * 1000},
-                             daemon=True)
+        t = threading.Thread(target=self.provider.shutdown, kwargs={"timeout_millis": timeout_s * 1000}, daemon=True)
         t.start()
         t.join(timeout_s)
 

@@ -26,9 +26,9 @@ newer run of the same job has replaced it.
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
-import errno
 import logging
 import os
 import platform
@@ -61,8 +61,18 @@ TRACE_SAMPLER = "trace_sampler"  # run_info key of exporters.otlp (not imported:
 
 
 # The kinds online detection reports (train_findings{kind} has a sample for each after its first analysis).
-ONLINE_KINDS = ("straggler", "data_stall", "slow_comm", "regression", "stage_imbalance", "memory_growth",
-                "low_utilization", "hang", "rank_lost")
+ONLINE_KINDS = (
+    "straggler",
+    "data_stall",
+    "slow_comm",
+    "regression",
+    "stage_imbalance",
+    "memory_growth",
+    "low_utilization",
+    "hang",
+    "rank_lost",
+)
+
 
 class _FindingsCollector(Collector):
     """On rank 0, from online detection: a score per scored rank and the findings so far by kind.
@@ -75,14 +85,20 @@ class _FindingsCollector(Collector):
 
     def collect(self):
         if self.scores:
-            fam = GaugeMetricFamily("train_straggler_score", "Median excess of the scored rank's compute "
-                                    "over its peers' (0.5 = 50% slower), from online detection on rank 0",
-                                    labels=list(BASE_LABELS) + ["scored_rank"])
+            fam = GaugeMetricFamily(
+                "train_straggler_score",
+                "Median excess of the scored rank's compute "
+                "over its peers' (0.5 = 50% slower), from online detection on rank 0",
+                labels=list(BASE_LABELS) + ["scored_rank"],
+            )
             for scored, v in sorted(self.scores.items()):
                 fam.add_metric(self.base + [str(scored)], v)
             yield fam
-        fam = GaugeMetricFamily("train_findings", "Findings of online detection in the current window, by kind",
-                                labels=list(BASE_LABELS) + ["kind"])
+        fam = GaugeMetricFamily(
+            "train_findings",
+            "Findings of online detection in the current window, by kind",
+            labels=list(BASE_LABELS) + ["kind"],
+        )
         for kind, n in sorted(self.counts.items()):
             fam.add_metric(self.base + [kind], float(n))
         yield fam
@@ -114,19 +130,27 @@ class _FirstValue:
 class _DropCollector(Collector):
     """train_telemetry_dropped_total{sink}: read from the session's counters at scrape time."""
 
-    def __init__(self, labels: dict[str, str], stats: Callable[[], dict], gates: Iterable[LabelGate],
-                 push_failures: Callable[[], int | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        labels: dict[str, str],
+        stats: Callable[[], dict],
+        gates: Iterable[LabelGate],
+        push_failures: Callable[[], int | None] = lambda: None,
+    ) -> None:
         self._labels = labels
         self._stats = stats
         self._gates = list(gates)
         self._push_failures = push_failures
 
     def collect(self):
-        fam = CounterMetricFamily("train_telemetry_dropped", "What telemetry accepted but could not deliver, "
-                                  "by sink: buffer: events (the hot-path buffer was full); otlp: spans; "
-                                  "prometheus_labels: label values over the cap; pushgateway: pushes that "
-                                  "failed; others: step records",
-                                  labels=list(BASE_LABELS) + ["sink"])
+        fam = CounterMetricFamily(
+            "train_telemetry_dropped",
+            "What telemetry accepted but could not deliver, "
+            "by sink: buffer: events (the hot-path buffer was full); otlp: spans; "
+            "prometheus_labels: label values over the cap; pushgateway: pushes that "
+            "failed; others: step records",
+            labels=list(BASE_LABELS) + ["sink"],
+        )
         base = [self._labels[k] for k in BASE_LABELS]
         try:
             s = self._stats()
@@ -169,8 +193,9 @@ def _check_tls(tls: dict) -> None:
         if tls.get("client_cafile"):
             check.load_verify_locations(tls["client_cafile"])
     except (OSError, ssl.SSLError) as exc:
-        raise OSError("cannot serve metrics over TLS (prometheus_certfile, prometheus_keyfile, "
-                      f"prometheus_client_cafile): {exc}") from None
+        raise OSError(
+            f"cannot serve metrics over TLS (prometheus_certfile, prometheus_keyfile, prometheus_client_cafile): {exc}"
+        ) from None
 
 
 def target_address(host: str, port: int) -> str:
@@ -182,8 +207,9 @@ def target_address(host: str, port: int) -> str:
 class PrometheusSink(Sink):
     name = "prometheus"
 
-    def __init__(self, config: Any, ctx: Any, run_info: dict[str, Any],
-                 registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, config: Any, ctx: Any, run_info: dict[str, Any], registry: CollectorRegistry | None = None
+    ) -> None:
         self.config = config
         self.ctx = ctx
         self.job = config.job
@@ -195,8 +221,14 @@ class PrometheusSink(Sink):
         self._gates = {k: LabelGate(k, config.max_label_values) for k in ("phase", "op", "name")}
         self._build_metrics(config)
         self._push: PushWorker | None = None
-        self.registry.register(_DropCollector(self.labels, run_info.get("stats", dict), self._gates.values(),
-                                              lambda: self._push.failures if self._push is not None else None))
+        self.registry.register(
+            _DropCollector(
+                self.labels,
+                run_info.get("stats", dict),
+                self._gates.values(),
+                lambda: self._push.failures if self._push is not None else None,
+            )
+        )
         self._device: dict | None = None
         self._findings = _FindingsCollector(self.labels)
         if ctx.rank == 0:
@@ -238,81 +270,141 @@ class PrometheusSink(Sink):
                 served = start_http_server(port, addr=config.prometheus_host, registry=self.registry, **tls)
             except OSError as exc:
                 if getattr(exc, "errno", None) != errno.EADDRINUSE:
-                    raise OSError(f"cannot serve metrics on {config.prometheus_host}:{port}: "
-                                  f"{exc.strerror or exc}") from None
+                    raise OSError(
+                        f"cannot serve metrics on {config.prometheus_host}:{port}: {exc.strerror or exc}"
+                    ) from None
                 if config.strict:
                     raise SinkStartError(
                         f"prometheus_port: {config.prometheus_host}:{port} is in use (rank {ctx.rank} serves "
                         f"prometheus_port + local rank); free it, or choose another prometheus_port, or leave "
-                        "strict off to fall back to the next free port") from None
+                        "strict off to fall back to the next free port"
+                    ) from None
                 continue
             if port != wanted:
-                log.warning("telemetry: rank %d: port %d is in use; serving /metrics on %s:%d instead (the run's "
-                            "Prometheus targets list it)", ctx.rank, wanted, config.prometheus_host, port)
+                log.warning(
+                    "telemetry: rank %d: port %d is in use; serving /metrics on %s:%d instead (the run's "
+                    "Prometheus targets list it)",
+                    ctx.rank,
+                    wanted,
+                    config.prometheus_host,
+                    port,
+                )
             self.port = port
             _close_in_forked_children(served[0])
             return served
-        raise OSError(f"cannot serve metrics on {config.prometheus_host}: ports {wanted} to "
-                      f"{wanted + (PORT_TRIES - 1) * step} (every {step}) are all in use")
+        raise OSError(
+            f"cannot serve metrics on {config.prometheus_host}: ports {wanted} to "
+            f"{wanted + (PORT_TRIES - 1) * step} (every {step}) are all in use"
+        )
 
     # ---- metric definitions -----------------------------------------------------------
     def _build_metrics(self, c: Any) -> None:
         r, L = self.registry, BASE_LABELS
         base = [self.labels[k] for k in L]
-        self.step_hist = Histogram("train_step_duration_seconds", "Wall time of one training step",
-                                   L, registry=r, buckets=c.step_buckets_s).labels(*base)
-        self.phase_hist = Histogram("train_phase_duration_seconds", "Time in a phase per step (the data "
-                                    "wait is train_dataloader_wait_seconds)",
-                                    L + ("phase",), registry=r, buckets=c.step_buckets_s)
-        self.data_hist = Histogram("train_dataloader_wait_seconds", "Time blocked waiting for the next "
-                                   "batch, per step", L, registry=r, buckets=c.step_buckets_s).labels(*base)
-        self.coll_hist = Histogram("train_collective_duration_seconds", "Duration of one collective call",
-                                   L + ("op",), registry=r, buckets=c.collective_buckets_s)
-        self.coll_bytes = Counter("train_collective_bytes", "Bytes moved by collectives (payload)",
-                                  L + ("op",), registry=r)
+        self.step_hist = Histogram(
+            "train_step_duration_seconds", "Wall time of one training step", L, registry=r, buckets=c.step_buckets_s
+        ).labels(*base)
+        self.phase_hist = Histogram(
+            "train_phase_duration_seconds",
+            "Time in a phase per step (the data wait is train_dataloader_wait_seconds)",
+            L + ("phase",),
+            registry=r,
+            buckets=c.step_buckets_s,
+        )
+        self.data_hist = Histogram(
+            "train_dataloader_wait_seconds",
+            "Time blocked waiting for the next batch, per step",
+            L,
+            registry=r,
+            buckets=c.step_buckets_s,
+        ).labels(*base)
+        self.coll_hist = Histogram(
+            "train_collective_duration_seconds",
+            "Duration of one collective call",
+            L + ("op",),
+            registry=r,
+            buckets=c.collective_buckets_s,
+        )
+        self.coll_bytes = Counter(
+            "train_collective_bytes", "Bytes moved by collectives (payload)", L + ("op",), registry=r
+        )
         self.coll_calls = Counter("train_collective_calls", "Collective calls", L + ("op",), registry=r)
         # Counters of every call (the duration histogram sees only the spans a step keeps): with them,
         # rate(bus_bytes) / rate(seconds) is a window's exact bus bandwidth, for any number of calls.
-        self.coll_seconds = Counter("train_collective_seconds", "Time in collective calls, issue to completion",
-                                    L + ("op",), registry=r)
-        self.coll_bus_bytes = Counter("train_collective_bus_bytes", "Bytes x the op's bus factor (nccl-tests): "
-                                      "rate(this) / rate(train_collective_seconds_total) is the bus bandwidth",
-                                      L + ("op",), registry=r)
-        self.busbw = Gauge("train_collective_busbw_bytes_per_second", "Bus bandwidth of the last step's "
-                           "calls of an op (nccl-tests factors)", L + ("op",), registry=r)
-        self.algbw = Gauge("train_collective_algbw_bytes_per_second", "Algorithm bandwidth (bytes / time) "
-                           "of the last step's calls of an op", L + ("op",), registry=r)
-        self.comm_total = Counter("train_collective_blocked_seconds", "Time the training loop was "
-                                  "blocked in collectives", L, registry=r).labels(*base)
+        self.coll_seconds = Counter(
+            "train_collective_seconds", "Time in collective calls, issue to completion", L + ("op",), registry=r
+        )
+        self.coll_bus_bytes = Counter(
+            "train_collective_bus_bytes",
+            "Bytes x the op's bus factor (nccl-tests): "
+            "rate(this) / rate(train_collective_seconds_total) is the bus bandwidth",
+            L + ("op",),
+            registry=r,
+        )
+        self.busbw = Gauge(
+            "train_collective_busbw_bytes_per_second",
+            "Bus bandwidth of the last step's calls of an op (nccl-tests factors)",
+            L + ("op",),
+            registry=r,
+        )
+        self.algbw = Gauge(
+            "train_collective_algbw_bytes_per_second",
+            "Algorithm bandwidth (bytes / time) of the last step's calls of an op",
+            L + ("op",),
+            registry=r,
+        )
+        self.comm_total = Counter(
+            "train_collective_blocked_seconds", "Time the training loop was blocked in collectives", L, registry=r
+        ).labels(*base)
         self.steps = Counter("train_steps", "Completed steps", L, registry=r).labels(*base)
         self.failures = Counter("train_step_failures", "Steps that raised", L, registry=r).labels(*base)
         # No sample until a real value arrives (_FirstValue): absent, never a false 0.
-        self.tokens = _FirstValue(Counter("train_tokens", "Tokens processed (absent until a step carries "
-                                          "tokens)", L, registry=r), base)
-        self.samples = _FirstValue(Counter("train_samples", "Samples processed (absent until a step carries "
-                                           "samples)", L, registry=r), base)
-        self.tps = _FirstValue(Gauge("train_tokens_per_second", "Tokens per second over the last step that "
-                                     "carried tokens", L, registry=r), base)
-        self.sps = _FirstValue(Gauge("train_samples_per_second", "Samples per second over the last step that "
-                                     "carried samples", L, registry=r), base)
-        self.mfu = _FirstValue(Gauge("train_mfu_ratio", "Model FLOPs utilization of the last step (absent "
-                                     "without flops_per_token and a known peak)", L, registry=r), base)
-        self.last_step = _FirstValue(Gauge("train_last_step", "Number of the last completed step", L,
-                                           registry=r), base)
-        self.last_step_ts = _FirstValue(Gauge("train_last_step_timestamp_seconds", "When the last step "
-                                              "ended (epoch seconds)", L, registry=r), base)
-        self.step_open = Gauge("train_step_in_progress_seconds", "How long the current step has run "
-                               "(0 between steps); grows without bound in a hang", L, registry=r).labels(*base)
-        self.in_coll = Gauge("train_blocked_in_collective", "1 while the training loop waits in a "
-                             "collective", L, registry=r).labels(*base)
+        self.tokens = _FirstValue(
+            Counter("train_tokens", "Tokens processed (absent until a step carries tokens)", L, registry=r), base
+        )
+        self.samples = _FirstValue(
+            Counter("train_samples", "Samples processed (absent until a step carries samples)", L, registry=r), base
+        )
+        self.tps = _FirstValue(
+            Gauge("train_tokens_per_second", "Tokens per second over the last step that carried tokens", L, registry=r),
+            base,
+        )
+        self.sps = _FirstValue(
+            Gauge(
+                "train_samples_per_second", "Samples per second over the last step that carried samples", L, registry=r
+            ),
+            base,
+        )
+        self.mfu = _FirstValue(
+            Gauge(
+                "train_mfu_ratio",
+                "Model FLOPs utilization of the last step (absent without flops_per_token and a known peak)",
+                L,
+                registry=r,
+            ),
+            base,
+        )
+        self.last_step = _FirstValue(Gauge("train_last_step", "Number of the last completed step", L, registry=r), base)
+        self.last_step_ts = _FirstValue(
+            Gauge("train_last_step_timestamp_seconds", "When the last step ended (epoch seconds)", L, registry=r), base
+        )
+        self.step_open = Gauge(
+            "train_step_in_progress_seconds",
+            "How long the current step has run (0 between steps); grows without bound in a hang",
+            L,
+            registry=r,
+        ).labels(*base)
+        self.in_coll = Gauge(
+            "train_blocked_in_collective", "1 while the training loop waits in a collective", L, registry=r
+        ).labels(*base)
         self.scalar = Gauge("train_log_value", "Last value given to telemetry.log", L + ("name",), registry=r)
-        info = Gauge("train_build_info", "Versions of this telemetry session", L + ("version", "python", "torch"),
-                     registry=r)
+        info = Gauge(
+            "train_build_info", "Versions of this telemetry session", L + ("version", "python", "torch"), registry=r
+        )
         torch = sys.modules.get("torch")
         from telemetry import __version__
 
-        info.labels(*base, __version__, platform.python_version(),
-                    str(getattr(torch, "__version__", "none"))).set(1)
+        info.labels(*base, __version__, platform.python_version(), str(getattr(torch, "__version__", "none"))).set(1)
 
     def _child(self, metric: Any, gate: str, value: str) -> Any | None:
         key = (metric._name, value)
@@ -354,8 +446,12 @@ class PrometheusSink(Sink):
                     if child is not None:
                         child.observe(span.end_s - span.start_s)
             for op, s in r.ops.items():
-                for metric, value in ((self.coll_bytes, s.bytes), (self.coll_calls, s.count),
-                                      (self.coll_seconds, s.duration_s), (self.coll_bus_bytes, s.bus_bytes)):
+                for metric, value in (
+                    (self.coll_bytes, s.bytes),
+                    (self.coll_calls, s.count),
+                    (self.coll_seconds, s.duration_s),
+                    (self.coll_bus_bytes, s.bus_bytes),
+                ):
                     child = self._child(metric, "op", op)
                     if child is not None:
                         child.inc(value)
@@ -459,8 +555,13 @@ class PrometheusSink(Sink):
             self._shared_written = entries
         except OSError as exc:
             self._shared_failed = True
-            log.warning("telemetry: cannot write Prometheus targets to %s: %s (the run's own "
-                        "%s/prometheus_targets.json is still written)", self._shared_sd, exc, self._run_dir)
+            log.warning(
+                "telemetry: cannot write Prometheus targets to %s: %s (the run's own "
+                "%s/prometheus_targets.json is still written)",
+                self._shared_sd,
+                exc,
+                self._run_dir,
+            )
 
     def _remove_shared_targets(self) -> None:
         """At shutdown: this run's endpoints are gone, so its targets leave the shared directory,

@@ -32,8 +32,9 @@ class PushWorker:
 
     def _push(self, timeout_s: float) -> None:
         try:
-            push_to_gateway(self.url, job=self.job, registry=self.registry, grouping_key=self.grouping,
-                            timeout=timeout_s)
+            push_to_gateway(
+                self.url, job=self.job, registry=self.registry, grouping_key=self.grouping, timeout=timeout_s
+            )
             self.pushes += 1
         except Exception as exc:  # noqa: BLE001 - a dead gateway must not matter to training
             self.failures += 1
@@ -47,8 +48,7 @@ class PushWorker:
         self._stop.set()
         deadline = time.monotonic() + timeout_s
         self._thread.join(max(0.0, min(1.0, deadline - time.monotonic())))
-        final = threading.Thread(target=self._push, args=(max(0.05, deadline - time.monotonic()),),
-                                 daemon=True)
+        final = threading.Thread(target=self._push, args=(max(0.05, deadline - time.monotonic()),), daemon=True)
         final.start()
         final.join(max(0.0, deadline - time.monotonic()))
 

@@ -27,8 +27,8 @@ import time
 import weakref
 from typing import Any, Callable
 
-from ..recorder import events as ev
 from ..recorder import current as _current
+from ..recorder import events as ev
 from ..recorder.null import NULL
 
 log = logging.getLogger("telemetry")
@@ -102,8 +102,12 @@ _SPECS: dict[str, tuple[Callable[[tuple, dict], int], Callable[[int], float], in
 }
 _ALWAYS_ASYNC = frozenset({"isend", "irecv", "batch_isend_irecv"})
 # Names whose public op name differs (legacy aliases report as their modern names).
-_OP_NAME = {"all_gather_single": "all_gather_into_tensor", "_all_gather_base": "all_gather_into_tensor",
-            "reduce_scatter_single": "reduce_scatter_tensor", "_reduce_scatter_base": "reduce_scatter_tensor"}
+_OP_NAME = {
+    "all_gather_single": "all_gather_into_tensor",
+    "_all_gather_base": "all_gather_into_tensor",
+    "reduce_scatter_single": "reduce_scatter_tensor",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+}
 
 _originals: dict[tuple[str, str], Callable] = {}
 # id(group), or None for the default group -> (a weak reference to the group, (size, name)). An
@@ -147,11 +151,9 @@ def forget_groups() -> None:
 class _Pending:
     """One async op in flight: emitted once, when its Work completes or is waited on."""
 
-    __slots__ = ("op", "t0", "nbytes", "gsize", "gname", "factor", "blocked_ns", "lock", "done", "waiters",
-                 "events")
+    __slots__ = ("op", "t0", "nbytes", "gsize", "gname", "factor", "blocked_ns", "lock", "done", "waiters", "events")
 
-    def __init__(self, op: str, t0: int, nbytes: int, gsize: int, gname: str, factor: float,
-                 waiters: int) -> None:
+    def __init__(self, op: str, t0: int, nbytes: int, gsize: int, gname: str, factor: float, waiters: int) -> None:
         self.op, self.t0, self.nbytes, self.gsize, self.gname, self.factor = op, t0, nbytes, gsize, gname, factor
         self.blocked_ns = 0
         self.lock = threading.Lock()

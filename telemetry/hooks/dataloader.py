@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
-from ..recorder import events as ev
 from ..recorder import current as _current
+from ..recorder import events as ev
 
 
 def _batch_size(batch: Any) -> int | None:
@@ -37,8 +37,12 @@ def _batch_size(batch: Any) -> int | None:
 class Watched:
     """An iterable that times each ``next()`` of the one it wraps; ``len()`` passes through."""
 
-    def __init__(self, iterable: Iterable, tokens: int | Callable[[Any], int] | None = None,
-                 samples: int | Callable[[Any], int] | None = None) -> None:
+    def __init__(
+        self,
+        iterable: Iterable,
+        tokens: int | Callable[[Any], int] | None = None,
+        samples: int | Callable[[Any], int] | None = None,
+    ) -> None:
         self.iterable = iterable
         self.tokens = tokens
         self.samples = samples
@@ -58,8 +62,9 @@ class Watched:
                 return
             rec = _current._active
             t1 = rec.now()
-            n_samples = samples(batch) if callable(samples) else (samples if samples is not None
-                                                                  else _batch_size(batch))
+            n_samples = (
+                samples(batch) if callable(samples) else (samples if samples is not None else _batch_size(batch))
+            )
             n_tokens = tokens(batch) if callable(tokens) else tokens
             rec.emit((ev.DATA, t1, t0, n_samples, n_tokens))
             yield batch
@@ -69,6 +74,10 @@ class Watched:
         return getattr(self.iterable, name)
 
 
-def watch(iterable: Iterable, *, tokens: int | Callable[[Any], int] | None = None,
-          samples: int | Callable[[Any], int] | None = None) -> Watched:
+def watch(
+    iterable: Iterable,
+    *,
+    tokens: int | Callable[[Any], int] | None = None,
+    samples: int | Callable[[Any], int] | None = None,
+) -> Watched:
     return Watched(iterable, tokens=tokens, samples=samples)

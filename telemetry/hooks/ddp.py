@@ -25,13 +25,13 @@ import logging
 from typing import Any, Callable
 
 from ..logonce import LogOnce
-from ..recorder import events as ev
 from ..recorder import current as _current
+from ..recorder import events as ev
 from ..recorder.null import NULL
 from .collectives import _allreduce_factor, _group_info
 
 
-def ddp_comm_hook(state, bucket):  # noqa: ANN001, ANN201 - DDP rejects hooks whose annotations differ
+def ddp_comm_hook(state, bucket):
     """DDP communication hook: the default all-reduce, timed. ``state`` is a process group or None."""
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -113,11 +113,20 @@ def _hook_unless_hooked(model: Any) -> None:
         return
     if hooks:
         name = getattr(hooks[0][0], "__qualname__", repr(hooks[0][0]))
-        _once("user-hook", "telemetry: this DDP model has its own comm hook (%s); it stays, and its "
-              "collectives are timed only where it calls the Python torch.distributed API", name)
+        _once(
+            "user-hook",
+            "telemetry: this DDP model has its own comm hook (%s); it stays, and its "
+            "collectives are timed only where it calls the Python torch.distributed API",
+            name,
+        )
         return
     try:
         model.register_comm_hook(getattr(model, "process_group", None), ddp_comm_hook)
     except Exception as exc:  # noqa: BLE001 - e.g. a built-in C++ hook is set: DDP takes one hook only
-        _once("register", "telemetry: could not time this DDP model's gradient all-reduce (%s: %s); its "
-              "collectives are timed only where Python code calls torch.distributed", type(exc).__name__, exc)
+        _once(
+            "register",
+            "telemetry: could not time this DDP model's gradient all-reduce (%s: %s); its "
+            "collectives are timed only where Python code calls torch.distributed",
+            type(exc).__name__,
+            exc,
+        )

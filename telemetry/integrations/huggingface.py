@@ -19,8 +19,9 @@ from typing import Any
 try:
     from transformers import TrainerCallback
 except ImportError as exc:  # pragma: no cover - exercised where transformers is absent
-    raise ImportError("telemetry.integrations.huggingface needs transformers: "
-                      "pip install 'training-telemetry[hf]'") from exc
+    raise ImportError(
+        "telemetry.integrations.huggingface needs transformers: pip install 'training-telemetry[hf]'"
+    ) from exc
 
 import telemetry
 

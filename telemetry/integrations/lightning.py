@@ -23,8 +23,9 @@ except ImportError:  # pragma: no cover - the older package name
     try:
         import pytorch_lightning as pl
     except ImportError as exc:
-        raise ImportError("telemetry.integrations.lightning needs Lightning: "
-                          "pip install 'training-telemetry[lightning]'") from exc
+        raise ImportError(
+            "telemetry.integrations.lightning needs Lightning: pip install 'training-telemetry[lightning]'"
+        ) from exc
 
 import telemetry
 
@@ -98,9 +99,15 @@ def launcher_environment(trainer: Any, environ: Any = None) -> None:
     environ = os.environ if environ is None else environ
     if any(k in environ for k in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")) or trainer.world_size <= 1:
         return
-    environ.update({"RANK": str(trainer.global_rank), "WORLD_SIZE": str(trainer.world_size),
-                    "LOCAL_RANK": str(trainer.local_rank), "LOCAL_WORLD_SIZE": str(trainer.num_devices),
-                    "GROUP_RANK": str(trainer.node_rank)})
+    environ.update(
+        {
+            "RANK": str(trainer.global_rank),
+            "WORLD_SIZE": str(trainer.world_size),
+            "LOCAL_RANK": str(trainer.local_rank),
+            "LOCAL_WORLD_SIZE": str(trainer.num_devices),
+            "GROUP_RANK": str(trainer.node_rank),
+        }
+    )
 
 
 def batch_counts(batch: Any) -> tuple[int, int]:

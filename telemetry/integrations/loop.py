@@ -32,8 +32,13 @@ def guarded(method: Callable) -> Callable:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - telemetry must never break the framework's loop
-            self.tracker.errors(method.__name__, "telemetry: %s.%s failed: %r (training goes on; "
-                                "further failures are counted)", type(self).__name__, method.__name__, exc)
+            self.tracker.errors(
+                method.__name__,
+                "telemetry: %s.%s failed: %r (training goes on; further failures are counted)",
+                type(self).__name__,
+                method.__name__,
+                exc,
+            )
             return None
 
     return run
@@ -91,8 +96,10 @@ class LoopTracker:
         if self._step is None:
             return
         self.end_phase()
-        counts = {"tokens": self._tokens if tokens is None else tokens,
-                  "samples": self._samples if samples is None else samples}
+        counts = {
+            "tokens": self._tokens if tokens is None else tokens,
+            "samples": self._samples if samples is None else samples,
+        }
         counts = {k: v for k, v in counts.items() if v}
         if counts:
             telemetry.log(**counts)
@@ -147,8 +154,7 @@ class LoopTracker:
             if ids is None and args and getattr(args[0], "is_floating_point", None) is not None:
                 ids = args[0]
             if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
-                self.count(tokens=int(ids.numel()) if not ids.is_floating_point() else 0,
-                           samples=int(ids.shape[0]))
+                self.count(tokens=int(ids.numel()) if not ids.is_floating_point() else 0, samples=int(ids.shape[0]))
             if self.split:
                 self.begin_phase(FORWARD)
         except Exception as exc:  # noqa: BLE001

@@ -21,10 +21,32 @@ from typing import Any, Callable
 
 from ..logonce import LogOnce
 from ..recorder import events as ev
-from ..recorder.events import (COLL_BLOCKED_NS, COLL_BYTES, COLL_E0, COLL_E1, COLL_FACTOR, COLL_OP, COLL_T0,
-                               DATA_SAMPLES, DATA_T0, DATA_TOKENS, PHASE_E0, PHASE_E1, PHASE_NAME, PHASE_OK,
-                               PHASE_T0, STEP_E0, STEP_E1, STEP_INDEX, STEP_OK, STEP_SAMPLES, STEP_T0,
-                               STEP_TOKENS, VALUES, T)
+from ..recorder.events import (
+    COLL_BLOCKED_NS,
+    COLL_BYTES,
+    COLL_E0,
+    COLL_E1,
+    COLL_FACTOR,
+    COLL_OP,
+    COLL_T0,
+    DATA_SAMPLES,
+    DATA_T0,
+    DATA_TOKENS,
+    PHASE_E0,
+    PHASE_E1,
+    PHASE_NAME,
+    PHASE_OK,
+    PHASE_T0,
+    STEP_E0,
+    STEP_E1,
+    STEP_INDEX,
+    STEP_OK,
+    STEP_SAMPLES,
+    STEP_T0,
+    STEP_TOKENS,
+    VALUES,
+    T,
+)
 from ..recorder.values import PendingValue
 from .records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord
 
@@ -45,10 +67,16 @@ class _Open:
 
 
 class Assembler:
-    def __init__(self, rank: int, to_epoch_s: Callable[[int], float],
-                 pending_timeout_s: float = 10.0, monotonic: Callable[[], float] = time.monotonic,
-                 flops_per_token: float = 0.0, peak_flops: float = 0.0,
-                 release_events: Callable[[list], None] | None = None):
+    def __init__(
+        self,
+        rank: int,
+        to_epoch_s: Callable[[int], float],
+        pending_timeout_s: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        flops_per_token: float = 0.0,
+        peak_flops: float = 0.0,
+        release_events: Callable[[list], None] | None = None,
+    ):
         self.rank = rank
         self._release_events = release_events  # give used CUDA events back to the pool
         self.flops_per_token = flops_per_token
@@ -153,9 +181,16 @@ class Assembler:
                 rec.scalars[k] = v = math.inf if v > 0 else -math.inf
             if type(v) is float and not math.isfinite(v):
                 self.nonfinite_values += 1
-                self._once(k, "telemetry: rank %d step %d: telemetry.log(%s=%s) is not a finite number "
-                           "(kept as %s; further non-finite values are counted in stats()['nonfinite_values'])",
-                           rec.rank, rec.step, k, v, v)
+                self._once(
+                    k,
+                    "telemetry: rank %d step %d: telemetry.log(%s=%s) is not a finite number "
+                    "(kept as %s; further non-finite values are counted in stats()['nonfinite_values'])",
+                    rec.rank,
+                    rec.step,
+                    k,
+                    v,
+                    v,
+                )
 
     def _resolve(self, rec: StepRecord) -> StepRecord:
         if not any(type(v) is PendingValue for v in rec.scalars.values()):
@@ -195,12 +230,23 @@ class Assembler:
         duration_s = (t1 - t0) * 1e-9
         tokens = _count(tokens)
         return StepRecord(
-            rank=self.rank, step=index, start_s=epoch(t0), duration_s=duration_s, ok=bool(end[STEP_OK]),
-            phases=phases, phase_comm=phase_comm, comm_s=comm_ns * 1e-9,
+            rank=self.rank,
+            step=index,
+            start_s=epoch(t0),
+            duration_s=duration_s,
+            ok=bool(end[STEP_OK]),
+            phases=phases,
+            phase_comm=phase_comm,
+            comm_s=comm_ns * 1e-9,
             ops={k: OpStats(*v) for k, v in ops.items()},
-            tokens=tokens, samples=_count(samples), scalars=scalars,
-            spans=tuple(spans), spans_dropped=dropped, device=self.last_device,
-            mfu=self._mfu(tokens, duration_s))
+            tokens=tokens,
+            samples=_count(samples),
+            scalars=scalars,
+            spans=tuple(spans),
+            spans_dropped=dropped,
+            device=self.last_device,
+            mfu=self._mfu(tokens, duration_s),
+        )
 
     def _mfu(self, tokens: int | None, duration_s: float) -> float | None:
         """Model FLOPs utilization of one step, when FLOPs per token and the peak are known."""
@@ -209,8 +255,9 @@ class Assembler:
         return None
 
 
-def _data_waits(data: list[tuple], epoch: Callable[[int], float], phases: dict[str, float],
-                spans: list[Span]) -> tuple[int, int]:
+def _data_waits(
+    data: list[tuple], epoch: Callable[[int], float], phases: dict[str, float], spans: list[Span]
+) -> tuple[int, int]:
     """Add the data-loader waits to ``phases["data"]`` and ``spans``; return the samples and
     tokens the loader counted."""
     data_ns = data_samples = data_tokens = 0
@@ -225,8 +272,9 @@ def _data_waits(data: list[tuple], epoch: Callable[[int], float], phases: dict[s
     return data_samples, data_tokens
 
 
-def _collectives(colls: list[tuple], phase_events: list[tuple], t0: int, t1: int,
-                 epoch: Callable[[int], float], spans: list[Span]) -> tuple[int, dict[str, float], dict[str, list]]:
+def _collectives(
+    colls: list[tuple], phase_events: list[tuple], t0: int, t1: int, epoch: Callable[[int], float], spans: list[Span]
+) -> tuple[int, dict[str, float], dict[str, list]]:
     """Time blocked in collectives during the step (ns), and inside each phase (s); per-op stats.
 
     A synchronous op blocks for its whole interval: the part inside the step's window counts, and

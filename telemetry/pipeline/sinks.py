@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("telemetry")
 
+
 class Sink:
     """Receives step records; every method is called from the pipeline thread only."""
 
@@ -79,9 +80,14 @@ class GuardedSink:
 
     def _fail(self, what: str, exc: BaseException) -> None:
         self.failures += 1
-        self._once(f"{what}:{type(exc).__name__}",
-                   "telemetry: sink %r failed in %s: %s: %s (isolated; further failures of this kind are "
-                   "counted, not logged)", self.name, what, type(exc).__name__, exc)
+        self._once(
+            f"{what}:{type(exc).__name__}",
+            "telemetry: sink %r failed in %s: %s: %s (isolated; further failures of this kind are counted, not logged)",
+            self.name,
+            what,
+            type(exc).__name__,
+            exc,
+        )
 
     def write(self, records: Sequence[StepRecord]) -> None:
         if self.closed or not records:
@@ -149,9 +155,15 @@ class GuardedSink:
             out["dropped"] = sink_dropped
             out["records_dropped"] = self.dropped_records
             if self.dropped_records:
-                out["dropped_detail"] = "; ".join(filter(None, (
-                    f"{self.dropped_records} step record(s) the sink failed to take",
-                    extra.get("dropped_detail", ""))))
+                out["dropped_detail"] = "; ".join(
+                    filter(
+                        None,
+                        (
+                            f"{self.dropped_records} step record(s) the sink failed to take",
+                            extra.get("dropped_detail", ""),
+                        ),
+                    )
+                )
         return out
 
 
@@ -177,8 +189,9 @@ def build_sinks(config: "Config", ctx: "RankContext", run_info: dict[str, Any]) 
                 started.close(1.0)
             raise
         except Exception as exc:  # noqa: BLE001 - e.g. an unwritable run dir, a port in use
-            log.warning("telemetry: sink %r disabled: %s: %s; training continues without it",
-                        name, type(exc).__name__, exc)
+            log.warning(
+                "telemetry: sink %r disabled: %s: %s; training continues without it", name, type(exc).__name__, exc
+            )
             continue
         if sink is not None:
             out.append(GuardedSink(sink))

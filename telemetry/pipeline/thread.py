@@ -39,17 +39,25 @@ class Listener(Protocol):
 
 
 class Pipeline:
-    def __init__(self, recorder: Recorder, sinks: list[GuardedSink], rank: int,
-                 to_epoch_s: Callable[[int], float], interval_s: float,
-                 flops_per_token: float = 0.0, peak_flops: float = 0.0,
-                 release_events: Callable[[list], None] | None = None) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        sinks: list[GuardedSink],
+        rank: int,
+        to_epoch_s: Callable[[int], float],
+        interval_s: float,
+        flops_per_token: float = 0.0,
+        peak_flops: float = 0.0,
+        release_events: Callable[[list], None] | None = None,
+    ) -> None:
         self.recorder = recorder
         self.sinks = sinks
         self.rank = rank
         self.interval_s = interval_s
         self._to_epoch = to_epoch_s
-        self.assembler = Assembler(rank, to_epoch_s, flops_per_token=flops_per_token, peak_flops=peak_flops,
-                                   release_events=release_events)
+        self.assembler = Assembler(
+            rank, to_epoch_s, flops_per_token=flops_per_token, peak_flops=peak_flops, release_events=release_events
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.records = 0
@@ -98,8 +106,12 @@ class Pipeline:
             listener.on_records(records)
             results = listener.poll()
         except Exception:  # noqa: BLE001 - a listener costs only itself
-            self._once(f"listener:{type(listener).__name__}", "telemetry: %s failed (further failures "
-                       "counted)", type(listener).__name__, exc_info=True)
+            self._once(
+                f"listener:{type(listener).__name__}",
+                "telemetry: %s failed (further failures counted)",
+                type(listener).__name__,
+                exc_info=True,
+            )
             return
         for result in results:
             for sink in self.sinks:
@@ -110,14 +122,18 @@ class Pipeline:
         open_step = rec.open_step
         coll = rec.current_collective
         return Progress(
-            rank=self.rank, time_s=time.time(),
-            last_step=self.assembler.last_step, last_step_end_s=self.assembler.last_step_end_s,
+            rank=self.rank,
+            time_s=time.time(),
+            last_step=self.assembler.last_step,
+            last_step_end_s=self.assembler.last_step_end_s,
             open_step=open_step[0] if open_step else None,
             open_step_since_s=self._to_epoch(open_step[1]) if open_step else None,
             phase=rec.current_phase,
             collective=coll[0] if coll else None,
             collective_since_s=self._to_epoch(coll[1]) if coll else None,
-            finished=finished, device=self.assembler.last_device)
+            finished=finished,
+            device=self.assembler.last_device,
+        )
 
     def stop(self, timeout_s: float) -> bool:
         """Final drain and close within ``timeout_s``; returns False if the deadline passed."""
@@ -140,8 +156,12 @@ class Pipeline:
         closer.join(max(0.0, deadline - time.monotonic()))
         self.finished = done.is_set()
         if not self.finished:
-            log.warning("telemetry: shutdown passed its %.1f s deadline; %d buffered events and "
-                        "undelivered sink data are abandoned", timeout_s, self.recorder.buffered)
+            log.warning(
+                "telemetry: shutdown passed its %.1f s deadline; %d buffered events and "
+                "undelivered sink data are abandoned",
+                timeout_s,
+                self.recorder.buffered,
+            )
         return self.finished
 
     def stats(self) -> dict[str, Any]:

@@ -20,8 +20,9 @@ from .wall import Recorder
 current.set_active(NULL)
 
 
-def build_recorder(capacity: int, device_timing: str = "wall", profiler_ranges: bool = False,
-                   **kwargs: Any) -> Recorder:
+def build_recorder(
+    capacity: int, device_timing: str = "wall", profiler_ranges: bool = False, **kwargs: Any
+) -> Recorder:
     """The strategy for this process: CUDA events when timing on the device, else the wall clock;
     with ``profiler_ranges`` the same, each step and phase also a torch.profiler range
     (:mod:`.ranges`, which imports torch; not imported at all otherwise).
@@ -37,8 +38,10 @@ def build_recorder(capacity: int, device_timing: str = "wall", profiler_ranges: 
         try:
             functions = ranges.range_functions()
         except ImportError:
-            raise ConfigError("profiler_ranges=True needs torch (torch.profiler), which is not "
-                              "installed; accepted here: profiler_ranges=False") from None
+            raise ConfigError(
+                "profiler_ranges=True needs torch (torch.profiler), which is not "
+                "installed; accepted here: profiler_ranges=False"
+            ) from None
         wall_cls = ranges.RangedRecorder
         kwargs = {**kwargs, "ranges": functions}
         cuda_kwargs = {"recorder_cls": ranges.RangedCudaRecorder}
@@ -47,8 +50,7 @@ def build_recorder(capacity: int, device_timing: str = "wall", profiler_ranges: 
         if rec is not None:
             return rec
         if device_timing == "cuda":
-            raise ConfigError("device_timing='cuda' but torch sees no CUDA device; accepted here: "
-                              "auto or wall")
+            raise ConfigError("device_timing='cuda' but torch sees no CUDA device; accepted here: auto or wall")
     return wall_cls(capacity, **kwargs)
 
 

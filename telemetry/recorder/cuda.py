@@ -90,8 +90,9 @@ class CudaStep(StepContext):
         rec._in_step = False
         rec.open_step = None
         rec.step_index = self._index + 1
-        rec.emit((ev.STEP_END_DEV, t1, self._index, self._t0, exc_type is None,
-                  self._tokens, self._samples, self._e0, e1))
+        rec.emit(
+            (ev.STEP_END_DEV, t1, self._index, self._t0, exc_type is None, self._tokens, self._samples, self._e0, e1)
+        )
         return False
 
 
@@ -111,7 +112,7 @@ def build_cuda_recorder(capacity: int, recorder_cls: type = CudaRecorder, **kwar
     torch = sys.modules.get("torch")
     if torch is None:
         try:
-            import torch  # noqa: F401  (device timing needs torch; init may run before the user imports it)
+            import torch
         except ImportError:
             return None
         torch = sys.modules["torch"]

@@ -28,6 +28,7 @@ def step_decorator(fn: Callable, tokens: Any = None, samples: Any = None) -> Cal
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with _active.step(tokens, samples):
             return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -36,4 +37,5 @@ def phase_decorator(fn: Callable, name: str) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with _active.phase(name):
             return fn(*args, **kwargs)
+
     return wrapper

@@ -35,7 +35,7 @@ STEP_RANGE = "telemetry.step#"  # + the step index: the name of a step's range i
 def range_functions() -> tuple[Callable[[str], Any], Callable[[Any], Any]]:
     """(enter, exit): ``enter(name)`` opens a user-scope profiler range and returns its handle,
     ``exit(handle)`` closes it. The cheapest pair torch offers."""
-    import torch  # noqa: F401  (only when profiler ranges are on)
+    import torch
 
     autograd = getattr(torch._C, "_autograd", None)
     enter = getattr(autograd, "_record_function_with_args_enter", None)

@@ -73,4 +73,4 @@ def _real(value: Any) -> Any:
         raise NotANumber(type(value).__name__) from None
 
 
-_MAX_INT = 2 ** 1023  # about the largest float; an int beyond it cannot be stored as one
+_MAX_INT = 2**1023  # about the largest float; an int beyond it cannot be stored as one

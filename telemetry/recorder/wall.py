@@ -43,8 +43,14 @@ class Recorder:
     step: Callable[..., "StepContext"]  # (tokens=None, samples=None, index=None) -> a step context
     phase: Callable[[str], Any]  # (name) -> a phase context, or NULL_CONTEXT for a rejected name
 
-    def __init__(self, capacity: int, *, strict: bool = False, start_step: int = 0,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        strict: bool = False,
+        start_step: int = 0,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self._buf: deque = deque()
         self._cap = capacity
         self._clock = clock
@@ -118,7 +124,8 @@ class Recorder:
                 f"telemetry.step() entered while step {self.open_step[0] if self.open_step else '?'} "
                 "is still open; steps cannot nest (use telemetry.phase() for parts of a step), and a "
                 "process has one step open at a time (a step entered from another thread meanwhile is "
-                "ignored too)")
+                "ignored too)",
+            )
             return False
         index = ctx._index
         if index is None:
@@ -152,8 +159,9 @@ class Recorder:
             try:
                 out[key] = convert(value)
             except NotANumber as exc:
-                self.usage.report("log-value", f"telemetry.log({key}=...) got {exc}; accepted: "
-                                  "a number or a one-element tensor")
+                self.usage.report(
+                    "log-value", f"telemetry.log({key}=...) got {exc}; accepted: a number or a one-element tensor"
+                )
         return out
 
     def _accept_name(self, name: Any) -> bool:
@@ -162,7 +170,8 @@ class Recorder:
                 "phase-name",
                 f"telemetry.phase({name!r}): a phase name must be a Python identifier "
                 f"(letters, digits, _; not starting with a digit), since it becomes the steps-table "
-                f"column '<name>_s'; reserved: {', '.join(sorted(ev.RESERVED_PHASES))}")
+                f"column '<name>_s'; reserved: {', '.join(sorted(ev.RESERVED_PHASES))}",
+            )
             return False
         self._names.add(name)
         return True
@@ -233,13 +242,10 @@ class PhaseContext:
         return phase_decorator(fn, self._name)
 
 
-
-
 def strategy_methods(step_context: type, phase_context: type) -> tuple[Callable, Callable]:
     """``step`` and ``phase`` of a recorder whose contexts are these types."""
 
-    def step(self: Recorder, tokens: int | None = None, samples: int | None = None,
-             index: int | None = None) -> Any:
+    def step(self: Recorder, tokens: int | None = None, samples: int | None = None, index: int | None = None) -> Any:
         return step_context(self, tokens, samples, index)
 
     def phase(self: Recorder, name: str) -> Any:

@@ -24,23 +24,47 @@ from typing import Any, Iterable, Sequence
 import pyarrow as pa
 
 OP_FIELDS = ("count", "duration_s", "blocked_s", "bytes", "bus_bytes")
-SPAN_SCHEMA = pa.schema([("step", pa.int64()), ("kind", pa.string()), ("name", pa.string()),
-                         ("offset_s", pa.float32()), ("duration_s", pa.float32()), ("ok", pa.bool_()),
-                         ("nbytes", pa.int64())])
+SPAN_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("kind", pa.string()),
+        ("name", pa.string()),
+        ("offset_s", pa.float32()),
+        ("duration_s", pa.float32()),
+        ("ok", pa.bool_()),
+        ("nbytes", pa.int64()),
+    ]
+)
 
 
 def steps_batch(records: Sequence[Any]) -> pa.RecordBatch:
     """Step records -> one record batch, columns in a stable order (sorted within each family).
     One pass per column (list comprehensions): the cost per record falls with the batch's size."""
     rs = records
-    names = ["rank", "step", "start_s", "duration_s", "ok", "tokens", "samples", "comm_s", "comm_bytes",
-             "spans_dropped"]
-    arrays = [pa.array([r.rank for r in rs], pa.int64()), pa.array([r.step for r in rs], pa.int64()),
-              pa.array([r.start_s for r in rs], pa.float64()), pa.array([r.duration_s for r in rs], pa.float64()),
-              pa.array([r.ok for r in rs], pa.bool_()), pa.array([r.tokens for r in rs], pa.int64()),
-              pa.array([r.samples for r in rs], pa.int64()), pa.array([r.comm_s for r in rs], pa.float64()),
-              pa.array([sum(st.bytes for st in r.ops.values()) for r in rs], pa.int64()),
-              pa.array([r.spans_dropped for r in rs], pa.int64())]
+    names = [
+        "rank",
+        "step",
+        "start_s",
+        "duration_s",
+        "ok",
+        "tokens",
+        "samples",
+        "comm_s",
+        "comm_bytes",
+        "spans_dropped",
+    ]
+    arrays = [
+        pa.array([r.rank for r in rs], pa.int64()),
+        pa.array([r.step for r in rs], pa.int64()),
+        pa.array([r.start_s for r in rs], pa.float64()),
+        pa.array([r.duration_s for r in rs], pa.float64()),
+        pa.array([r.ok for r in rs], pa.bool_()),
+        pa.array([r.tokens for r in rs], pa.int64()),
+        pa.array([r.samples for r in rs], pa.int64()),
+        pa.array([r.comm_s for r in rs], pa.float64()),
+        pa.array([sum(st.bytes for st in r.ops.values()) for r in rs], pa.int64()),
+        pa.array([r.spans_dropped for r in rs], pa.int64()),
+    ]
     extra: dict[str, pa.Array] = {}
     for p in _keys(r.phases for r in rs):  # a phase that did not run in a step took no time in it
         extra[f"{p}_s"] = pa.array([r.phases.get(p, 0.0) for r in rs], pa.float64())
@@ -57,8 +81,9 @@ def steps_batch(records: Sequence[Any]) -> pa.RecordBatch:
     for op in _keys(r.ops for r in rs):
         stats = [r.ops.get(op) for r in rs]
         for i, f in enumerate(OP_FIELDS):
-            extra[f"op.{op}.{f}"] = pa.array([None if st is None else st[i] for st in stats],
-                                             pa.int64() if f in ("count", "bytes") else pa.float64())
+            extra[f"op.{op}.{f}"] = pa.array(
+                [None if st is None else st[i] for st in stats], pa.int64() if f in ("count", "bytes") else pa.float64()
+            )
     for name in sorted(extra, key=_family):  # stable: phases in the order a step first ran them
         names.append(name)
         arrays.append(extra[name])
@@ -99,10 +124,18 @@ def spans_batch(records: Sequence[Any]) -> pa.RecordBatch:
             dur.append(s.end_s - s.start_s)
             ok.append(s.ok)
             nb.append(s.nbytes)
-    return pa.RecordBatch.from_arrays([pa.array(step, pa.int64()), pa.array(kind, pa.string()),
-                                       pa.array(name, pa.string()), pa.array(off, pa.float32()),
-                                       pa.array(dur, pa.float32()), pa.array(ok, pa.bool_()),
-                                       pa.array(nb, pa.int64())], schema=SPAN_SCHEMA)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(step, pa.int64()),
+            pa.array(kind, pa.string()),
+            pa.array(name, pa.string()),
+            pa.array(off, pa.float32()),
+            pa.array(dur, pa.float32()),
+            pa.array(ok, pa.bool_()),
+            pa.array(nb, pa.int64()),
+        ],
+        schema=SPAN_SCHEMA,
+    )
 
 
 def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[str, Any]]:
@@ -128,16 +161,33 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
     for i in range(n):
         start = cols["start_s"][i]
         rec: dict[str, Any] = {
-            "rank": cols["rank"][i], "step": cols["step"][i], "start_s": start, "duration_s": cols["duration_s"][i],
-            "ok": cols["ok"][i], "comm_s": cols["comm_s"][i], "tokens": cols["tokens"][i], "samples": cols["samples"][i],
+            "rank": cols["rank"][i],
+            "step": cols["step"][i],
+            "start_s": start,
+            "duration_s": cols["duration_s"][i],
+            "ok": cols["ok"][i],
+            "comm_s": cols["comm_s"][i],
+            "tokens": cols["tokens"][i],
+            "samples": cols["samples"][i],
             "phases": {c[:-2]: cols[c][i] for c in phases if cols[c][i]},
             "phase_comm": {c[5:-2]: cols[c][i] for c in pcomm if cols[c][i]},
             "scalars": {c[4:]: cols[c][i] for c in logs if cols[c][i] is not None},
-            "ops": {op: [cols[f"op.{op}.{f}"][i] for f in OP_FIELDS] for op in ops
-                    if cols.get(f"op.{op}.count", [None] * n)[i] is not None},
-            "spans": [[sp["kind"][j], sp["name"][j], start + sp["offset_s"][j],
-                       start + sp["offset_s"][j] + sp["duration_s"][j], sp["ok"][j], sp["nbytes"][j]]
-                      for j in by_step.get(cols["step"][i], ())],
+            "ops": {
+                op: [cols[f"op.{op}.{f}"][i] for f in OP_FIELDS]
+                for op in ops
+                if cols.get(f"op.{op}.count", [None] * n)[i] is not None
+            },
+            "spans": [
+                [
+                    sp["kind"][j],
+                    sp["name"][j],
+                    start + sp["offset_s"][j],
+                    start + sp["offset_s"][j] + sp["duration_s"][j],
+                    sp["ok"][j],
+                    sp["nbytes"][j],
+                ]
+                for j in by_step.get(cols["step"][i], ())
+            ],
         }
         device = {c[4:]: cols[c][i] for c in devs if cols[c][i] is not None}
         if device:

@@ -15,8 +15,9 @@ from typing import Any, Mapping
 STALE_AFTER_S = 5.0  # as the rank_lost detector's LOST_AFTER_S: a live rank's heartbeat is a tick old
 
 
-def unclean_end(progress: Mapping[int, Mapping[str, Any]], now_s: float,
-                stale_after_s: float = STALE_AFTER_S) -> list[str]:
+def unclean_end(
+    progress: Mapping[int, Mapping[str, Any]], now_s: float, stale_after_s: float = STALE_AFTER_S
+) -> list[str]:
     """A note (for the analysis' warnings) on a run whose ranks all stopped without a clean shutdown
     and with no launcher record of how: a job killed as a whole (the scheduler, a node failure) or
     every process stopped. No ``rank_lost`` finding says it, since nothing says which rank went
@@ -34,16 +35,25 @@ def unclean_end(progress: Mapping[int, Mapping[str, Any]], now_s: float,
     lo, hi = min(times.values()), max(times.values())
     clock = "%H:%M:%S"
     when = time.strftime(clock, time.localtime(lo)) + (
-        "" if time.strftime(clock, time.localtime(hi)) == time.strftime(clock, time.localtime(lo))
-        else "-" + time.strftime(clock, time.localtime(hi)))
+        ""
+        if time.strftime(clock, time.localtime(hi)) == time.strftime(clock, time.localtime(lo))
+        else "-" + time.strftime(clock, time.localtime(hi))
+    )
     steps = sorted({int(p["last_step"]) for p in beats.values() if p.get("last_step") is not None})
-    done = (f"; last completed step {steps[0]}" if len(steps) == 1 else
-            f"; last completed steps {steps[0]}-{steps[-1]}" if steps else "; before their first step")
+    done = (
+        f"; last completed step {steps[0]}"
+        if len(steps) == 1
+        else f"; last completed steps {steps[0]}-{steps[-1]}"
+        if steps
+        else "; before their first step"
+    )
     ranks = sorted(beats)
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranges(ranks)}"
-    return [f"{who} ended without a clean shutdown (none recorded; last heartbeat{'s' if len(ranks) > 1 else ''} "
-            f"at {when}, {now_s - hi:.0f} s before this analysis{done}): the job was killed as a whole, every "
-            "rank stopped, or the run directory stopped taking writes; nothing says which rank went first"]
+    return [
+        f"{who} ended without a clean shutdown (none recorded; last heartbeat{'s' if len(ranks) > 1 else ''} "
+        f"at {when}, {now_s - hi:.0f} s before this analysis{done}): the job was killed as a whole, every "
+        "rank stopped, or the run directory stopped taking writes; nothing says which rank went first"
+    ]
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -116,16 +116,23 @@ class TailFollower:
     def _from_segment(self, path: str) -> list[dict[str, Any]]:
         try:
             schema = pq.read_schema(path)
-            cols = [c for c in ("step", "duration_s") if c in schema.names] + \
-                [c for c in schema.names if c.startswith("log.")]
+            cols = [c for c in ("step", "duration_s") if c in schema.names] + [
+                c for c in schema.names if c.startswith("log.")
+            ]
             t = pq.read_table(path, columns=cols, page_checksum_verification=True).slice(self.seen)
         except (OSError, pa.ArrowException):
             return []
         self.seen += t.num_rows
         data = t.to_pydict()
         logs = [c for c in data if c.startswith("log.")]
-        return [{"step": data["step"][i], "duration_s": data["duration_s"][i],
-                 "scalars": {c[4:]: data[c][i] for c in logs if data[c][i] is not None}} for i in range(t.num_rows)]
+        return [
+            {
+                "step": data["step"][i],
+                "duration_s": data["duration_s"][i],
+                "scalars": {c[4:]: data[c][i] for c in logs if data[c][i] is not None},
+            }
+            for i in range(t.num_rows)
+        ]
 
 
 def _parse_any(raw: bytes) -> Any:
@@ -169,8 +176,9 @@ def read_steps_file(path: str, warnings: list[str]) -> list[dict[str, Any]]:
         if obj is not None and _valid_step_line(obj):
             out.append(obj)  # complete record, only the newline missing
         else:
-            warnings.append(f"{name}: torn last record ({len(torn)} bytes) skipped; "
-                            "the rank probably stopped while writing")
+            warnings.append(
+                f"{name}: torn last record ({len(torn)} bytes) skipped; the rank probably stopped while writing"
+            )
     return out
 
 
@@ -178,8 +186,12 @@ def _valid_step_line(obj: dict[str, Any]) -> bool:
     if "session" in obj and "step" not in obj:
         return False
     try:
-        return (isinstance(obj["rank"], int) and isinstance(obj["step"], int)
-                and isinstance(obj["start_s"], (int, float)) and isinstance(obj["duration_s"], (int, float)))
+        return (
+            isinstance(obj["rank"], int)
+            and isinstance(obj["step"], int)
+            and isinstance(obj["start_s"], (int, float))
+            and isinstance(obj["duration_s"], (int, float))
+        )
     except KeyError:
         return False
 
@@ -188,8 +200,7 @@ def read_run(run_dir: str, steps: tuple[int, int] | None = None) -> RunData:
     """Load everything a run directory holds (``steps``: only the steps first..last of the step
     records). Raises FileNotFoundError if it holds no run."""
     if not layout.is_run_dir(run_dir):
-        raise FileNotFoundError(f"{run_dir!r} is not a run directory (no {layout.META} or "
-                                f"{layout.RANKS_DIR}/ inside)")
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory (no {layout.META} or {layout.RANKS_DIR}/ inside)")
     warnings: list[str] = []
     meta: dict[str, Any] = {}
     meta_path = os.path.join(run_dir, layout.META)
@@ -211,16 +222,18 @@ def read_run(run_dir: str, steps: tuple[int, int] | None = None) -> RunData:
         m = layout.STEPS_RE.match(name)
         if m:
             lines.extend(read_steps_file(path, warnings))
-        elif name.endswith((".progress.json", layout.EXIT_SUFFIX)) or (name.endswith(".json") and name.startswith("rank-")
-                                                                         and name.count(".") == 1):
+        elif name.endswith((".progress.json", layout.EXIT_SUFFIX)) or (
+            name.endswith(".json") and name.startswith("rank-") and name.count(".") == 1
+        ):
             try:
                 with open(path, encoding="utf-8") as f:
                     obj = json.load(f)
             except (OSError, ValueError):
                 warnings.append(f"{name}: unreadable; skipped")
                 continue
-            target = progress if name.endswith(".progress.json") else exits if name.endswith(layout.EXIT_SUFFIX) \
-                else ranks
+            target = (
+                progress if name.endswith(".progress.json") else exits if name.endswith(layout.EXIT_SUFFIX) else ranks
+            )
             if isinstance(obj, dict) and isinstance(obj.get("rank"), int):
                 target[obj["rank"]] = obj
     for r, e in exits.items():  # how a rank ended, with its last heartbeat (a rank may have none)

@@ -24,6 +24,8 @@ from .columns import records_from_columns, spans_batch, steps_batch
 
 TAIL_FORMAT = 2
 COMPRESSION = "zstd"
+
+
 class TailEncoder:
     """Step records -> tail lines. A record's names and shape (its phases, ops, logged names,
     readings, spans' kinds and names) go in a ``{"shape": k, ...}`` line when first seen in this
@@ -41,16 +43,43 @@ class TailEncoder:
         """(the shape line, when this record's shape is new in this tail, else ""; the record's line)."""
         spans = r.spans
         opt = (r.tokens is not None, r.samples is not None, r.mfu is not None, r.host_duration_s is not None)
-        key = (tuple(r.phases), tuple(r.phase_comm), tuple(r.ops), tuple(r.scalars),
-               tuple(r.device) if r.device else None, tuple((s.kind, s.name, s.ok) for s in spans), opt)
+        key = (
+            tuple(r.phases),
+            tuple(r.phase_comm),
+            tuple(r.ops),
+            tuple(r.scalars),
+            tuple(r.device) if r.device else None,
+            tuple((s.kind, s.name, s.ok) for s in spans),
+            opt,
+        )
         k = self.shapes.get(key)
         head = ""
         if k is None:
             k = self.shapes[key] = len(self.shapes)
-            head = json.dumps({"shape": k, "phases": key[0], "phase_comm": key[1], "ops": key[2], "scalars": key[3],
-                               "device": key[4], "spans": key[5], "opt": opt}) + "\n"
-        values = [r.start_s, r.duration_s, r.comm_s, *r.phases.values(), *r.phase_comm.values(),
-                  *[x for st in r.ops.values() for x in st], *r.scalars.values()]
+            head = (
+                json.dumps(
+                    {
+                        "shape": k,
+                        "phases": key[0],
+                        "phase_comm": key[1],
+                        "ops": key[2],
+                        "scalars": key[3],
+                        "device": key[4],
+                        "spans": key[5],
+                        "opt": opt,
+                    }
+                )
+                + "\n"
+            )
+        values = [
+            r.start_s,
+            r.duration_s,
+            r.comm_s,
+            *r.phases.values(),
+            *r.phase_comm.values(),
+            *[x for st in r.ops.values() for x in st],
+            *r.scalars.values(),
+        ]
         if r.device:
             values += r.device.values()
         values += [x for x, has in zip((r.tokens, r.samples, r.mfu, r.host_duration_s), opt) if has]
@@ -95,22 +124,23 @@ class TailDecoder:
             v.frombytes(base64.b64decode(packed, validate=True))
             phases, pcomm, ops, scalars = shape["phases"], shape["phase_comm"], shape["ops"], shape["scalars"]
             device, spans, opt = shape["device"] or (), shape["spans"], shape["opt"]
-            if len(v) != 3 + len(phases) + len(pcomm) + 5 * len(ops) + len(scalars) + len(device) + sum(opt) \
-                    + 3 * len(spans):
+            if len(v) != 3 + len(phases) + len(pcomm) + 5 * len(ops) + len(scalars) + len(device) + sum(opt) + 3 * len(
+                spans
+            ):
                 return None
             i = 3
-            ph = dict(zip(phases, v[i:i + len(phases)]))
+            ph = dict(zip(phases, v[i : i + len(phases)]))
             i += len(phases)
-            pc = dict(zip(pcomm, v[i:i + len(pcomm)]))
+            pc = dict(zip(pcomm, v[i : i + len(pcomm)]))
             i += len(pcomm)
             op = {}
             for name in ops:
-                c, d, bl, nb, bus = v[i:i + 5]
+                c, d, bl, nb, bus = v[i : i + 5]
                 op[name] = OpStats(int(c), d, bl, int(nb), bus)
                 i += 5
-            sc = dict(zip(scalars, v[i:i + len(scalars)]))
+            sc = dict(zip(scalars, v[i : i + len(scalars)]))
             i += len(scalars)
-            dev = dict(zip(device, v[i:i + len(device)])) if device else None
+            dev = dict(zip(device, v[i : i + len(device)])) if device else None
             i += len(device)
             extra = []
             for has in opt:
@@ -121,9 +151,25 @@ class TailDecoder:
             for kind, name, span_ok in spans:
                 sp.append(Span(str(kind), str(name), v[i], v[i + 1], bool(span_ok), int(v[i + 2])))
                 i += 3
-            return StepRecord(rank, step, v[0], v[1], bool(ok), ph, pc, v[2], op,
-                              None if tokens is None else int(tokens), None if samples is None else int(samples),
-                              sc, tuple(sp), dropped, dev, mfu, host)
+            return StepRecord(
+                rank,
+                step,
+                v[0],
+                v[1],
+                bool(ok),
+                ph,
+                pc,
+                v[2],
+                op,
+                None if tokens is None else int(tokens),
+                None if samples is None else int(samples),
+                sc,
+                tuple(sp),
+                dropped,
+                dev,
+                mfu,
+                host,
+            )
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError):
             return None
 
@@ -152,8 +198,10 @@ def read_tail(path: str, warnings: list[str]) -> list[StepRecord]:
     if bad:
         warnings.append(f"{name}: {bad} invalid line(s) skipped")
     if torn.strip():
-        warnings.append(f"{name}: torn last record ({len(torn)} bytes) skipped; the rank probably stopped "
-                        "while writing (or is writing it now)")
+        warnings.append(
+            f"{name}: torn last record ({len(torn)} bytes) skipped; the rank probably stopped "
+            "while writing (or is writing it now)"
+        )
     return out
 
 
@@ -167,10 +215,16 @@ def _write_parquet(path: str, batch: pa.RecordBatch, durable: bool) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
-            pq.write_table(pa.Table.from_batches([batch]), f, compression=COMPRESSION,
-                           write_statistics=["step"] if "step" in batch.schema.names else False,
-                           use_dictionary=others, use_byte_stream_split=floats, store_schema=False,
-                           write_page_checksum=True)  # a flipped byte is an error, not a wrong number
+            pq.write_table(
+                pa.Table.from_batches([batch]),
+                f,
+                compression=COMPRESSION,
+                write_statistics=["step"] if "step" in batch.schema.names else False,
+                use_dictionary=others,
+                use_byte_stream_split=floats,
+                store_schema=False,
+                write_page_checksum=True,
+            )  # a flipped byte is an error, not a wrong number
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
@@ -301,8 +355,9 @@ def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] 
 
 # Pages written with a CRC (write_page_checksum) are checked on every read: a flipped byte in a
 # segment is then an unreadable file, said and skipped, never a wrong number.
-_VERIFIED = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
-    page_checksum_verification=True))
+_VERIFIED = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
+)
 _FOOTERS: dict[str, tuple[tuple[float, int], tuple[pa.Schema, int | None, int | None]]] = {}
 _SCHEMAS: dict[tuple, pa.Schema] = {}  # segments of a run share a few schemas: held once
 
@@ -331,9 +386,12 @@ def footer(path: str) -> tuple[pa.Schema, int | None, int | None]:
     return schema, lo, hi
 
 
-_STEP_TYPES = {"rank": pa.types.is_integer, "step": pa.types.is_integer,
-               "start_s": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
-               "duration_s": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)}
+_STEP_TYPES = {
+    "rank": pa.types.is_integer,
+    "step": pa.types.is_integer,
+    "start_s": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+    "duration_s": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+}
 
 
 def _schema_problem(schema: pa.Schema) -> str | None:
@@ -359,8 +417,9 @@ def _unify(schemas: list[pa.Schema], paths: list[str], warnings: list[str]) -> t
         try:
             merged = schema if merged is None else pa.unify_schemas([merged, schema])
         except (pa.ArrowException, ValueError, TypeError) as exc:
-            warnings.append(f"{os.path.basename(path)}: its columns clash with the other segments' ({exc}); "
-                            "its rows skipped")
+            warnings.append(
+                f"{os.path.basename(path)}: its columns clash with the other segments' ({exc}); its rows skipped"
+            )
             continue
         kept.append(path)
     return merged, kept
@@ -376,8 +435,9 @@ def _read_one(path: str, cols: list[str], warnings: list[str], steps: tuple[int,
     try:
         have = set(pq.read_schema(path).names)
         where = None if steps is None else [("step", ">=", steps[0]), ("step", "<=", steps[1])]
-        return pq.read_table(path, columns=[c for c in cols if c in have], filters=where,
-                             page_checksum_verification=True)
+        return pq.read_table(
+            path, columns=[c for c in cols if c in have], filters=where, page_checksum_verification=True
+        )
     except (OSError, pa.ArrowException) as exc:
         warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
         return None
@@ -387,7 +447,7 @@ def step_range(run_dir: str) -> tuple[int, int, int] | None:
     """(first step, last step, ranks) of a format-2 run from each rank's first and last file
     (segment statistics, or the tail's records); None when it has none. Cheap: two files a rank."""
     lo, hi, ranks = None, None, 0
-    for rank, seqs in rank_files(run_dir).items():
+    for _rank, seqs in rank_files(run_dir).items():
         ranks += 1
         order = sorted(seqs)
         for seq in (order[0], order[-1]):
@@ -435,10 +495,19 @@ def read_records(run_dir: str, warnings: list[str]) -> list[dict[str, Any]]:
 def record_dict(r: StepRecord) -> dict[str, Any]:
     """A record as the store's record dict (the JSON-lines format's shape)."""
     d: dict[str, Any] = {
-        "rank": r.rank, "step": r.step, "start_s": r.start_s, "duration_s": r.duration_s, "ok": r.ok,
-        "phases": r.phases, "phase_comm": r.phase_comm, "comm_s": r.comm_s,
-        "ops": {k: list(v) for k, v in r.ops.items()}, "tokens": r.tokens, "samples": r.samples,
-        "scalars": r.scalars, "spans": [list(s) for s in r.spans],
+        "rank": r.rank,
+        "step": r.step,
+        "start_s": r.start_s,
+        "duration_s": r.duration_s,
+        "ok": r.ok,
+        "phases": r.phases,
+        "phase_comm": r.phase_comm,
+        "comm_s": r.comm_s,
+        "ops": {k: list(v) for k, v in r.ops.items()},
+        "tokens": r.tokens,
+        "samples": r.samples,
+        "scalars": r.scalars,
+        "spans": [list(s) for s in r.spans],
     }
     for key in ("device", "mfu", "host_duration_s"):
         if getattr(r, key) is not None:

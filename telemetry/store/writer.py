@@ -77,8 +77,13 @@ class RunStoreSink(Sink):
         self._queue: deque[_Entry] = deque()
         self._unwritten = 0  # records in _queue
         self._seal_after = 0.0
-        self._session = {"format": TAIL_FORMAT, "fields": list(StepRecord._fields), "session": run_info["session"],
-                         "rank": self.rank, "start_time_s": run_info["start_time_s"]}
+        self._session = {
+            "format": TAIL_FORMAT,
+            "fields": list(StepRecord._fields),
+            "session": run_info["session"],
+            "rank": self.rank,
+            "start_time_s": run_info["start_time_s"],
+        }
         self._pending: list[StepRecord] | None = []
         try:
             os.makedirs(os.path.join(self.run_dir, layout.RANKS_DIR), exist_ok=True)
@@ -90,18 +95,29 @@ class RunStoreSink(Sink):
         except OSError as exc:
             raise OSError(f"cannot write run directory {self.run_dir!r}: {exc.strerror or exc}") from None
         self._meta = {
-            "job": config.job, "rank": ctx.rank, "local_rank": ctx.local_rank,
-            "world_size": ctx.world_size, "local_world_size": ctx.local_world_size,
-            "node_rank": ctx.node_rank, "node": ctx.node, "launcher": ctx.launcher,
-            **ctx.placement_labels(), "pid": os.getpid(), "start_time_s": run_info["start_time_s"],
+            "job": config.job,
+            "rank": ctx.rank,
+            "local_rank": ctx.local_rank,
+            "world_size": ctx.world_size,
+            "local_world_size": ctx.local_world_size,
+            "node_rank": ctx.node_rank,
+            "node": ctx.node,
+            "launcher": ctx.launcher,
+            **ctx.placement_labels(),
+            "pid": os.getpid(),
+            "start_time_s": run_info["start_time_s"],
             "device": run_info.get("device", {}),
         }
         layout.write_json_atomic(layout.rank_meta_path(self.run_dir, self.rank), self._meta)
         if ctx.rank == 0:
             self._run_meta = {
-                "job": config.job, "world_size": ctx.world_size, "config": config.as_dict(),
-                "versions": run_info.get("versions", {}), "start_time_s": run_info["start_time_s"],
-                "session": run_info["session"], "hosts": {str(ctx.rank): ctx.node},
+                "job": config.job,
+                "world_size": ctx.world_size,
+                "config": config.as_dict(),
+                "versions": run_info.get("versions", {}),
+                "start_time_s": run_info["start_time_s"],
+                "session": run_info["session"],
+                "hosts": {str(ctx.rank): ctx.node},
                 "format": 2,
             }
             layout.write_json_atomic(os.path.join(self.run_dir, layout.META), self._run_meta)
@@ -164,7 +180,7 @@ class RunStoreSink(Sink):
                 shed.append(e.record)
                 excess -= 1
                 if e.head_len:
-                    kept.append(_Entry(None, e.data[:e.head_len], e.head_len))
+                    kept.append(_Entry(None, e.data[: e.head_len], e.head_len))
             else:
                 kept.append(e)
         self._queue = kept
@@ -214,9 +230,13 @@ class RunStoreSink(Sink):
         except OSError as exc:
             self.seal_failures += 1
             self._seal_after = time.monotonic() + SEAL_RETRY_S
-            self._once("io", "telemetry: run store: a segment could not be written (%s); the records stay in "
-                       "%s, readable; further run-store failures are counted, not logged",
-                       exc.strerror or exc, self._tail)
+            self._once(
+                "io",
+                "telemetry: run store: a segment could not be written (%s); the records stay in "
+                "%s, readable; further run-store failures are counted, not logged",
+                exc.strerror or exc,
+                self._tail,
+            )
             if len(self._pending) >= 4 * SEAL_RECORDS:  # stop holding them: the tail has them
                 self._pending = None
             return False
@@ -237,10 +257,16 @@ class RunStoreSink(Sink):
         self._drain()
 
     def _log_failure(self, what: str, error: str) -> None:
-        self._once("io", "telemetry: run store: cannot write %s (%s); training goes on; up to %d step records "
-                   "the run directory does not take are held in memory and written when it takes them again "
-                   "(older ones are dropped, and what is lost is counted and said at shutdown); further "
-                   "run-store failures are counted, not logged", what, error, MAX_UNWRITTEN)
+        self._once(
+            "io",
+            "telemetry: run store: cannot write %s (%s); training goes on; up to %d step records "
+            "the run directory does not take are held in memory and written when it takes them again "
+            "(older ones are dropped, and what is lost is counted and said at shutdown); further "
+            "run-store failures are counted, not logged",
+            what,
+            error,
+            MAX_UNWRITTEN,
+        )
 
     def _other(self, what: str, exc: OSError) -> None:
         self.other_failures += 1
@@ -300,13 +326,22 @@ class RunStoreSink(Sink):
                 self._other(os.path.join(self.run_dir, layout.META), exc)
 
     def stats(self) -> dict[str, Any]:
-        out = {"lines": self.lines, "bytes": self.bytes, "segments": self.segments,
-               "seal_failures": self.seal_failures, "write_failures": self.write_failures,
-               "failures": self.write_failures + self.seal_failures + self.other_failures,
-               "unwritten": self._unwritten, "dropped": self.dropped, "lost_steps": self.lost_steps()}
+        out = {
+            "lines": self.lines,
+            "bytes": self.bytes,
+            "segments": self.segments,
+            "seal_failures": self.seal_failures,
+            "write_failures": self.write_failures,
+            "failures": self.write_failures + self.seal_failures + self.other_failures,
+            "unwritten": self._unwritten,
+            "dropped": self.dropped,
+            "lost_steps": self.lost_steps(),
+        }
         if self.dropped:
-            out["dropped_detail"] = (f"{self.dropped} step record(s) not written to {self.run_dir} "
-                                     f"(steps {self.lost_steps()}): {self._error or 'the run directory failed'}")
+            out["dropped_detail"] = (
+                f"{self.dropped} step record(s) not written to {self.run_dir} "
+                f"(steps {self.lost_steps()}): {self._error or 'the run directory failed'}"
+            )
         return out
 
     def describe(self) -> str | None:

@@ -58,5 +58,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         json.dump(_TABLE.rows, f, indent=1)
     terminalreporter.section("faults and bad input: what happened to training, what was lost")
     terminalreporter.write(markdown(_TABLE.rows) + "\n")
-    terminalreporter.write(f"(written to {os.path.relpath(TABLE_PATH, ROOT)}; "
-                           "`python tests/faults/table.py --readme` puts it in the README)\n")
+    terminalreporter.write(
+        f"(written to {os.path.relpath(TABLE_PATH, ROOT)}; "
+        "`python tests/faults/table.py --readme` puts it in the README)\n"
+    )

@@ -45,38 +45,73 @@ class JobResult:
         return [r["stats"]["sinks"][sink] for r in self.ranks.values()]
 
     def describe(self) -> str:
-        return "\n".join(f"rank {r}: rc={rc}\n{self.stderr.get(r, '')[-3000:]}"
-                         for r, rc in enumerate(self.returncodes))
+        return "\n".join(
+            f"rank {r}: rc={rc}\n{self.stderr.get(r, '')[-3000:]}" for r, rc in enumerate(self.returncodes)
+        )
 
 
 class GlooJob:
     """`with GlooJob(tmp_path, world=2, steps=200, init={...}) as job: ...; result = job.wait()`."""
 
-    def __init__(self, tmp_path, *, world: int = 2, steps: int = 200, init: dict | None = None,
-                 env: dict | None = None, hold_at: int | None = None, sleep_s: float = 0.004,
-                 run_dir: str | None = None, skip_shutdown: bool = False) -> None:
+    def __init__(
+        self,
+        tmp_path,
+        *,
+        world: int = 2,
+        steps: int = 200,
+        init: dict | None = None,
+        env: dict | None = None,
+        hold_at: int | None = None,
+        sleep_s: float = 0.004,
+        run_dir: str | None = None,
+        skip_shutdown: bool = False,
+    ) -> None:
         self.out = str(tmp_path / "job-out")
         os.makedirs(self.out, exist_ok=True)
         self.run_dir = run_dir or str(tmp_path / "run")
         self.world = world
         init = dict(init or {})
         init.setdefault("prometheus_port", free_port_range(world))  # never the default 9464: tests run beside others
-        spec = {"out": self.out, "run_dir": self.run_dir, "steps": steps, "init": init,
-                "hold_at": hold_at, "sleep_s": sleep_s, "skip_shutdown": skip_shutdown}
+        spec = {
+            "out": self.out,
+            "run_dir": self.run_dir,
+            "steps": steps,
+            "init": init,
+            "hold_at": hold_at,
+            "sleep_s": sleep_s,
+            "skip_shutdown": skip_shutdown,
+        }
         port = free_port()
         self.procs: list[subprocess.Popen] = []
         self._errs = []
         self._t0 = time.monotonic()
         for rank in range(world):
             e = {k: v for k, v in os.environ.items() if not k.startswith("TELEMETRY_")}
-            e.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                      "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                      "FAULT_JOB": json.dumps(spec), "PYTHONPATH": ROOT, **(env or {})})
+            e.update(
+                {
+                    "RANK": str(rank),
+                    "WORLD_SIZE": str(world),
+                    "LOCAL_RANK": str(rank),
+                    "LOCAL_WORLD_SIZE": str(world),
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port),
+                    "FAULT_JOB": json.dumps(spec),
+                    "PYTHONPATH": ROOT,
+                    **(env or {}),
+                }
+            )
             err = open(os.path.join(self.out, f"rank-{rank}.stderr"), "w+")
             self._errs.append(err)
-            self.procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "gloo_rank.py")], env=e,
-                                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                                               start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, os.path.join(HERE, "gloo_rank.py")],
+                    env=e,
+                    cwd=ROOT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            )
 
     @property
     def pids(self) -> list[int]:
@@ -104,8 +139,9 @@ class GlooJob:
         deadline = time.monotonic() + timeout
         while not all(os.path.exists(os.path.join(self.out, f"rank-{r}.held")) for r in range(self.world)):
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                raise AssertionError("the ranks did not reach hold_at:\n" +
-                                     "\n".join(self.stderr(r)[-2000:] for r in range(self.world)))
+                raise AssertionError(
+                    "the ranks did not reach hold_at:\n" + "\n".join(self.stderr(r)[-2000:] for r in range(self.world))
+                )
             time.sleep(0.05)
 
     def release(self) -> None:
@@ -133,8 +169,9 @@ class GlooJob:
                     ranks[r] = json.load(f)
             except (OSError, ValueError):
                 pass
-        return JobResult(rcs, ranks, {r: self.stderr(r) for r in range(self.world)}, self.run_dir,
-                         time.monotonic() - self._t0)
+        return JobResult(
+            rcs, ranks, {r: self.stderr(r) for r in range(self.world)}, self.run_dir, time.monotonic() - self._t0
+        )
 
     def kill(self) -> None:
         for p in self.procs:

@@ -66,8 +66,18 @@ def main() -> int:
         final = telemetry.shutdown()
     shutdown_s = time.perf_counter() - t0
     with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "times": times, "init_s": init_s, "shutdown_s": shutdown_s,
-                   "stats": stats_before, "final_stats": final}, f, default=str)
+        json.dump(
+            {
+                "rank": rank,
+                "times": times,
+                "init_s": init_s,
+                "shutdown_s": shutdown_s,
+                "stats": stats_before,
+                "final_stats": final,
+            },
+            f,
+            default=str,
+        )
     dist.barrier()
     dist.destroy_process_group()
     return 0

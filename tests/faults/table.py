@@ -22,10 +22,8 @@ def _cell(text: str) -> str:
 
 def markdown(rows: list[dict]) -> str:
     rows = sorted(rows, key=lambda r: ORDER.index(r["area"]) if r["area"] in ORDER else len(ORDER))
-    out = ["| area | fault or bad input | what happened to training | what was lost |",
-           "|---|---|---|---|"]
-    out += [f"| {_cell(r['area'])} | {_cell(r['fault'])} | {_cell(r['training'])} | {_cell(r['lost'])} |"
-            for r in rows]
+    out = ["| area | fault or bad input | what happened to training | what was lost |", "|---|---|---|---|"]
+    out += [f"| {_cell(r['area'])} | {_cell(r['fault'])} | {_cell(r['training'])} | {_cell(r['lost'])} |" for r in rows]
     return "\n".join(out)
 
 

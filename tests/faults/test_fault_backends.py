@@ -38,8 +38,9 @@ def dropped_total(port: int, sink: str) -> float | None:
     return None
 
 
-def held_run(tmp_path, init: dict, sink: str, until=lambda values: all(v and v > 0 for v in values),
-             timeout_s: float = 20.0):
+def held_run(
+    tmp_path, init: dict, sink: str, until=lambda values: all(v and v > 0 for v in values), timeout_s: float = 20.0
+):
     """Run the job with `init`; at HOLD, scrape both ranks' train_telemetry_dropped_total{sink} until
     `until(values)` (or timeout_s), then let it finish. Returns (result, the values scraped)."""
     base = free_port_range(2)
@@ -73,8 +74,7 @@ def training(result, healthy, bound_s: float = SHUTDOWN_BOUND_S) -> str:
     assert len(result.ranks) == 2 and all(len(r["times"]) == 200 for r in result.ranks.values())
     assert ratio < 1.5, f"step time {ratio:.2f}x healthy"
     assert result.shutdown_s() < bound_s + SLACK_S, f"shutdown took {result.shutdown_s():.2f} s"
-    return (f"finished; step time {ratio:.2f}x healthy; shutdown {result.shutdown_s():.2f} s "
-            f"(bound {bound_s:g} s)")
+    return f"finished; step time {ratio:.2f}x healthy; shutdown {result.shutdown_s():.2f} s (bound {bound_s:g} s)"
 
 
 def spans_per_step(rank: int) -> int:
@@ -89,8 +89,9 @@ def test_a_dead_otlp_collector_costs_only_its_spans(tmp_path, healthy_job, fault
     if hole:
         hole.__enter__()
     try:
-        result, scraped = held_run(tmp_path, {"sinks": ["store", "prometheus", "otlp"], "otlp_endpoint": url,
-                                              "otlp_timeout_s": 1.0}, "otlp")
+        result, scraped = held_run(
+            tmp_path, {"sinks": ["store", "prometheus", "otlp"], "otlp_endpoint": url, "otlp_timeout_s": 1.0}, "otlp"
+        )
     finally:
         if hole:
             hole.__exit__(None, None, None)
@@ -106,25 +107,34 @@ def test_a_dead_otlp_collector_costs_only_its_spans(tmp_path, healthy_job, fault
         assert otlp["spans_delivered"] == 0 and otlp["spans_pending"] == 0
         assert spans_lost_at_shutdown(result, rank) == otlp["dropped"], not_delivered(result, rank)
         why = otlp["spans_dropped"]
-        rows.append(f"rank {rank}: {otlp['dropped']} ({why['export_failed']} export failed, "
-                    f"{why['closed_before_delivery']} still queued at shutdown; {int(scraped[rank])} already in "
-                    f"train_telemetry_dropped_total{{sink=\"otlp\"}} at step {HOLD})")
+        rows.append(
+            f"rank {rank}: {otlp['dropped']} ({why['export_failed']} export failed, "
+            f"{why['closed_before_delivery']} still queued at shutdown; {int(scraped[rank])} already in "
+            f'train_telemetry_dropped_total{{sink="otlp"}} at step {HOLD})'
+        )
     from telemetry.analysis.load import open_input
 
     steps = open_input(result.run_dir).table
     assert steps.groupby("rank")["step"].nunique().tolist() == [200, 200]  # the store has every step
     fault_table.add(
-        "backends", f"OTLP collector {kind} ("
+        "backends",
+        f"OTLP collector {kind} ("
         + ("nobody listens on the port" if hole is None else "accepts connections, never answers")
-        + "; otlp_timeout_s 1)", trained,
+        + "; otlp_timeout_s 1)",
+        trained,
         "every span of steps 0-199, none delivered, all counted in stats()['sinks']['otlp'] and the shutdown "
-        "warning: " + "; ".join(rows) + "; the store and /metrics have every step")
+        "warning: " + "; ".join(rows) + "; the store and /metrics have every step",
+    )
 
 
 def test_a_slow_otlp_collector_slows_nothing(tmp_path, healthy_job, fault_table):
     with Receiver(delay_s=2.0) as rcv:  # each export answered after 2 s
-        result, scraped = held_run(tmp_path, {"sinks": ["store", "prometheus", "otlp"], "otlp_endpoint": rcv.url},
-                                   "otlp", until=lambda values: len(rcv.spans) > 0)
+        result, scraped = held_run(
+            tmp_path,
+            {"sinks": ["store", "prometheus", "otlp"], "otlp_endpoint": rcv.url},
+            "otlp",
+            until=lambda values: len(rcv.spans) > 0,
+        )
         time.sleep(2.5)  # an export still in flight when shutdown gave up is answered and counted here
         received = {r: sum(1 for s in rcv.spans if s["resource"]["training.rank"] == r) for r in (0, 1)}
         requests = rcv.requests
@@ -141,12 +151,22 @@ def test_a_slow_otlp_collector_slows_nothing(tmp_path, healthy_job, fault_table)
         # what the collector got: every span counted delivered, and perhaps the batch in flight when
         # shutdown's deadline came (counted as undelivered: its answer had not come)
         assert otlp["spans_delivered"] <= received[rank] <= total
-        parts.append(f"rank {rank}: {otlp['spans_delivered']} of {total} spans delivered"
-                     + (f", {late} still in flight or queued at shutdown's deadline, counted as dropped "
-                        f"(closed_before_delivery; the collector got {received[rank] - otlp['spans_delivered']} "
-                        "of them after the deadline)" if late else ""))
-    fault_table.add("backends", f"OTLP collector slow (answers each export after 2 s; {requests} exports)",
-                    trained, "; ".join(parts) + "; nothing while training ran")
+        parts.append(
+            f"rank {rank}: {otlp['spans_delivered']} of {total} spans delivered"
+            + (
+                f", {late} still in flight or queued at shutdown's deadline, counted as dropped "
+                f"(closed_before_delivery; the collector got {received[rank] - otlp['spans_delivered']} "
+                "of them after the deadline)"
+                if late
+                else ""
+            )
+        )
+    fault_table.add(
+        "backends",
+        f"OTLP collector slow (answers each export after 2 s; {requests} exports)",
+        trained,
+        "; ".join(parts) + "; nothing while training ran",
+    )
 
 
 def test_a_dead_pushgateway_costs_only_its_pushes(tmp_path, healthy_job, fault_table):
@@ -162,11 +182,15 @@ def test_a_dead_pushgateway_costs_only_its_pushes(tmp_path, healthy_job, fault_t
         assert result.stderr[rank].count(f"push to {dead} failed") == 1  # logged once, then counted
         failed.append(str(prom["push_failures"]))
         seen.append(str(int(scraped[rank])))
-    fault_table.add("backends", "Pushgateway down (nobody listens on its port; push_interval_s 0.5, its minimum)",
-                    trained, f"every push, the final one at shutdown included: {' + '.join(failed)} (ranks 0 + 1), "
-                    f"counted in stats()['sinks']['prometheus']['push_failures'] and train_telemetry_dropped_total"
-                    f"{{sink=\"pushgateway\"}} ({' + '.join(seen)} by step {HOLD}); logged once per rank; "
-                    "/metrics and the store have every step")
+    fault_table.add(
+        "backends",
+        "Pushgateway down (nobody listens on its port; push_interval_s 0.5, its minimum)",
+        trained,
+        f"every push, the final one at shutdown included: {' + '.join(failed)} (ranks 0 + 1), "
+        f"counted in stats()['sinks']['prometheus']['push_failures'] and train_telemetry_dropped_total"
+        f'{{sink="pushgateway"}} ({" + ".join(seen)} by step {HOLD}); logged once per rank; '
+        "/metrics and the store have every step",
+    )
 
 
 def test_a_taken_prometheus_port(tmp_path, healthy_job, fault_table):
@@ -200,7 +224,7 @@ def test_a_taken_prometheus_port(tmp_path, healthy_job, fault_table):
     trained = training(result, healthy_job)
     for r in range(2):
         assert result.ranks[r]["stats"]["sinks"]["prometheus"]["port"] == base + 2 + r
-        [line] = [l for l in pages[r].splitlines() if l.startswith("train_steps_total{")]
+        [line] = [ln for ln in pages[r].splitlines() if ln.startswith("train_steps_total{")]
         assert 'job="faults"' in line and f'rank="{r}"' in line and line.endswith(f" {HOLD}.0")
         [entry] = json.load(open(os.path.join(result.run_dir, "prometheus", f"rank-{r:05d}.json")))
         assert entry["targets"] == [f"127.0.0.1:{base + 2 + r}"]  # file_sd lists the port served
@@ -211,8 +235,11 @@ def test_a_taken_prometheus_port(tmp_path, healthy_job, fault_table):
     assert strict.returncodes == [1, 1] and not strict.ranks
     for r in range(2):
         assert f"{SinkStartError.__name__}: prometheus_port: 127.0.0.1:{base + r} is in use" in strict.stderr[r]
-    fault_table.add("backends", "Prometheus port taken (a socket held on both ranks' ports)",
-                    f"{trained}; each rank served on port + 2 with one warning, and prometheus_targets.json "
-                    "lists the ports served; with strict=True init raised SinkStartError ('prometheus_port: "
-                    "127.0.0.1:PORT is in use ...') on both ranks before the first step",
-                    "nothing")
+    fault_table.add(
+        "backends",
+        "Prometheus port taken (a socket held on both ranks' ports)",
+        f"{trained}; each rank served on port + 2 with one warning, and prometheus_targets.json "
+        "lists the ports served; with strict=True init raised SinkStartError ('prometheus_port: "
+        "127.0.0.1:PORT is in use ...') on both ranks before the first step",
+        "nothing",
+    )

@@ -47,16 +47,50 @@ def _no_session_left():
 
 # ---- settings ---------------------------------------------------------------------------------
 
-ODD_TEXT = st.sampled_from(["", " ", "train\n", "a\x00b", "ü", "名前", " 5 ", "1e400", "nan", "-inf", "-0",
-                            "0x10", "1_000", "true", "store,,prometheus", "http://", "http://a b", "'\"\\",
-                            "\udc80", "x" * 300, "../..", "-1"])
+ODD_TEXT = st.sampled_from(
+    [
+        "",
+        " ",
+        "train\n",
+        "a\x00b",
+        "ü",
+        "名前",
+        " 5 ",
+        "1e400",
+        "nan",
+        "-inf",
+        "-0",
+        "0x10",
+        "1_000",
+        "true",
+        "store,,prometheus",
+        "http://",
+        "http://a b",
+        "'\"\\",
+        "\udc80",
+        "x" * 300,
+        "../..",
+        "-1",
+    ]
+)
 ANY_VALUE = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=10 ** 300, max_value=10 ** 400),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), st.binary(max_size=6), ODD_TEXT,
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**300, max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.binary(max_size=6),
+    ODD_TEXT,
     st.lists(st.one_of(st.text(max_size=5), st.integers(), st.floats(), ODD_TEXT), max_size=3),
-    st.tuples(st.integers()), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-    st.complex_numbers(), st.just(object()), st.just(np.float32(0.5)), st.just(np.int64(2048)),
-    st.just(["store", ["prometheus"]]), st.just(float("nan")),
+    st.tuples(st.integers()),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.complex_numbers(),
+    st.just(object()),
+    st.just(np.float32(0.5)),
+    st.just(np.int64(2048)),
+    st.just(["store", ["prometheus"]]),
+    st.just(float("nan")),
 )
 
 
@@ -99,7 +133,7 @@ MAYBE_GOOD = {
     "flush_interval_s": st.one_of(st.floats(0.005, 0.2), st.just(np.float32(0.05)), st.integers(0, 1)),
     "buffer_events": st.one_of(st.integers(1000, 5000), st.just(np.int64(4096))),
     "shutdown_timeout_s": st.floats(0.05, 3.0),
-    "start_step": st.one_of(st.integers(-1, 10 ** 6), st.just((1 << 62) - 5), st.just(1 << 62)),
+    "start_step": st.one_of(st.integers(-1, 10**6), st.just((1 << 62) - 5), st.just(1 << 62)),
     "device_interval_s": st.sampled_from([0, 0.01, 0.05, 0.1, 1]),
     "gpu": st.booleans(),
     "strict": st.booleans(),
@@ -115,14 +149,17 @@ MAYBE_GOOD = {
 
 
 @settings(FAST, max_examples=40)
-@given(st.fixed_dictionaries({}, optional=MAYBE_GOOD), st.text(min_size=1, max_size=12).filter(lambda s: "\x00" not in s))
+@given(
+    st.fixed_dictionaries({}, optional=MAYBE_GOOD), st.text(min_size=1, max_size=12).filter(lambda s: "\x00" not in s)
+)
 def test_accepted_settings_run_a_job_with_no_pipeline_or_sink_error(kwargs, dir_name):
     root = tempfile.mkdtemp(prefix="badinput-cfg-")
     try:
         run_dir = os.path.join(root, dir_name.replace("/", "_"))
         try:
-            session = telemetry.init(run_dir=run_dir, sinks=["store"], announce=False, handle_sigterm=False,
-                                     online=False, **kwargs)
+            session = telemetry.init(
+                run_dir=run_dir, sinks=["store"], announce=False, handle_sigterm=False, online=False, **kwargs
+            )
         except (ValueError, TypeError) as exc:
             assert _names_it(exc, *kwargs, "run_dir", "device_timing"), exc
             event("refused at init")
@@ -150,18 +187,26 @@ def test_accepted_settings_run_a_job_with_no_pipeline_or_sink_error(kwargs, dir_
 # Each of these escaped init as another exception, was accepted and failed later, or named nothing
 # before config.py was fixed (found by the properties above).
 FOUND_BAD = [
-    ({"flush_interval_s": 10 ** 400}, "flush_interval_s"), ({"start_step": 10 ** 5000}, "start_step"),
-    ({"step_buckets_s": [0.1, 10 ** 400]}, "step_buckets_s"), ({"sinks": 5}, "sinks"),
-    ({"device_interval_s": "1"}, "device_interval_s"), ({"device_interval_s": True}, "device_interval_s"),
-    ({"job": "train\n"}, "job"), ({"run_dir": "runs/a\x00b"}, "run_dir"), ({"run_dir": "r/" + "x" * 300}, "run_dir"),
+    ({"flush_interval_s": 10**400}, "flush_interval_s"),
+    ({"start_step": 10**5000}, "start_step"),
+    ({"step_buckets_s": [0.1, 10**400]}, "step_buckets_s"),
+    ({"sinks": 5}, "sinks"),
+    ({"device_interval_s": "1"}, "device_interval_s"),
+    ({"device_interval_s": True}, "device_interval_s"),
+    ({"job": "train\n"}, "job"),
+    ({"run_dir": "runs/a\x00b"}, "run_dir"),
+    ({"run_dir": "r/" + "x" * 300}, "run_dir"),
     ({"prometheus_certfile": ["cert.pem"], "prometheus_keyfile": ["key.pem"]}, "prometheus_certfile"),
     ({"prometheus_certfile": 1, "prometheus_keyfile": 1}, "prometheus_certfile"),
-    ({"prometheus_host": "a b\n"}, "prometheus_host"), ({"pushgateway_url": "http://a b"}, "pushgateway_url"),
+    ({"prometheus_host": "a b\n"}, "prometheus_host"),
+    ({"pushgateway_url": "http://a b"}, "pushgateway_url"),
     ({"otlp_endpoint": "http://collector:99999"}, "otlp_endpoint"),
 ]
-FOUND_BAD_ENV = [({"TELEMETRY_FLUSH_INTERVAL_S": "nan"}, "TELEMETRY_FLUSH_INTERVAL_S"),
-                 ({"TELEMETRY_SINKS": "store,kafka"}, "TELEMETRY_SINKS"),
-                 ({"TELEMETRY_JOB": "a b"}, "TELEMETRY_JOB")]
+FOUND_BAD_ENV = [
+    ({"TELEMETRY_FLUSH_INTERVAL_S": "nan"}, "TELEMETRY_FLUSH_INTERVAL_S"),
+    ({"TELEMETRY_SINKS": "store,kafka"}, "TELEMETRY_SINKS"),
+    ({"TELEMETRY_JOB": "a b"}, "TELEMETRY_JOB"),
+]
 
 
 def test_bad_settings_fail_init_naming_them_and_start_nothing(tmp_path, monkeypatch, fault_table):
@@ -187,12 +232,16 @@ def test_bad_settings_fail_init_naming_them_and_start_nothing(tmp_path, monkeypa
     assert type(cfg.flush_interval_s) is float and type(cfg.buffer_events) is int
     assert telemetry.session() is None and threading.active_count() == threads
     assert not os.path.exists(tmp_path / "run")
-    fault_table.add("bad input", "init settings and TELEMETRY_* variables of every kind (hypothesis: wrong types, "
-                    "out of range, NaN/inf, huge ints, odd and unicode strings, lists for strings)",
-                    f"init refuses each with a ValueError/TypeError naming the setting or variable ({refused} that "
-                    "escaped as other errors, failed later or named nothing before, e.g. flush_interval_s=10**400: "
-                    "OverflowError; job='train\\n' accepted); no thread, no file; accepted settings ran steps and "
-                    "shutdown with 0 pipeline errors and 0 sink failures", "nothing (a refused setting starts nothing)")
+    fault_table.add(
+        "bad input",
+        "init settings and TELEMETRY_* variables of every kind (hypothesis: wrong types, "
+        "out of range, NaN/inf, huge ints, odd and unicode strings, lists for strings)",
+        f"init refuses each with a ValueError/TypeError naming the setting or variable ({refused} that "
+        "escaped as other errors, failed later or named nothing before, e.g. flush_interval_s=10**400: "
+        "OverflowError; job='train\\n' accepted); no thread, no file; accepted settings ran steps and "
+        "shutdown with 0 pipeline errors and 0 sink failures",
+        "nothing (a refused setting starts nothing)",
+    )
 
 
 # ---- run stores and steps tables ---------------------------------------------------------------
@@ -207,8 +256,9 @@ def sim_run(tmp_path_factory):
     from telemetry.demo.simulate import Scenario
 
     out = str(tmp_path_factory.mktemp("sim") / "run")
-    write_simulated_run(Scenario(name="clean", ranks=RANKS, steps=STEPS, seed=3, static=0.0), out,
-                        chunk_steps=SEG_STEPS)
+    write_simulated_run(
+        Scenario(name="clean", ranks=RANKS, steps=STEPS, seed=3, static=0.0), out, chunk_steps=SEG_STEPS
+    )
     run, result = _analyze(out)
     assert len(run.table) == RANKS * STEPS and not run.warnings
     assert _found(result) == set(), "the clean run itself must have nothing to find"
@@ -267,9 +317,25 @@ def _segment_to_tail(run_dir, rank, seq, edit=None):
     enc = TailEncoder()
     lines = [json.dumps({"format": 2, "fields": list(StepRecord._fields), "session": "test"}) + "\n"]
     for d in records_from_columns(pq.read_table(seg), None):
-        rec = StepRecord(d["rank"], d["step"], d["start_s"], d["duration_s"], d["ok"], d["phases"],
-                         d["phase_comm"], d["comm_s"], {}, d["tokens"], d["samples"], d["scalars"], (),
-                         0, d.get("device"), d.get("mfu"), d.get("host_duration_s"))
+        rec = StepRecord(
+            d["rank"],
+            d["step"],
+            d["start_s"],
+            d["duration_s"],
+            d["ok"],
+            d["phases"],
+            d["phase_comm"],
+            d["comm_s"],
+            {},
+            d["tokens"],
+            d["samples"],
+            d["scalars"],
+            (),
+            0,
+            d.get("device"),
+            d.get("mfu"),
+            d.get("host_duration_s"),
+        )
         lines += enc.lines(rec).splitlines(keepends=True)
     if edit is not None:
         lines = edit(lines)
@@ -346,10 +412,16 @@ SEGMENT_DAMAGE = {
     "empty file": (lambda p: open(p, "wb").close(), 300, "rank-00002.seg-000003.parquet: unreadable"),
     "duration_s as text": (_wrong_types, 300, "rank-00002.seg-000003.parquet: column duration_s is string"),
     "no duration_s column": (_drop_duration, 300, "rank-00002.seg-000003.parquet: no duration_s column"),
-    "NaN and negative durations": (_nan_and_negative, 380, "20 row(s) with missing, non-finite or negative "
-                                   "rank/step/start_s/duration_s skipped (rank 2, steps 200-295)"),
-    "copied as a later segment (duplicates)": (lambda p: shutil.copy(p, p.replace("seg-000003", "seg-000009")),
-                                               400, "100 duplicate (rank, step) row(s)"),
+    "NaN and negative durations": (
+        _nan_and_negative,
+        380,
+        "20 row(s) with missing, non-finite or negative rank/step/start_s/duration_s skipped (rank 2, steps 200-295)",
+    ),
+    "copied as a later segment (duplicates)": (
+        lambda p: shutil.copy(p, p.replace("seg-000003", "seg-000009")),
+        400,
+        "100 duplicate (rank, step) row(s)",
+    ),
 }
 
 
@@ -365,11 +437,15 @@ def test_a_damaged_segment_is_said_and_skipped_never_a_finding(damage, sim_run, 
     code, doc, err = _cli_json(run_dir, capsys)
     assert code == 0 and doc["findings"] == [] and any(said in w for w in doc["summary"]["warnings"]), (code, err)
     assert doc["summary"]["steps"] == STEPS
-    fault_table.add("bad input", f"run store: rank 2's Parquet segment (steps 200-299): {damage}",
-                    f"analyze: exit {code}, {len(doc['findings'])} findings (clean run: 0); --json warnings say: "
-                    f"\"{next(w for w in doc['summary']['warnings'] if said in w)[:110]}\"",
-                    "nothing" if rank2_rows == STEPS else
-                    f"{STEPS - rank2_rows} of rank 2's rows, skipped and said (the rest of the run is analyzed)")
+    fault_table.add(
+        "bad input",
+        f"run store: rank 2's Parquet segment (steps 200-299): {damage}",
+        f"analyze: exit {code}, {len(doc['findings'])} findings (clean run: 0); --json warnings say: "
+        f'"{next(w for w in doc["summary"]["warnings"] if said in w)[:110]}"',
+        "nothing"
+        if rank2_rows == STEPS
+        else f"{STEPS - rank2_rows} of rank 2's rows, skipped and said (the rest of the run is analyzed)",
+    )
 
 
 def test_a_flipped_byte_in_a_segment_is_said_never_a_wrong_number(sim_run, tmp_path, fault_table):
@@ -385,9 +461,26 @@ def test_a_flipped_byte_in_a_segment_is_said_never_a_wrong_number(sim_run, tmp_p
     # A segment exactly as a rank's own store sink seals it (write_segment), from rank 2's records.
 
     seg = _seg(run_dir, 2, 3)
-    recs = [StepRecord(d["rank"], d["step"], d["start_s"], d["duration_s"], d["ok"], d["phases"], d["phase_comm"],
-                       d["comm_s"], {}, d["tokens"], d["samples"], d["scalars"], (), 0, d.get("device"))
-            for d in records_from_columns(pq.read_table(seg), None)]
+    recs = [
+        StepRecord(
+            d["rank"],
+            d["step"],
+            d["start_s"],
+            d["duration_s"],
+            d["ok"],
+            d["phases"],
+            d["phase_comm"],
+            d["comm_s"],
+            {},
+            d["tokens"],
+            d["samples"],
+            d["scalars"],
+            (),
+            0,
+            d.get("device"),
+        )
+        for d in records_from_columns(pq.read_table(seg), None)
+    ]
     write_segment(run_dir, 2, 3, recs)
     clean = _analyze(run_dir)[0].table
     original = open(seg, "rb").read()
@@ -405,23 +498,30 @@ def test_a_flipped_byte_in_a_segment_is_said_never_a_wrong_number(sim_run, tmp_p
         if any("rank-00002.seg-000003.parquet: unreadable" in w for w in run.warnings):
             said += 1
         elif run.table.shape == clean.shape and np.allclose(
-                run.table.drop(columns="node").to_numpy(float), clean.drop(columns="node").to_numpy(float),
-                equal_nan=True):
+            run.table.drop(columns="node").to_numpy(float), clean.drop(columns="node").to_numpy(float), equal_nan=True
+        ):
             exact += 1
         else:
             silent_wrong += 1
-    assert silent_wrong == 0, \
+    assert silent_wrong == 0, (
         f"{silent_wrong} of {said + exact + silent_wrong} damaged copies read back wrong numbers silently"
-    fault_table.add("bad input", f"run store: 8 bytes flipped inside a segment's data pages, at {said + exact} offsets",
-                    f"analyze: {said} unreadable segment named and skipped, {exact} read back exact; 0 wrong numbers, "
-                    "0 findings", "the damaged segment's 100 rows where it was unreadable (said)")
+    )
+    fault_table.add(
+        "bad input",
+        f"run store: 8 bytes flipped inside a segment's data pages, at {said + exact} offsets",
+        f"analyze: {said} unreadable segment named and skipped, {exact} read back exact; 0 wrong numbers, 0 findings",
+        "the damaged segment's 100 rows where it was unreadable (said)",
+    )
 
 
 TAIL_DAMAGE = {
     # name: (edit of the tail's lines, rows rank 2 keeps of segment 4's 100, what the warning says)
     "torn last line": (lambda ls: ls[:-1] + [ls[-1][: len(ls[-1]) // 2]], 99, "torn last record"),
-    "invalid base64 in a packed line": (lambda ls: ls[:4] + [ls[4].replace('"', '"!!', 1)[:-3] + '@@"]\n'] + ls[5:],
-                                        99, "1 invalid line(s) skipped"),
+    "invalid base64 in a packed line": (
+        lambda ls: ls[:4] + [ls[4].replace('"', '"!!', 1)[:-3] + '@@"]\n'] + ls[5:],
+        99,
+        "1 invalid line(s) skipped",
+    ),
     "garbage line": (lambda ls: ls[:6] + ["\x00\xff garbage {[\n"] + ls[6:], 100, "1 invalid line(s) skipped"),
     "shape line lost": (lambda ls: [ls[0]] + ls[2:], 0, "100 invalid line(s) skipped"),
     "NaN and negative durations": (_nan_duration, 98, "skipped (rank 2, steps 303-307)"),
@@ -446,10 +546,13 @@ def test_a_damaged_tail_is_said_and_skipped_never_a_finding(damage, sim_run, tmp
     assert _found(result) == set(), f"{damage}: findings invented: {[f.evidence for f in result.findings]}"
     code, doc, err = _cli_json(run_dir, capsys)
     assert code == 0 and any(said in w for w in doc["summary"]["warnings"]) and not doc["findings"], err
-    fault_table.add("bad input", f"run store: rank 2's live tail (steps 300-399): {damage}",
-                    f"analyze: exit {code}, {len(doc['findings'])} findings; --json warnings: "
-                    f"\"{next(w for w in doc['summary']['warnings'] if said in w)[:100]}\"",
-                    "nothing" if kept == SEG_STEPS else f"{SEG_STEPS - kept} of rank 2's records, skipped and said")
+    fault_table.add(
+        "bad input",
+        f"run store: rank 2's live tail (steps 300-399): {damage}",
+        f"analyze: exit {code}, {len(doc['findings'])} findings; --json warnings: "
+        f'"{next(w for w in doc["summary"]["warnings"] if said in w)[:100]}"',
+        "nothing" if kept == SEG_STEPS else f"{SEG_STEPS - kept} of rank 2's records, skipped and said",
+    )
 
 
 def _to_format1(run_dir):
@@ -474,6 +577,7 @@ def _line_edit(fn):
             lines = f.read().splitlines(keepends=True)
         with open(path, "w") as f:
             f.write("".join(fn(lines)))
+
     return edit
 
 
@@ -485,17 +589,31 @@ def _set_field(line, **values):
 
 FORMAT1_DAMAGE = {
     # name: (edit of rank 2's rank-00002.steps.jsonl, rows rank 2 keeps, what the warning says)
-    "corrupt line in the middle": (_line_edit(lambda ls: ls[:150] + ["{\"rank\": 2, \"st\x00\n"] + ls[151:]),
-                                   399, "rank-00002.steps.jsonl: line 151 is not a valid step record"),
+    "corrupt line in the middle": (
+        _line_edit(lambda ls: ls[:150] + ['{"rank": 2, "st\x00\n'] + ls[151:]),
+        399,
+        "rank-00002.steps.jsonl: line 151 is not a valid step record",
+    ),
     "torn last line": (_line_edit(lambda ls: ls[:-1] + [ls[-1][:40]]), 399, "rank-00002.steps.jsonl: torn last record"),
-    "step as text": (_line_edit(lambda ls: ls[:10] + [_set_field(ls[10], step="10")] + ls[11:]), 399,
-                     "rank-00002.steps.jsonl: line 11 is not a valid step record"),
-    "NaN and negative durations": (_line_edit(lambda ls: ls[:20] + [_set_field(ls[20], duration_s=float("nan")),
-                                                                    _set_field(ls[21], duration_s=-0.5)] + ls[22:]),
-                                   398, "2 row(s) with missing, non-finite or negative rank/step/start_s/duration_s "
-                                   "skipped (rank 2, steps 20-21)"),
-    "lines repeated and out of order": (_line_edit(lambda ls: ls[200:] + ls[:200] + ls[100:150]), 400,
-                                        "50 duplicate (rank, step) row(s)"),
+    "step as text": (
+        _line_edit(lambda ls: ls[:10] + [_set_field(ls[10], step="10")] + ls[11:]),
+        399,
+        "rank-00002.steps.jsonl: line 11 is not a valid step record",
+    ),
+    "NaN and negative durations": (
+        _line_edit(
+            lambda ls: (
+                ls[:20] + [_set_field(ls[20], duration_s=float("nan")), _set_field(ls[21], duration_s=-0.5)] + ls[22:]
+            )
+        ),
+        398,
+        "2 row(s) with missing, non-finite or negative rank/step/start_s/duration_s skipped (rank 2, steps 20-21)",
+    ),
+    "lines repeated and out of order": (
+        _line_edit(lambda ls: ls[200:] + ls[:200] + ls[100:150]),
+        400,
+        "50 duplicate (rank, step) row(s)",
+    ),
 }
 
 
@@ -513,10 +631,13 @@ def test_a_damaged_format1_file_is_said_and_skipped_never_a_finding(damage, sim_
     assert _found(result) == set(), f"{damage}: findings invented: {[f.evidence for f in result.findings]}"
     code, doc, err = _cli_json(run_dir, capsys)
     assert code == 0 and not doc["findings"] and any(said in w for w in doc["summary"]["warnings"]), err
-    fault_table.add("bad input", f"run store (format 1 JSON lines): rank 2's file: {damage}",
-                    f"analyze: exit {code}, {len(doc['findings'])} findings; warning: "
-                    f"\"{next(w for w in doc['summary']['warnings'] if said in w)[:100]}\"",
-                    "nothing" if kept == STEPS else f"{STEPS - kept} of rank 2's records, skipped and said")
+    fault_table.add(
+        "bad input",
+        f"run store (format 1 JSON lines): rank 2's file: {damage}",
+        f"analyze: exit {code}, {len(doc['findings'])} findings; warning: "
+        f'"{next(w for w in doc["summary"]["warnings"] if said in w)[:100]}"',
+        "nothing" if kept == STEPS else f"{STEPS - kept} of rank 2's records, skipped and said",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -538,7 +659,7 @@ def _truncate_text(path):
         data = f.read()
     cut = data.rfind(b",", 0, len(data) // 2)  # mid-row, after a comma: the row's later fields are gone
     with open(path, "wb") as f:
-        f.write(data[:cut + 1])
+        f.write(data[: cut + 1])
 
 
 def _every(n, offset=0):
@@ -548,20 +669,38 @@ def _every(n, offset=0):
 # name: (change to the table or None, damage to the written file or None, error or warning it gives,
 #        rows kept of 1600 (None: an error), formats it applies to)
 TABLE_DAMAGE = {
-    "no duration_s column": (lambda t: t.drop(columns="duration_s"), None,
-                             "missing column(s) duration_s; a steps table needs rank, step, start_s, duration_s", None),
-    "rank as text": (lambda t: t.assign(rank="r" + t["rank"].astype(str)), None,
-                     "column(s) rank hold no number", None),
-    "some durations as text": (lambda t: t.assign(duration_s=t["duration_s"].astype(str).where(~_every(40)(t), "slow")),
-                               None, "40 value(s) in duration_s are not numbers", 1560),
-    "NaN and negative durations": (lambda t: t.assign(duration_s=t["duration_s"].where(~_every(50)(t), np.nan)
-                                                      .where(~_every(50, 7)(t), -1.0)), None,
-                                   "64 row(s) with missing, non-finite or negative rank/step/start_s/duration_s "
-                                   "skipped (ranks 0, 1, 2, 3, steps 0-", 1536),
-    "non-integer steps": (lambda t: t.assign(step=t["step"].astype(float).where(~_every(100)(t), 0.5)), None,
-                          "16 row(s) whose rank or step is not an integer skipped (ranks 0, 1, 2, 3, step 0.5)", 1584),
-    "every 5th row twice": (lambda t: pd.concat([t, t[_every(5)(t)]], ignore_index=True), None,
-                            "320 duplicate (rank, step) row(s)", 1600),
+    "no duration_s column": (
+        lambda t: t.drop(columns="duration_s"),
+        None,
+        "missing column(s) duration_s; a steps table needs rank, step, start_s, duration_s",
+        None,
+    ),
+    "rank as text": (lambda t: t.assign(rank="r" + t["rank"].astype(str)), None, "column(s) rank hold no number", None),
+    "some durations as text": (
+        lambda t: t.assign(duration_s=t["duration_s"].astype(str).where(~_every(40)(t), "slow")),
+        None,
+        "40 value(s) in duration_s are not numbers",
+        1560,
+    ),
+    "NaN and negative durations": (
+        lambda t: t.assign(duration_s=t["duration_s"].where(~_every(50)(t), np.nan).where(~_every(50, 7)(t), -1.0)),
+        None,
+        "64 row(s) with missing, non-finite or negative rank/step/start_s/duration_s "
+        "skipped (ranks 0, 1, 2, 3, steps 0-",
+        1536,
+    ),
+    "non-integer steps": (
+        lambda t: t.assign(step=t["step"].astype(float).where(~_every(100)(t), 0.5)),
+        None,
+        "16 row(s) whose rank or step is not an integer skipped (ranks 0, 1, 2, 3, step 0.5)",
+        1584,
+    ),
+    "every 5th row twice": (
+        lambda t: pd.concat([t, t[_every(5)(t)]], ignore_index=True),
+        None,
+        "320 duplicate (rank, step) row(s)",
+        1600,
+    ),
     "rows shuffled": (lambda t: t.sample(frac=1.0, random_state=7), None, None, 1600),
     "truncated in the middle": (None, _truncate_text, None, None),
     "garbage bytes": (None, _garbage, "not a readable", None),
@@ -571,14 +710,15 @@ TABLE_DAMAGE = {
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 @pytest.mark.parametrize("damage", list(TABLE_DAMAGE))
 def test_a_damaged_steps_table_gives_a_clear_error_or_counted_skips_never_a_finding(
-        damage, suffix, clean_table, tmp_path, capsys, fault_table):
+    damage, suffix, clean_table, tmp_path, capsys, fault_table
+):
     change, spoil, said, kept = TABLE_DAMAGE[damage]
     path = str(tmp_path / f"steps{suffix}")
     _write(change(clean_table.copy()) if change else clean_table, path)
     if spoil is not None:
         spoil(path)
     if damage == "truncated in the middle":  # CSV: the rows before the cut, and the cut row's fields
-        if suffix == ".csv":               # that made it; Parquet: its footer is gone, an error
+        if suffix == ".csv":  # that made it; Parquet: its footer is gone, an error
             said, kept = None, "fewer"
         else:
             said = "not a readable Parquet file"
@@ -587,8 +727,12 @@ def test_a_damaged_steps_table_gives_a_clear_error_or_counted_skips_never_a_find
         assert code == 2 and f"steps{suffix}" in err and said in err, (code, err)
         if suffix == ".parquet" and damage not in ("truncated in the middle", "garbage bytes"):
             return  # the same outcome as the CSV's row
-        fault_table.add("bad input", f"steps table ({suffix[1:]}): {damage}",
-                        f"analyze: exit 2, \"{err.strip().splitlines()[-1][:140]}\"", "nothing (no analysis made)")
+        fault_table.add(
+            "bad input",
+            f"steps table ({suffix[1:]}): {damage}",
+            f'analyze: exit 2, "{err.strip().splitlines()[-1][:140]}"',
+            "nothing (no analysis made)",
+        )
         return
     assert code == 0, err
     assert doc["findings"] == [], f"{damage}: findings invented: {[f['evidence'] for f in doc['findings']]}"
@@ -605,11 +749,15 @@ def test_a_damaged_steps_table_gives_a_clear_error_or_counted_skips_never_a_find
         assert doc["summary"]["step_time_s"] == pytest.approx(sorted_doc["summary"]["step_time_s"])
     if suffix == ".parquet" and damage != "truncated in the middle":
         return  # the same outcome as the CSV's row: one row in the table for both
-    fault_table.add("bad input", f"steps table ({suffix[1:]}): {damage}",
-                    f"analyze: exit 0, 0 findings, {len(run.table)} of {len(clean_table)} rows analyzed"
-                    + (f"; --json warnings: \"{warnings[0][:110]}\"" if warnings else ""),
-                    "nothing" if len(run.table) == len(clean_table) else
-                    f"{len(clean_table) - len(run.table)} bad rows, skipped and counted in the warnings")
+    fault_table.add(
+        "bad input",
+        f"steps table ({suffix[1:]}): {damage}",
+        f"analyze: exit 0, 0 findings, {len(run.table)} of {len(clean_table)} rows analyzed"
+        + (f'; --json warnings: "{warnings[0][:110]}"' if warnings else ""),
+        "nothing"
+        if len(run.table) == len(clean_table)
+        else f"{len(clean_table) - len(run.table)} bad rows, skipped and counted in the warnings",
+    )
 
 
 def _sorted_copy(table, tmp_path, suffix):
@@ -621,9 +769,18 @@ def _sorted_copy(table, tmp_path, suffix):
 def test_a_per_operation_trace_with_bad_values_is_counted_not_a_crash(tmp_path, capsys, fault_table):
     rng = np.random.default_rng(1)
     work = {"forward-compute": (0.0, 0.020), "backward-compute": (0.020, 0.030), "all-reduce": (0.050, 0.001)}
-    rows = [{"rank": r, "step": s, "optype": op, "start_ts": 1000.0 + s * 0.052 + at,
-             "duration": took * (1 + rng.normal(0, 0.01))}
-            for r in range(4) for s in range(60) for op, (at, took) in work.items()]
+    rows = [
+        {
+            "rank": r,
+            "step": s,
+            "optype": op,
+            "start_ts": 1000.0 + s * 0.052 + at,
+            "duration": took * (1 + rng.normal(0, 0.01)),
+        }
+        for r in range(4)
+        for s in range(60)
+        for op, (at, took) in work.items()
+    ]
     ops = pd.DataFrame(rows)
     ops["duration"] = ops["duration"].astype(object)
     ops.loc[ops.index % 37 == 0, "duration"] = "n/a"
@@ -632,13 +789,17 @@ def test_a_per_operation_trace_with_bad_values_is_counted_not_a_crash(tmp_path, 
     code, doc, err = _cli_json(path, capsys)
     n_bad = int((ops.index % 37 == 0).sum())
     assert code == 0, err
-    assert any(f"ops.csv: {n_bad} operation(s) with a missing, non-numeric" in w
-               for w in doc["summary"]["warnings"]), doc["summary"]["warnings"]
+    assert any(f"ops.csv: {n_bad} operation(s) with a missing, non-numeric" in w for w in doc["summary"]["warnings"]), (
+        doc["summary"]["warnings"]
+    )
     assert doc["findings"] == [], [f["evidence"] for f in doc["findings"]]
     assert doc["summary"]["ranks"] == 4
-    fault_table.add("bad input", f"per-operation trace (csv): {n_bad} of {len(ops)} durations are text",
-                    f"analyze: exit 0, 0 findings; warning: \"{doc['summary']['warnings'][0][:100]}\"",
-                    f"the {n_bad} unreadable operations (counted; their steps are kept with the rest)")
+    fault_table.add(
+        "bad input",
+        f"per-operation trace (csv): {n_bad} of {len(ops)} durations are text",
+        f'analyze: exit 0, 0 findings; warning: "{doc["summary"]["warnings"][0][:100]}"',
+        f"the {n_bad} unreadable operations (counted; their steps are kept with the rest)",
+    )
 
 
 def test_two_million_rows_with_bad_and_duplicate_rows(tmp_path, capsys, fault_table):
@@ -665,9 +826,12 @@ def test_two_million_rows_with_bad_and_duplicate_rows(tmp_path, capsys, fault_ta
     assert doc["summary"]["ranks"] == 200 and doc["summary"]["steps"] == 10_000
     assert doc["findings"] == [], [f["evidence"] for f in doc["findings"]]
     assert took < 120, took
-    fault_table.add("bad input", f"steps table (parquet), {len(table):,} rows: 20,000 with NaN/-inf times, "
-                    "20,000 repeated", f"analyze: exit 0 in {took:.1f} s, 0 findings, both counted in --json warnings",
-                    "the 20,000 bad rows (counted); the repeats are not counted twice")
+    fault_table.add(
+        "bad input",
+        f"steps table (parquet), {len(table):,} rows: 20,000 with NaN/-inf times, 20,000 repeated",
+        f"analyze: exit 0 in {took:.1f} s, 0 findings, both counted in --json warnings",
+        "the 20,000 bad rows (counted); the repeats are not counted twice",
+    )
 
 
 # ---- values given to telemetry.log, and what /metrics makes of them ------------------------------
@@ -708,8 +872,16 @@ def test_nan_and_infinity_are_counted_said_once_and_exported_as_what_they_are(tm
 
     port = free_port_range(1)
     run_dir = str(tmp_path / "run")
-    telemetry.init(run_dir=run_dir, job="nan-test", sinks=["store", "prometheus"], prometheus_port=port,
-                   flush_interval_s=0.05, announce=False, online=False, handle_sigterm=False)
+    telemetry.init(
+        run_dir=run_dir,
+        job="nan-test",
+        sinks=["store", "prometheus"],
+        prometheus_port=port,
+        flush_interval_s=0.05,
+        announce=False,
+        online=False,
+        handle_sigterm=False,
+    )
     steps = 6
     with caplog.at_level("WARNING", logger="telemetry"):
         for i in range(steps):
@@ -720,8 +892,10 @@ def test_nan_and_infinity_are_counted_said_once_and_exported_as_what_they_are(tm
         # until the last step's values are on /metrics (a record is counted before the sinks have it)
         deadline = time.monotonic() + 10
         text = _metrics(port)
-        while not any('name="ok_value"' in ln and ln.endswith(f" {steps - 1:.1f}") for ln in text.splitlines()) \
-                and time.monotonic() < deadline:
+        while (
+            not any('name="ok_value"' in ln and ln.endswith(f" {steps - 1:.1f}") for ln in text.splitlines())
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
             text = _metrics(port)
         stats = telemetry.shutdown()
@@ -747,10 +921,14 @@ def test_nan_and_infinity_are_counted_said_once_and_exported_as_what_they_are(tm
     assert (table["log.grad_norm"] == np.inf).all() and (table["log.lr_scale"] == -np.inf).all()
     assert table["log.ok_value"].tolist() == [float(i) for i in range(steps)]
     assert set(read_records(run_dir, [])[0]["phases"]) == {"forward"}  # not start/duration as phases
-    fault_table.add("bad input", f"telemetry.log(loss=nan, grad_norm=inf, lr_scale=-inf) on each of {steps} steps",
-                    f"finished; {stats['nonfinite_values']} counted in stats()['nonfinite_values'], one warning per "
-                    "name; /metrics shows NaN, +Inf, -Inf (promtool accepts it); the store and the steps table hold "
-                    "NaN/inf", "nothing")
+    fault_table.add(
+        "bad input",
+        f"telemetry.log(loss=nan, grad_norm=inf, lr_scale=-inf) on each of {steps} steps",
+        f"finished; {stats['nonfinite_values']} counted in stats()['nonfinite_values'], one warning per "
+        "name; /metrics shows NaN, +Inf, -Inf (promtool accepts it); the store and the steps table hold "
+        "NaN/inf",
+        "nothing",
+    )
 
 
 class _Huge:
@@ -763,18 +941,21 @@ class _Huge:
         return True
 
 
-@pytest.mark.parametrize("value, stored", [(10 ** 400, math.inf), (-(10 ** 400), -math.inf), (_Huge(), math.inf)],
-                         ids=["int 10**400", "int -10**400", "a number type over a float's range"])
+@pytest.mark.parametrize(
+    "value, stored",
+    [(10**400, math.inf), (-(10**400), -math.inf), (_Huge(), math.inf)],
+    ids=["int 10**400", "int -10**400", "a number type over a float's range"],
+)
 def test_a_number_too_large_for_a_float_is_an_infinity_not_a_lost_batch(value, stored, tmp_path, fault_table):
-    from telemetry.analysis.load import open_input
-
     import fractions
+
+    from telemetry.analysis.load import open_input
 
     run_dir = str(tmp_path / "run")
     telemetry.init(run_dir=run_dir, sinks=["store"], announce=False, online=False, handle_sigterm=False)
     for i in range(4):
         with telemetry.step():
-            telemetry.log(big=value if i == 2 else 1.0, frac=fractions.Fraction(10 ** 400, 3) if i == 3 else 0.5)
+            telemetry.log(big=value if i == 2 else 1.0, frac=fractions.Fraction(10**400, 3) if i == 3 else 0.5)
     stats = telemetry.shutdown()
     assert stats["sinks"]["store"]["failures"] == 0 and stats["sinks"]["store"]["dropped"] == 0, stats["sinks"]
     table = open_input(run_dir).table
@@ -782,9 +963,12 @@ def test_a_number_too_large_for_a_float_is_an_infinity_not_a_lost_batch(value, s
     assert table["log.big"].tolist() == [1.0, 1.0, stored, 1.0] and table["log.frac"].iloc[3] == math.inf
     assert stats["nonfinite_values"] == 2
     if isinstance(value, int) and value > 0:
-        fault_table.add("bad input", "telemetry.log(big=10**400) (an int too large for a float), and a Fraction",
-                        "finished; stored as inf and counted in stats()['nonfinite_values'], like NaN",
-                        "nothing (before: the store and the Prometheus sink each dropped the whole batch)")
+        fault_table.add(
+            "bad input",
+            "telemetry.log(big=10**400) (an int too large for a float), and a Fraction",
+            "finished; stored as inf and counted in stats()['nonfinite_values'], like NaN",
+            "nothing (before: the store and the Prometheus sink each dropped the whole batch)",
+        )
 
 
 @pytest.mark.parametrize("value", ["1.5", b"2", 1 + 2j, [1.0], None], ids=["str", "bytes", "complex", "list", "None"])
@@ -804,8 +988,9 @@ def test_a_value_that_is_not_a_real_number_is_refused_and_counted(value, tmp_pat
 def test_a_complex_tensor_is_refused_not_a_failed_seal(tmp_path):
     torch = pytest.importorskip("torch")
     run_dir = str(tmp_path / "run")
-    telemetry.init(run_dir=run_dir, sinks=["store"], announce=False, online=False, handle_sigterm=False,
-                   collectives=False)
+    telemetry.init(
+        run_dir=run_dir, sinks=["store"], announce=False, online=False, handle_sigterm=False, collectives=False
+    )
     with telemetry.step():
         telemetry.log(z=torch.tensor(1 + 2j), t=torch.tensor(float("nan")), b=torch.tensor(True))
     stats = telemetry.shutdown()
@@ -824,8 +1009,16 @@ def test_label_values_of_any_text_round_trip_through_metrics_and_promtool(tmp_pa
     port = free_port_range(1)
     phases = ("vorwärts", "前向", "optimizer")
     job = "a.b:c-d_e9"
-    telemetry.init(run_dir=str(tmp_path / "run"), job=job, sinks=["store", "prometheus"], prometheus_port=port,
-                   flush_interval_s=0.05, announce=False, online=False, handle_sigterm=False)
+    telemetry.init(
+        run_dir=str(tmp_path / "run"),
+        job=job,
+        sinks=["store", "prometheus"],
+        prometheus_port=port,
+        flush_interval_s=0.05,
+        announce=False,
+        online=False,
+        handle_sigterm=False,
+    )
     for _ in range(3):
         with telemetry.step():
             for name in phases:
@@ -847,6 +1040,10 @@ def test_label_values_of_any_text_round_trip_through_metrics_and_promtool(tmp_pa
     assert 'name="new\\nline"' in text and 'name="a\\"quote"' in text and 'name="back\\\\slash"' in text
     code, out = _promtool(text)
     assert code == 0, out
-    fault_table.add("bad input", "logged names with \" \\ newline { } = and unicode; unicode phase names",
-                    f"finished; all {len(ODD_NAMES)} names and {len(phases)} phases read back unchanged from /metrics by "
-                    "prometheus_client's parser; promtool check metrics: ok", "nothing")
+    fault_table.add(
+        "bad input",
+        'logged names with " \\ newline { } = and unicode; unicode phase names',
+        f"finished; all {len(ODD_NAMES)} names and {len(phases)} phases read back unchanged from /metrics by "
+        "prometheus_client's parser; promtool check metrics: ok",
+        "nothing",
+    )

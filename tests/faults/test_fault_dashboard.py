@@ -16,8 +16,8 @@ import time
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
-from test_dashboard import APP, run_app, show  # noqa: E402
+from streamlit.testing.v1 import AppTest
+from test_dashboard import APP, run_app, show
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +41,7 @@ def _rerun(at) -> float:
     return time.perf_counter() - t0
 
 
-def test_a_run_directory_deleted_while_the_page_is_open_is_a_message(healthy_job, fault_table, monkeypatch,
-                                                                      tmp_path):
+def test_a_run_directory_deleted_while_the_page_is_open_is_a_message(healthy_job, fault_table, monkeypatch, tmp_path):
     run = _copy(healthy_job, tmp_path / "run")
     at = run_app(monkeypatch, run)
     assert any("2 ranks, 200 steps" in c.value for c in at.caption), _page_text(at)
@@ -81,13 +80,16 @@ def test_a_run_directory_deleted_while_the_page_is_open_is_a_message(healthy_job
     _no_traceback(at)
     assert any("No run directory under" in e.value for e in at.error)
     browser_s = _in_a_real_browser(healthy_job, tmp_path)
-    fault_table.add("dashboard", "the run directory deleted while its page is open (one run given; one of the "
-                    "runs under the root chosen in the page)",
-                    f"not involved (the dashboard only reads); the next rerun ({took:.2f} s) shows "
-                    "\"Cannot show this run: RUN does not exist\" whichever view was open (AppTest; and a real "
-                    f"server read by headless Chromium: {browser_s}); the run picker says the chosen run is no longer there "
-                    "and shows the next one; no traceback",
-                    "nothing the dashboard holds (the run's files were deleted by the fault)")
+    fault_table.add(
+        "dashboard",
+        "the run directory deleted while its page is open (one run given; one of the "
+        "runs under the root chosen in the page)",
+        f"not involved (the dashboard only reads); the next rerun ({took:.2f} s) shows "
+        '"Cannot show this run: RUN does not exist" whichever view was open (AppTest; and a real '
+        f"server read by headless Chromium: {browser_s}); the run picker says the chosen run is no longer there "
+        "and shows the next one; no traceback",
+        "nothing the dashboard holds (the run's files were deleted by the fault)",
+    )
 
 
 def _in_a_real_browser(healthy_job, tmp_path) -> str:
@@ -104,8 +106,12 @@ def _in_a_real_browser(healthy_job, tmp_path) -> str:
     run = _copy(healthy_job, tmp_path / "browser-run")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "telemetry", "dashboard", run, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry", "dashboard", run, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_http(f"{url}/_stcore/health", timeout=60)
         dom = ""
@@ -126,13 +132,16 @@ def _in_a_real_browser(healthy_job, tmp_path) -> str:
         stop_group(proc)
 
 
-def test_a_run_cut_while_the_page_is_open_shows_what_is_readable_and_warns(healthy_job, fault_table, monkeypatch,
-                                                                           tmp_path):
+def test_a_run_cut_while_the_page_is_open_shows_what_is_readable_and_warns(
+    healthy_job, fault_table, monkeypatch, tmp_path
+):
     run = _copy(healthy_job, tmp_path / "run")
     at = run_app(monkeypatch, run)
     ranks_dir = os.path.join(run, "ranks")
-    data = sorted(glob.glob(os.path.join(ranks_dir, "rank-00001.*.parquet"))
-                  + glob.glob(os.path.join(ranks_dir, "rank-00001.tail-*.jsonl")))
+    data = sorted(
+        glob.glob(os.path.join(ranks_dir, "rank-00001.*.parquet"))
+        + glob.glob(os.path.join(ranks_dir, "rank-00001.tail-*.jsonl"))
+    )
     assert data, os.listdir(ranks_dir)
     for path in data:  # every data file of rank 1 cut in half (a segment's footer lost, a tail torn)
         with open(path, "r+b") as f:
@@ -156,14 +165,17 @@ def test_a_run_cut_while_the_page_is_open_shows_what_is_readable_and_warns(healt
     for view in ("ranks", "findings", "collectives", "devices"):
         show(at, view)
     tail_run, tail_steps, torn_steps = _a_tail_cut_in_half(monkeypatch, tmp_path)
-    fault_table.add("dashboard", f"the run cut while its page is open: rank 1's {', '.join(names)} truncated to "
-                    "half, then all of rank 1's files removed; a crashed run's live tail truncated to half",
-                    "not involved (the dashboard only reads); the page shows what is readable with a warning "
-                    "naming each damaged file, in every view; no traceback",
-                    f"what the fault destroyed and nothing more: rank 1's {steps_1} of 200 steps shown after its "
-                    "segment lost its footer (Parquet reads a segment whole or not at all), none after its files "
-                    f"were removed, rank 0's 200 throughout; the cut tail: {torn_steps} of {tail_steps} steps "
-                    "shown (those before the cut), the torn record skipped and said")
+    fault_table.add(
+        "dashboard",
+        f"the run cut while its page is open: rank 1's {', '.join(names)} truncated to "
+        "half, then all of rank 1's files removed; a crashed run's live tail truncated to half",
+        "not involved (the dashboard only reads); the page shows what is readable with a warning "
+        "naming each damaged file, in every view; no traceback",
+        f"what the fault destroyed and nothing more: rank 1's {steps_1} of 200 steps shown after its "
+        "segment lost its footer (Parquet reads a segment whole or not at all), none after its files "
+        f"were removed, rank 0's 200 throughout; the cut tail: {torn_steps} of {tail_steps} steps "
+        "shown (those before the cut), the torn record skipped and said",
+    )
 
 
 def _a_tail_cut_in_half(monkeypatch, tmp_path) -> tuple[str, int, int]:
@@ -212,13 +224,19 @@ def _server_pid(url: str) -> int:
     import psutil
 
     port = int(url.rsplit(":", 1)[1])
-    [pid] = {c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
-             and c.status == psutil.CONN_LISTEN}
+    [pid] = {
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+    }
     return pid
 
 
-def test_a_prometheus_that_stops_answering_is_a_message_within_a_bound(backfilled, fault_table,  # noqa: F811
-                                                                       monkeypatch):
+def test_a_prometheus_that_stops_answering_is_a_message_within_a_bound(
+    backfilled,  # noqa: F811 - the fixture imported above
+    fault_table,
+    monkeypatch,
+):
     from telemetry.dashboards import data as D
 
     url, _ = backfilled
@@ -264,13 +282,16 @@ def test_a_prometheus_that_stops_answering_is_a_message_within_a_bound(backfille
     _no_traceback(at)
     assert gone in at.error[0].value and "refused" in at.error[0].value
     assert refused < 5, refused
-    fault_table.add("dashboard", "its Prometheus stops answering while the page is open (server SIGSTOPped: "
-                    "connections accepted, never answered), and a Prometheus that is gone (closed port)",
-                    f"not involved (the dashboard only reads); the page says \"Cannot show job 'train-a' from URL: "
-                    f"cannot reach Prometheus at URL: timed out; trying again every 15 s\" after {hung:.1f} s (job "
-                    f"list: {listing:.1f} s; per-request timeout 10 s, 5 s for the job list), \"refused\" after "
-                    f"{refused:.2f} s; no traceback, never hung",
-                    "nothing (the page shows the job again at the next refresh once the server answers)")
+    fault_table.add(
+        "dashboard",
+        "its Prometheus stops answering while the page is open (server SIGSTOPped: "
+        "connections accepted, never answered), and a Prometheus that is gone (closed port)",
+        f"not involved (the dashboard only reads); the page says \"Cannot show job 'train-a' from URL: "
+        f'cannot reach Prometheus at URL: timed out; trying again every 15 s" after {hung:.1f} s (job '
+        f'list: {listing:.1f} s; per-request timeout 10 s, 5 s for the job list), "refused" after '
+        f"{refused:.2f} s; no traceback, never hung",
+        "nothing (the page shows the job again at the next refresh once the server answers)",
+    )
 
 
 def _closed_port() -> int:
@@ -295,7 +316,7 @@ class _Proxy:
             def log_message(self, *args) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            def do_GET(self) -> None:
                 if self.path.startswith("/api/v1/query_range"):
                     if mode == "hang":
                         stop.wait(60)
@@ -337,8 +358,11 @@ class _Proxy:
         self.thread.join(10)
 
 
-def test_a_prometheus_that_stops_answering_mid_load_is_a_message_within_a_bound(backfilled, fault_table,  # noqa: F811
-                                                                                monkeypatch):
+def test_a_prometheus_that_stops_answering_mid_load_is_a_message_within_a_bound(
+    backfilled,  # noqa: F811 - the fixture imported above
+    fault_table,
+    monkeypatch,
+):
     from telemetry.analysis.prometheus import _queries, open_prometheus
     from telemetry.analysis.table import TableError
 
@@ -371,10 +395,13 @@ def test_a_prometheus_that_stops_answering_mid_load_is_a_message_within_a_bound(
         assert said and "timed out" in said[0], said
         assert trickled < 10, trickled  # its answer is read within 3 timeouts
     n = len(_queries("job='x'", "60s"))
-    fault_table.add("dashboard", f"its Prometheus (through a proxy) answers the job's metadata, then holds all "
-                    f"{n} range queries of the load, or trickles their answers a byte every 0.2 s",
-                    f"not involved (the dashboard only reads); the page says \"cannot reach Prometheus at URL: "
-                    f"timed out\" after {hung:.1f} s (the first failed query ends the load and cancels the rest); "
-                    f"a trickled answer is dropped after {trickled:.1f} s with timeout_s=1 (3 timeouts); no "
-                    "traceback, never hung",
-                    "nothing (the page shows the job again at the next refresh once the server answers)")
+    fault_table.add(
+        "dashboard",
+        f"its Prometheus (through a proxy) answers the job's metadata, then holds all "
+        f"{n} range queries of the load, or trickles their answers a byte every 0.2 s",
+        f'not involved (the dashboard only reads); the page says "cannot reach Prometheus at URL: '
+        f'timed out" after {hung:.1f} s (the first failed query ends the load and cancels the rest); '
+        f"a trickled answer is dropped after {trickled:.1f} s with timeout_s=1 (3 timeouts); no "
+        "traceback, never hung",
+        "nothing (the page shows the job again at the next refresh once the server answers)",
+    )

@@ -16,9 +16,9 @@ import time
 
 import psutil
 import pytest
-
 from gloo_job import ROOT, GlooJob
 from servers import free_port_range
+
 from telemetry.analysis.detectors.lost import LOST_AFTER_S
 from telemetry.analysis.load import open_input
 
@@ -28,8 +28,13 @@ TICK_S = 0.5  # the pipeline's flush interval (the default)
 
 
 def analyze_json(run_dir: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "telemetry", "analyze", run_dir, "--json", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "telemetry", "analyze", run_dir, "--json", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -78,8 +83,9 @@ def test_a_sigkilled_rank_keeps_all_but_its_last_second_and_is_named_as_ended_un
         job.signal(1, signal.SIGKILL)
         result = job.wait(timeout=150)
     assert result.returncodes[1] == -signal.SIGKILL
-    peer_error = re.search(r"RuntimeError: .*?((?:Read|Write) error|Connection \w+ by peer|[Tt]imed out)",
-                           result.stderr[0])
+    peer_error = re.search(
+        r"RuntimeError: .*?((?:Read|Write) error|Connection \w+ by peer|[Tt]imed out)", result.stderr[0]
+    )
     assert peer_error, result.stderr[0][-3000:]
     steps = stored(result.run_dir)
     run = open_input(result.run_dir)
@@ -98,13 +104,15 @@ def test_a_sigkilled_rank_keeps_all_but_its_last_second_and_is_named_as_ended_un
     assert f"last completed step {beat['last_step']})" in lost["evidence"]
     assert not [f for f in doc["findings"] if f["kind"] == "hang"]
     fault_table.add(
-        "processes", f"rank 1 SIGKILLed at step {steps[0][-1]} (a plain gloo job: no launcher, no exit record)",
+        "processes",
+        f"rank 1 SIGKILLed at step {steps[0][-1]} (a plain gloo job: no launcher, no exit record)",
         f"rank 1 died (exit -9); rank 0's all-reduce failed at once (gloo: RuntimeError ... "
         f"{peer_error.group(1)}), it exited {result.returncodes[0]} and its exit-time shutdown flushed its store",
         f"rank 1's steps {steps[1][-1] + 1}-{steps[0][-1]}: its last {behind_s:.2f} s before the kill (bound: two "
         f"ticks, {2 * TICK_S:.1f} s: a step is held one tick for late events); rank 0: nothing. `telemetry "
         "analyze`: rank_lost, 'rank 1 ended without a clean shutdown (last heartbeat at ..., last completed step "
-        f"{beat['last_step']})'")
+        f"{beat['last_step']})'",
+    )
 
 
 def test_the_whole_job_sigkilled_is_said_to_have_ended_uncleanly(tmp_path, fault_table):
@@ -126,11 +134,13 @@ def test_the_whole_job_sigkilled_is_said_to_have_ended_uncleanly(tmp_path, fault
     assert note.startswith("ranks 0-1 ended without a clean shutdown (none recorded; last heartbeats at "), note
     assert not [f for f in doc["findings"] if f["kind"] in ("rank_lost", "hang")]
     fault_table.add(
-        "processes", "the whole job SIGKILLed (both ranks at once, no launcher)",
+        "processes",
+        "the whole job SIGKILLed (both ranks at once, no launcher)",
         "both ranks died (exit -9)",
         f"the steps after each rank's last flush, {min(behind.values()):.2f}-{max(behind.values()):.2f} s before the "
         f"kill (rank 0 from step {steps[0][-1] + 1}, rank 1 from {steps[1][-1] + 1}; they had passed step {at}); "
-        f"`telemetry analyze` warns '{note[:48]}...'")
+        f"`telemetry analyze` warns '{note[:48]}...'",
+    )
 
 
 def test_a_sigstopped_rank_is_named_while_it_is_stopped(tmp_path, fault_table):
@@ -155,12 +165,13 @@ def test_a_sigstopped_rank_is_named_while_it_is_stopped(tmp_path, fault_table):
     assert not [f for f in after["findings"] if f["kind"] in ("rank_lost", "hang")]  # it came back, and finished
     flushed_to_the_end(result.run_dir)
     fault_table.add(
-        "processes", f"rank 1 SIGSTOPped at about step {at} for {stopped_s:.1f} s, "
-        "then SIGCONT",
+        "processes",
+        f"rank 1 SIGSTOPped at about step {at} for {stopped_s:.1f} s, then SIGCONT",
         f"finished after SIGCONT (both ranks exit 0); rank 0 waited in the all-reduce meanwhile. `telemetry "
         f"analyze` {asked_after:.1f} s into the stop named rank 1 ({f['kind']}: '{f['evidence'][:60]}...'; "
         f"bound: {LOST_AFTER_S:.0f} s without a heartbeat while a peer reports); after the job, no such finding",
-        "nothing")
+        "nothing",
+    )
 
 
 def test_sigterm_to_a_rank_flushes_it_and_frees_its_port(tmp_path, fault_table):
@@ -172,12 +183,15 @@ def test_sigterm_to_a_rank_flushes_it_and_frees_its_port(tmp_path, fault_table):
     assert result.returncodes[1] == -signal.SIGTERM  # it still dies of the signal, after the flush
     last = flushed_to_the_end(result.run_dir)  # both: rank 1 by its SIGTERM handler, rank 0 at exit
     assert bindable(base) and bindable(base + 1)
-    fault_table.add("processes", f"SIGTERM to rank 1 at step {last[1]} (a plain gloo job)",
-                    f"rank 1 flushed and died of SIGTERM (exit -15); rank 0's all-reduce failed, it exited "
-                    f"{result.returncodes[0]} after its exit-time shutdown; Prometheus ports {base}-{base + 1} "
-                    "free again",
-                    f"nothing: each rank's store holds every step its final heartbeat names (rank 0: 0-{last[0]}, "
-                    f"rank 1: 0-{last[1]}), both heartbeats 'finished'")
+    fault_table.add(
+        "processes",
+        f"SIGTERM to rank 1 at step {last[1]} (a plain gloo job)",
+        f"rank 1 flushed and died of SIGTERM (exit -15); rank 0's all-reduce failed, it exited "
+        f"{result.returncodes[0]} after its exit-time shutdown; Prometheus ports {base}-{base + 1} "
+        "free again",
+        f"nothing: each rank's store holds every step its final heartbeat names (rank 0: 0-{last[0]}, "
+        f"rank 1: 0-{last[1]}), both heartbeats 'finished'",
+    )
 
 
 def test_sigterm_to_the_demo_launcher_ends_every_rank_flushed_and_frees_the_ports(tmp_path, fault_table):
@@ -188,8 +202,13 @@ def test_sigterm_to_the_demo_launcher_ends_every_rank_flushed_and_frees_the_port
     env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(base)}
     out_path = tmp_path / "demo.out"
     with open(out_path, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--ranks", "2",
-                                 "--steps", "100000"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--ranks", "2", "--steps", "100000"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     ranks: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 120
@@ -197,8 +216,12 @@ def test_sigterm_to_the_demo_launcher_ends_every_rank_flushed_and_frees_the_port
             assert proc.poll() is None and time.monotonic() < deadline, out_path.read_text()
             time.sleep(0.1)
         ranks = psutil.Process(proc.pid).children(recursive=True)
-        listening = [(p.pid, c.laddr) for p in [psutil.Process(proc.pid), *ranks]
-                     for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        listening = [
+            (p.pid, c.laddr)
+            for p in [psutil.Process(proc.pid), *ranks]
+            for c in p.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
         t_term = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 130
@@ -218,14 +241,21 @@ def test_sigterm_to_the_demo_launcher_ends_every_rank_flushed_and_frees_the_port
     assert not taken, (taken, subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout)
     last = flushed_to_the_end(run_dir)
     assert "interrupted; the ranks were stopped" in out_path.read_text()
-    fault_table.add("processes", "SIGTERM to the `telemetry demo` launcher mid-run (2 ranks)",
-                    f"the launcher stopped both ranks and exited 130 in {ended_s:.1f} s; no rank process left; "
-                    f"its {len(ports)} listening ports free again",
-                    f"nothing: each rank flushed on its own SIGTERM (store up to steps {last[0]} and {last[1]}, "
-                    "both heartbeats 'finished')")
-    fault_table.add("security", "the demo job's listening sockets (Prometheus, torch.distributed's TCPStore, gloo)",
-                    f"all {len(ports)} on 127.0.0.1 (the launcher binds the TCPStore's socket to 127.0.0.1 and "
-                    "rank 0 serves on it: a TCPStore binding its own listens on every interface)", "nothing")
+    fault_table.add(
+        "processes",
+        "SIGTERM to the `telemetry demo` launcher mid-run (2 ranks)",
+        f"the launcher stopped both ranks and exited 130 in {ended_s:.1f} s; no rank process left; "
+        f"its {len(ports)} listening ports free again",
+        f"nothing: each rank flushed on its own SIGTERM (store up to steps {last[0]} and {last[1]}, "
+        "both heartbeats 'finished')",
+    )
+    fault_table.add(
+        "security",
+        "the demo job's listening sockets (Prometheus, torch.distributed's TCPStore, gloo)",
+        f"all {len(ports)} on 127.0.0.1 (the launcher binds the TCPStore's socket to 127.0.0.1 and "
+        "rank 0 serves on it: a TCPStore binding its own listens on every interface)",
+        "nothing",
+    )
 
 
 def test_shutdown_never_called_is_flushed_at_exit(tmp_path, healthy_job, fault_table):
@@ -235,9 +265,12 @@ def test_shutdown_never_called_is_flushed_at_exit(tmp_path, healthy_job, fault_t
     last = flushed_to_the_end(result.run_dir)
     assert last == {0: 199, 1: 199}
     assert "end_time_s" in open_input(result.run_dir).meta  # rank 0 closed the run as at a shutdown()
-    fault_table.add("processes", "telemetry.shutdown() never called (the ranks just exit)",
-                    f"finished; step time {result.ratio(healthy_job):.2f}x healthy; the exit-time shutdown "
-                    "flushed", "nothing: 200 of 200 steps per rank, both heartbeats 'finished'")
+    fault_table.add(
+        "processes",
+        "telemetry.shutdown() never called (the ranks just exit)",
+        f"finished; step time {result.ratio(healthy_job):.2f}x healthy; the exit-time shutdown flushed",
+        "nothing: 200 of 200 steps per rank, both heartbeats 'finished'",
+    )
 
 
 def test_shutdown_twice_returns_the_counters_once_and_loses_nothing(tmp_path, fault_table):
@@ -258,6 +291,9 @@ def test_shutdown_twice_returns_the_counters_once_and_loses_nothing(tmp_path, fa
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc == {"records": 50, "closed": True, "second": None}
     assert flushed_to_the_end(run_dir) == {0: 49}
-    fault_table.add("processes", "telemetry.shutdown() called twice",
-                    "the second call returns None and does nothing; no warning, no error",
-                    "nothing: 50 of 50 steps, heartbeat 'finished'")
+    fault_table.add(
+        "processes",
+        "telemetry.shutdown() called twice",
+        "the second call returns None and does nothing; no warning, no error",
+        "nothing: 50 of 50 steps, heartbeat 'finished'",
+    )

@@ -15,8 +15,8 @@ import sys
 import time
 
 import pytest
-
 from gloo_job import ROOT, GlooJob
+
 from telemetry.analysis.load import open_input
 
 pytestmark = pytest.mark.slow
@@ -78,8 +78,13 @@ def steps_of(text: str) -> set[int]:
 
 
 def analyze_json(run_dir: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "telemetry", "analyze", run_dir, "--json"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "telemetry", "analyze", run_dir, "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return json.loads(proc.stdout)
@@ -135,23 +140,34 @@ def broken_until_the_end(tmp_path, healthy_job, fault_table, fault: str, breaker
     assert doc["summary"]["ranks"] == 2 and doc["summary"]["last_step"] >= FILL_AT - 1
     ratio = result.ratio(healthy_job)
     assert ratio < 1.5
-    fault_table.add("storage", fault,
-                    f"finished; step time {ratio:.2f}x healthy; shutdown {result.shutdown_s():.2f} s",
-                    f"{'; '.join(lost_text)}: counted in stats()['sinks']['store']['dropped'] with the steps in "
-                    "['lost_steps'], logged once per rank and in shutdown's warning; every step before is "
-                    "read by `telemetry analyze`")
+    fault_table.add(
+        "storage",
+        fault,
+        f"finished; step time {ratio:.2f}x healthy; shutdown {result.shutdown_s():.2f} s",
+        f"{'; '.join(lost_text)}: counted in stats()['sinks']['store']['dropped'] with the steps in "
+        "['lost_steps'], logged once per rank and in shutdown's warning; every step before is "
+        "read by `telemetry analyze`",
+    )
 
 
 def test_disk_full_until_the_end_loses_exactly_the_steps_it_says(tmp_path, healthy_job, fault_table):
-    broken_until_the_end(tmp_path, healthy_job, fault_table,
-                         f"the run directory's disk full (tmpfs, ENOSPC) from step {FILL_AT} to the end",
-                         fill)
+    broken_until_the_end(
+        tmp_path,
+        healthy_job,
+        fault_table,
+        f"the run directory's disk full (tmpfs, ENOSPC) from step {FILL_AT} to the end",
+        fill,
+    )
 
 
 def test_read_only_run_directory_loses_exactly_the_steps_it_says(tmp_path, healthy_job, fault_table):
-    broken_until_the_end(tmp_path, healthy_job, fault_table,
-                         f"the run directory's file system remounted read-only (EROFS) from step {FILL_AT} "
-                         "to the end", lambda disk: remount(disk, "ro"))
+    broken_until_the_end(
+        tmp_path,
+        healthy_job,
+        fault_table,
+        f"the run directory's file system remounted read-only (EROFS) from step {FILL_AT} to the end",
+        lambda disk: remount(disk, "ro"),
+    )
 
 
 def test_disk_full_for_a_while_then_freed_loses_nothing(tmp_path, healthy_job, fault_table):
@@ -184,12 +200,14 @@ def test_disk_full_for_a_while_then_freed_loses_nothing(tmp_path, healthy_job, f
     ratio = result.ratio(healthy_job)
     assert ratio < 1.5
     failures = [result.ranks[r]["stats"]["sinks"]["store"]["failures"] for r in range(2)]
-    fault_table.add("storage", f"the run directory's disk full from step {FILL_AT} to about step {freed_at} "
-                    f"(of {steps}), then freed",
-                    f"finished; step time {ratio:.2f}x healthy; {min(failures)}-{max(failures)} failed writes "
-                    "per rank, counted, logged once",
-                    "nothing: what the disk refused was held in memory (at most 2048 records per rank) and "
-                    "written, in order, once it had space again")
+    fault_table.add(
+        "storage",
+        f"the run directory's disk full from step {FILL_AT} to about step {freed_at} (of {steps}), then freed",
+        f"finished; step time {ratio:.2f}x healthy; {min(failures)}-{max(failures)} failed writes "
+        "per rank, counted, logged once",
+        "nothing: what the disk refused was held in memory (at most 2048 records per rank) and "
+        "written, in order, once it had space again",
+    )
 
 
 def pad(path: str) -> None:
@@ -221,8 +239,24 @@ def test_the_demo_launcher_survives_a_full_disk_for_its_rank_logs_and_run_direct
         run_dir = os.path.join(disk, "run")
         out_path = tmp_path / "demo.out"
         with open(out_path, "w") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "telemetry", "demo", "--run-dir", run_dir, "--ranks", "2",
-                                     "--steps", str(steps)], cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "telemetry",
+                    "demo",
+                    "--run-dir",
+                    run_dir,
+                    "--ranks",
+                    "2",
+                    "--steps",
+                    str(steps),
+                ],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         ranks = []
         try:
             deadline = time.monotonic() + 120
@@ -246,24 +280,29 @@ def test_the_demo_launcher_survives_a_full_disk_for_its_rank_logs_and_run_direct
     assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err + shown, (err + shown)[-3000:]
     assert not survivors
-    m = re.search(r"job completed in ([0-9.]+) s: every rank finished its 300 steps, but the run directory holds "
-                  r"fewer \(rank 0: (\d+), rank 1: (\d+)\): its disk is full \(0 KiB free\)", shown)
+    m = re.search(
+        r"job completed in ([0-9.]+) s: every rank finished its 300 steps, but the run directory holds "
+        r"fewer \(rank 0: (\d+), rank 1: (\d+)\): its disk is full \(0 KiB free\)",
+        shown,
+    )
     assert m, shown[-3000:]
     held = {r: int(m.group(2 + r)) for r in range(2)}
     assert 0 < min(held.values()) and max(held.values()) < steps
-    fault_table.add("storage", "`telemetry demo`: the disk of its run directory (rank logs, run store) full from "
-                    f"about step {min(held.values())} of {steps}",
-                    f"finished ({steps} steps, exit 0, {time.monotonic() - t_full:.1f} s after the disk filled); "
-                    "the launcher says 'every rank finished its 300 steps, but the run directory holds fewer "
-                    f"(rank 0: {held[0]}, rank 1: {held[1]}): its disk is full'; no traceback; every rank process "
-                    "ended",
-                    "; ".join(f"rank {r} steps {n}-{steps - 1} from the run store" for r, n in held.items())
-                    + ", and the rank logs' lines after the disk filled (each rank counted its loss; its log could "
-                    "not take the warning)")
+    fault_table.add(
+        "storage",
+        "`telemetry demo`: the disk of its run directory (rank logs, run store) full from "
+        f"about step {min(held.values())} of {steps}",
+        f"finished ({steps} steps, exit 0, {time.monotonic() - t_full:.1f} s after the disk filled); "
+        "the launcher says 'every rank finished its 300 steps, but the run directory holds fewer "
+        f"(rank 0: {held[0]}, rank 1: {held[1]}): its disk is full'; no traceback; every rank process "
+        "ended",
+        "; ".join(f"rank {r} steps {n}-{steps - 1} from the run store" for r, n in held.items())
+        + ", and the rank logs' lines after the disk filled (each rank counted its loss; its log could "
+        "not take the warning)",
+    )
 
 
-def test_disk_full_longer_than_the_memory_bound_drops_the_oldest_and_says_which(tmp_path, monkeypatch,
-                                                                                 fault_table):
+def test_disk_full_longer_than_the_memory_bound_drops_the_oldest_and_says_which(tmp_path, monkeypatch, fault_table):
     """In one process, the store's memory bound made small (20 records instead of 2,048): the disk is
     full for 120 steps; the store keeps the newest 20 it could not write, drops the older ones (and
     says which), and writes the kept ones and everything after once the disk has space again."""
@@ -309,9 +348,12 @@ def test_disk_full_longer_than_the_memory_bound_drops_the_oldest_and_says_which(
         # the records after the dropped ones decode, with the shape line a dropped record brought (step 100's)
         assert all(table.loc[s, "log.loss"] == float(s) for s in kept), when
         assert all(table.loc[s, "log.lr"] == 0.1 for s in kept if s >= 100) and 100 in lost, when
-    fault_table.add("storage", "the run directory's disk full for 120 steps with the store's memory bound at 20 "
-                    "records (in-process; default 2,048)",
-                    "training went on (one process, 200 steps)",
-                    f"steps {store['lost_steps']} ({store['dropped']} records, the oldest beyond the bound): counted "
-                    "in stats()['sinks']['store']['dropped'] with their steps in ['lost_steps']; the 20 newest "
-                    "held and every later step written once the disk had space")
+    fault_table.add(
+        "storage",
+        "the run directory's disk full for 120 steps with the store's memory bound at 20 "
+        "records (in-process; default 2,048)",
+        "training went on (one process, 200 steps)",
+        f"steps {store['lost_steps']} ({store['dropped']} records, the oldest beyond the bound): counted "
+        "in stats()['sinks']['store']['dropped'] with their steps in ['lost_steps']; the 20 newest "
+        "held and every later step written once the disk had space",
+    )

@@ -111,12 +111,14 @@ def in_decorated_phase(exc):
 
 def test_exceptions_from_user_code_propagate_unchanged(run_dir, fault_table):
     telemetry.init(run_dir=run_dir, job="raises", sinks=["store"], announce=False)
-    cases = [("with step()", in_step, Boom("in a step")),
-             ("with phase()", in_phase, ValueError("in a phase")),
-             ("@telemetry.step", decorated_step, Boom("in a decorated step")),
-             ("@telemetry.phase", in_decorated_phase, Boom("in a decorated phase")),
-             ("KeyboardInterrupt in a phase", in_phase, KeyboardInterrupt())]
-    for i, (what, call, exc) in enumerate(cases):
+    cases = [
+        ("with step()", in_step, Boom("in a step")),
+        ("with phase()", in_phase, ValueError("in a phase")),
+        ("@telemetry.step", decorated_step, Boom("in a decorated step")),
+        ("@telemetry.phase", in_decorated_phase, Boom("in a decorated phase")),
+        ("KeyboardInterrupt in a phase", in_phase, KeyboardInterrupt()),
+    ]
+    for _i, (what, call, exc) in enumerate(cases):
         with pytest.raises(BaseException) as info:
             call(exc)
         assert info.value is exc, what  # the same object, so the same type and message
@@ -134,19 +136,21 @@ def test_exceptions_from_user_code_propagate_unchanged(run_dir, fault_table):
     assert t["ok"].tolist() == [False, True] * len(cases)  # each raising step recorded, ok = false
     assert (t["forward_s"].iloc[[2, 3, 5, 9]] > 0).all() and t["decorated_s"].iloc[6] > 0  # the phases too
     assert stats["usage_errors"] == {} and stats["sinks"]["store"]["dropped"] == 0
-    fault_table.add("user code", "exceptions raised inside telemetry.step(), phase(), @telemetry.step, "
-                    "@telemetry.phase, and a KeyboardInterrupt inside a phase",
-                    "each propagated unchanged (the same object, its traceback ending at the raise, nothing "
-                    "chained); the loop went on",
-                    f"nothing: all {len(t)} steps recorded, the {int((~t['ok']).sum())} that raised with "
-                    "ok = false and the time of their phases")
+    fault_table.add(
+        "user code",
+        "exceptions raised inside telemetry.step(), phase(), @telemetry.step, "
+        "@telemetry.phase, and a KeyboardInterrupt inside a phase",
+        "each propagated unchanged (the same object, its traceback ending at the raise, nothing "
+        "chained); the loop went on",
+        f"nothing: all {len(t)} steps recorded, the {int((~t['ok']).sum())} that raised with "
+        "ok = false and the time of their phases",
+    )
 
 
 # ---- many threads ------------------------------------------------------------------------------------
 def test_telemetry_from_many_threads_at_once(run_dir, fault_table, test_sinks, caplog):
     threads, each = 8, 500
-    telemetry.init(run_dir=run_dir, job="threads", sinks=["store", "capture"], announce=False,
-                   flush_interval_s=0.05)
+    telemetry.init(run_dir=run_dir, job="threads", sinks=["store", "capture"], announce=False, flush_interval_s=0.05)
     errors: list[BaseException] = []
     start = threading.Barrier(threads)
 
@@ -183,12 +187,15 @@ def test_telemetry_from_many_threads_at_once(run_dir, fault_table, test_sinks, c
     assert phases + spans_dropped == attempts  # every phase, rejected step or not, is in a step
     assert stats["unattributed_events"] == 0 and stats["sinks"]["store"]["written"] == stats["records"]
     assert caplog.text.count("a step entered from another thread meanwhile is ignored") == (1 if ignored else 0)
-    fault_table.add("user code", f"{threads} threads at once, each {each} steps with a phase and a log",
-                    f"no exception in any thread; {len(records)} steps recorded, {ignored} entered while "
-                    "another thread's step was open (one step at a time per process): ignored, logged once",
-                    f"nothing unaccounted: {len(records)} recorded + {ignored} in stats()['usage_errors']"
-                    f"['nested-step'] = {attempts} steps; all {attempts} phases are in recorded steps"
-                    + (f" ({spans_dropped} over the 512-span cap, counted)" if spans_dropped else ""))
+    fault_table.add(
+        "user code",
+        f"{threads} threads at once, each {each} steps with a phase and a log",
+        f"no exception in any thread; {len(records)} steps recorded, {ignored} entered while "
+        "another thread's step was open (one step at a time per process): ignored, logged once",
+        f"nothing unaccounted: {len(records)} recorded + {ignored} in stats()['usage_errors']"
+        f"['nested-step'] = {attempts} steps; all {attempts} phases are in recorded steps"
+        + (f" ({spans_dropped} over the 512-span cap, counted)" if spans_dropped else ""),
+    )
 
 
 # ---- DataLoader workers ---------------------------------------------------------------------------------
@@ -216,14 +223,14 @@ class Probe(torch.utils.data.Dataset):
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_dataloader_workers_record_nothing_and_start_nothing(run_dir, fault_table, context):
     port = free_port()
-    telemetry.init(run_dir=run_dir, job="workers", sinks=["store", "prometheus"], prometheus_port=port,
-                   announce=False)
-    loader = torch.utils.data.DataLoader(Probe(), batch_size=4, num_workers=2, multiprocessing_context=context,
-                                         persistent_workers=True)
+    telemetry.init(run_dir=run_dir, job="workers", sinks=["store", "prometheus"], prometheus_port=port, announce=False)
+    loader = torch.utils.data.DataLoader(
+        Probe(), batch_size=4, num_workers=2, multiprocessing_context=context, persistent_workers=True
+    )
     states, pids = [], set()
     t0 = time.monotonic()
-    for epoch in range(2):
-        for x, state, pid in telemetry.watch(loader):
+    for _epoch in range(2):
+        for _x, state, pid in telemetry.watch(loader):
             with telemetry.step():
                 states += state.tolist()
                 pids.update(pid.tolist())
@@ -242,20 +249,28 @@ def test_dataloader_workers_record_nothing_and_start_nothing(run_dir, fault_tabl
     # the main process's wait for each batch: the first starts the workers, 4 items of 10 ms
     assert (t["data_s"] > 0).all() and t["data_s"].iloc[0] > 0.04
     assert stats["unattributed_events"] == 0 and stats["usage_errors"] == {}
-    fault_table.add("user code", f"DataLoader with 2 persistent {context}ed workers (2 epochs) whose dataset "
-                    "calls telemetry.step() and log()",
-                    f"finished in {wall_s:.1f} s; the workers had no session, no recorder, no telemetry thread, "
-                    "and held no copy of the /metrics socket (the port was free after shutdown while they "
-                    f"lived); the main loop's data wait recorded (median {t['data_s'].median() * 1e3:.0f} ms a "
-                    "batch)",
-                    "nothing: the main loop's 12 steps, and nothing from the workers (as documented)")
+    fault_table.add(
+        "user code",
+        f"DataLoader with 2 persistent {context}ed workers (2 epochs) whose dataset calls telemetry.step() and log()",
+        f"finished in {wall_s:.1f} s; the workers had no session, no recorder, no telemetry thread, "
+        "and held no copy of the /metrics socket (the port was free after shutdown while they "
+        f"lived); the main loop's data wait recorded (median {t['data_s'].median() * 1e3:.0f} ms a "
+        "batch)",
+        "nothing: the main loop's 12 steps, and nothing from the workers (as documented)",
+    )
 
 
 # ---- microsecond steps overrunning the buffer ---------------------------------------------------------
 def test_microsecond_steps_overrun_the_buffer_without_blocking_or_growing(run_dir, fault_table, caplog):
     port = free_port()
-    telemetry.init(run_dir=run_dir, job="tight", sinks=["store", "prometheus"], prometheus_port=port,
-                   buffer_events=1024, announce=False)
+    telemetry.init(
+        run_dir=run_dir,
+        job="tight",
+        sinks=["store", "prometheus"],
+        prometheus_port=port,
+        buffer_events=1024,
+        announce=False,
+    )
     n, chunk = 200_000, 1000
     proc = psutil.Process()
     for _ in range(2000):  # warm-up: the sinks' first writes (imports, buffers) are not the buffer's growth
@@ -292,23 +307,32 @@ def test_microsecond_steps_overrun_the_buffer_without_blocking_or_growing(run_di
     assert f"not delivered: buffer: {stats['events_dropped']} event(s) (the hot-path buffer was full)" in caplog.text
     assert growth_mib < 16, f"RSS grew {growth_mib:.1f} MiB"
     assert rate > 50_000 and slowest < 0.5, (rate, slowest)  # never blocked waiting for the pipeline
-    fault_table.add("user code", f"{n:,} empty steps in a tight loop, buffer_events 1024",
-                    f"never blocked: {rate / 1e3:.0f}k steps/s, slowest 1,000 steps {slowest * 1e3:.1f} ms; "
-                    f"memory grew {growth_mib:.1f} MiB (bound 16 MiB)",
-                    f"{stats['events_dropped']:,} of {events:,} events dropped, so {n + 2000 - written:,} of "
-                    f"{n + 2000:,} steps not recorded; counted in stats()['events_dropped'] and "
-                    f"train_telemetry_dropped_total{{sink=\"buffer\"}} ({int(exported):,} at the end of the loop) "
-                    "and the shutdown warning")
+    fault_table.add(
+        "user code",
+        f"{n:,} empty steps in a tight loop, buffer_events 1024",
+        f"never blocked: {rate / 1e3:.0f}k steps/s, slowest 1,000 steps {slowest * 1e3:.1f} ms; "
+        f"memory grew {growth_mib:.1f} MiB (bound 16 MiB)",
+        f"{stats['events_dropped']:,} of {events:,} events dropped, so {n + 2000 - written:,} of "
+        f"{n + 2000:,} steps not recorded; counted in stats()['events_dropped'] and "
+        f'train_telemetry_dropped_total{{sink="buffer"}} ({int(exported):,} at the end of the loop) '
+        "and the shutdown warning",
+    )
 
 
 # ---- a sink that raises -------------------------------------------------------------------------------
 def test_a_raising_sink_is_isolated_logged_once_and_counted(run_dir, fault_table, test_sinks, caplog):
     port = free_port()
     caplog.set_level(logging.WARNING, logger="telemetry")
-    telemetry.init(run_dir=run_dir, job="raiser", sinks=["store", "prometheus", "raiser"], prometheus_port=port,
-                   flush_interval_s=0.05, announce=False)
+    telemetry.init(
+        run_dir=run_dir,
+        job="raiser",
+        sinks=["store", "prometheus", "raiser"],
+        prometheus_port=port,
+        flush_interval_s=0.05,
+        announce=False,
+    )
     n = 50
-    for i in range(n):
+    for _i in range(n):
         with telemetry.step():
             with telemetry.phase("forward"):
                 time.sleep(0.002)
@@ -332,9 +356,11 @@ def test_a_raising_sink_is_isolated_logged_once_and_counted(run_dir, fault_table
     assert len(writes) == 1 and len(progresses) == 1, messages
     t = open_input(run_dir).table
     assert t["step"].tolist() == list(range(n))
-    fault_table.add("user code", "a sink plug-in that raises on every call (RuntimeError in write, SystemExit "
-                    "in progress)",
-                    f"unaffected; the sink's {raiser['failures']} failures isolated, each kind logged once",
-                    f"what that sink was given: {raiser['dropped']} step records, counted in "
-                    "stats()['sinks']['raiser'] and train_telemetry_dropped_total{sink=\"raiser\"}; the store "
-                    f"and /metrics have all {n} steps")
+    fault_table.add(
+        "user code",
+        "a sink plug-in that raises on every call (RuntimeError in write, SystemExit in progress)",
+        f"unaffected; the sink's {raiser['failures']} failures isolated, each kind logged once",
+        f"what that sink was given: {raiser['dropped']} step records, counted in "
+        "stats()['sinks']['raiser'] and train_telemetry_dropped_total{sink=\"raiser\"}; the store "
+        f"and /metrics have all {n} steps",
+    )

@@ -25,8 +25,8 @@ import pandas as pd
 from ..findings import SEVERITIES, Finding, severity_for
 from .causes import attach_causes
 from .hang import detect_hang
-from .lost import detect_lost_ranks
 from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
+from .lost import detect_lost_ranks
 from .matrix import StepMatrix, from_table, gaps_after, nan_to_zero, nanmedian, rank_median
 from .memory import detect_memory_growth
 from .regression import RegressionParams, detect_regressions
@@ -47,11 +47,18 @@ class Analysis:
         return {"findings": [f.to_dict() for f in self.findings], "summary": self.summary}
 
 
-def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | None = None,
-            world_size: int | None = None, hang_bound_s: float | None = None,
-            straggler: StragglerParams | None = None, imbalance: ImbalanceParams | None = None,
-            regression: RegressionParams | None = None, step_resolution: bool = True,
-            utilization: UtilizationParams | None = None, ops: pd.DataFrame | None = None) -> Analysis:
+def analyze(
+    table: pd.DataFrame,
+    progress: Mapping[int, Mapping[str, Any]] | None = None,
+    world_size: int | None = None,
+    hang_bound_s: float | None = None,
+    straggler: StragglerParams | None = None,
+    imbalance: ImbalanceParams | None = None,
+    regression: RegressionParams | None = None,
+    step_resolution: bool = True,
+    utilization: UtilizationParams | None = None,
+    ops: pd.DataFrame | None = None,
+) -> Analysis:
     """``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
     moving imbalance is then not looked for, since a block's median averages away the work that
     moves from step to step and what is left between blocks is noise, not imbalance; nor are the
@@ -64,7 +71,7 @@ def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | Non
     if m is not None and m.n_steps:
         sp = straggler or StragglerParams()
         live = np.zeros(m.n_steps, dtype=bool)
-        live[sp.warmup(m.n_steps):] = True
+        live[sp.warmup(m.n_steps) :] = True
         found, shift = detect_stragglers(m, sp)
         findings += found
         found, more = detect_data_stalls(m, live, shift, sp)
@@ -84,8 +91,9 @@ def analyze(table: pd.DataFrame, progress: Mapping[int, Mapping[str, Any]] | Non
         first = float(table["start_s"].min()) if len(table) else None
         lost = detect_lost_ranks(progress, first)
         findings.extend(lost)
-        findings.extend(detect_hang(progress, m, world_size, hang_bound_s,
-                                    explained={r for f in lost for r in f.ranks}))
+        findings.extend(
+            detect_hang(progress, m, world_size, hang_bound_s, explained={r for f in lost for r in f.ranks})
+        )
     if m is not None and m.n_steps:
         attach_causes(m, findings)
     summary = _summary(m, findings, shift)
@@ -100,14 +108,19 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
         return {"ranks": 0, "steps": 0, "findings": 0, "slowdown": 0.0, "severity": None}
     t = m.step_time()
     total = slowdown(m, shift) if shift is not None else 0.0
-    regressed = sum(f.slowdown * covered_seconds(m, f) for f in findings
-                    if f.kind in ("regression", "slow_comm") or (f.kind == "data_stall" and not f.ranks
-                                                                  and f.details.get("before_s") is not None))
+    regressed = sum(
+        f.slowdown * covered_seconds(m, f)
+        for f in findings
+        if f.kind in ("regression", "slow_comm")
+        or (f.kind == "data_stall" and not f.ranks and f.details.get("before_s") is not None)
+    )
     total = min(1.0, total + regressed / max(float(np.nansum(t)), 1e-12))
     up = uptime(m)
     out: dict[str, Any] = {
-        "ranks": m.n_ranks, "steps": m.n_steps,
-        "first_step": int(m.steps[0]), "last_step": int(m.steps[-1]),
+        "ranks": m.n_ranks,
+        "steps": m.n_steps,
+        "first_step": int(m.steps[0]),
+        "last_step": int(m.steps[-1]),
         "step_time_s": float(nanmedian(t)),
         "slowdown": round(total, 6),
         "findings": len(findings),
@@ -133,8 +146,9 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
 def covered_seconds(m: StepMatrix, f: Finding) -> float:
     """Seconds of job time in the steps a finding covers."""
     t = m.step_time()
-    mask = (m.steps >= (f.first_step if f.first_step is not None else m.steps[0])) & \
-           (m.steps <= (f.last_step if f.last_step is not None else m.steps[-1]))
+    mask = (m.steps >= (f.first_step if f.first_step is not None else m.steps[0])) & (
+        m.steps <= (f.last_step if f.last_step is not None else m.steps[-1])
+    )
     return float(np.nansum(t[mask]))
 
 
@@ -156,9 +170,13 @@ def uptime(m: StepMatrix) -> dict[str, Any]:
     last_i = np.flatnonzero(ok)[-1]
     wall = float(start[last_i] + t[last_i] - first)
     gaps, long = gaps_after(m)
-    out.update(wall_s=round(max(wall, in_steps), 3), between_steps_s=round(float(gaps[~long].sum()), 3),
-               lost_s=round(float(gaps[long].sum()), 3), restarts=int(long.sum()),
-               restarted_at_steps=[int(s) for s in m.steps[1:][long[:-1]]][:20])
+    out.update(
+        wall_s=round(max(wall, in_steps), 3),
+        between_steps_s=round(float(gaps[~long].sum()), 3),
+        lost_s=round(float(gaps[long].sum()), 3),
+        restarts=int(long.sum()),
+        restarted_at_steps=[int(s) for s in m.steps[1:][long[:-1]]][:20],
+    )
     return out
 
 
@@ -189,8 +207,13 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None 
     if m.comm is not None:
         comm = float(np.nansum(m.comm_own()[~spikes]))
         comm = comm if np.isfinite(comm) else 0.0
-    parts = {"compute": compute, "data_wait": data, "straggler_wait": culprit, "checkpoint": checkpoint,
-             "communication": comm}
+    parts = {
+        "compute": compute,
+        "data_wait": data,
+        "straggler_wait": culprit,
+        "checkpoint": checkpoint,
+        "communication": comm,
+    }
     scale = min(1.0, total / max(sum(parts.values()), 1e-12))  # overlapping estimates never exceed 100%
     out = {k: round(v * scale / wall, 4) for k, v in parts.items()}
     out["other"] = round(max(0.0, total / wall - sum(out.values())), 4)
@@ -201,6 +224,19 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None 
     return out
 
 
-__all__ = ["Analysis", "Finding", "ImbalanceParams", "RegressionParams", "StepMatrix", "StragglerParams",
-           "UtilizationParams",
-           "analyze", "covered_seconds", "detect_hang", "detect_stragglers", "from_table", "severity_for", "straggler_scores"]
+__all__ = [
+    "Analysis",
+    "Finding",
+    "ImbalanceParams",
+    "RegressionParams",
+    "StepMatrix",
+    "StragglerParams",
+    "UtilizationParams",
+    "analyze",
+    "covered_seconds",
+    "detect_hang",
+    "detect_stragglers",
+    "from_table",
+    "severity_for",
+    "straggler_scores",
+]

@@ -82,7 +82,6 @@ def _causes(m: StepMatrix, f: Finding) -> list[tuple[float, dict[str, str]]]:
     return out
 
 
-
 @contextlib.contextmanager
 def _quiet():
     """All-NaN slices (a rank with no device readings in the range) give NaN, without numpy's
@@ -90,6 +89,7 @@ def _quiet():
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         yield
+
 
 class _Pair:
     """One signal, the culprit's against its peers' over the steps (or, job-wide: the median over
@@ -146,30 +146,63 @@ class _Pair:
 def _device(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
     out = []
     flagged = False
-    for kind, reasons, what in (("gpu_thermal", THERMAL, "thermal"), ("gpu_power_cap", POWER, "power"),
-                                ("gpu_hw_slowdown", HW, "hardware")):
+    for kind, reasons, what in (
+        ("gpu_thermal", THERMAL, "thermal"),
+        ("gpu_power_cap", POWER, "power"),
+        ("gpu_hw_slowdown", HW, "hardware"),
+    ):
         for r in reasons:
             s = p.share(f"gpu_clock_event_{r}")
             if s and s[0] >= 0.2 and s[0] - s[1] >= 0.2:
                 flagged = True
-                out.append((1.0 + s[0], {"kind": kind, "evidence": (
-                    f"{who}: NVML reports {r} ({what} clock limit) on {s[0]:.0%} of these steps, "
-                    f"against {s[1]:.0%} for {peers}")}))
+                out.append(
+                    (
+                        1.0 + s[0],
+                        {
+                            "kind": kind,
+                            "evidence": (
+                                f"{who}: NVML reports {r} ({what} clock limit) on {s[0]:.0%} of these steps, "
+                                f"against {s[1]:.0%} for {peers}"
+                            ),
+                        },
+                    )
+                )
                 break
     temp, clock = p.level("gpu_temperature_celsius"), p.level("gpu_sm_clock_hertz")
     if not flagged and temp and clock and temp[0] - temp[1] >= 10 and clock[0] <= 0.95 * clock[1]:
         flagged = True
-        out.append((0.9, {"kind": "gpu_thermal", "evidence": (
-            f"{who}: GPU at {temp[0]:.0f} °C against {temp[1]:.0f} °C for {peers}, SM clock "
-            f"{clock[0] / 1e6:.0f} MHz against {clock[1] / 1e6:.0f} MHz")}))
+        out.append(
+            (
+                0.9,
+                {
+                    "kind": "gpu_thermal",
+                    "evidence": (
+                        f"{who}: GPU at {temp[0]:.0f} °C against {temp[1]:.0f} °C for {peers}, SM clock "
+                        f"{clock[0] / 1e6:.0f} MHz against {clock[1] / 1e6:.0f} MHz"
+                    ),
+                },
+            )
+        )
     if not flagged and clock and clock[1] > 0 and clock[0] <= 0.95 * clock[1]:
-        out.append((0.8 * (1 - clock[0] / clock[1]) + 0.5, {"kind": "gpu_clocks", "evidence": (
-            f"{who}: SM clock {clock[0] / 1e6:.0f} MHz against {clock[1] / 1e6:.0f} MHz for {peers} "
-            "(no clock-event reason reported)")}))
+        out.append(
+            (
+                0.8 * (1 - clock[0] / clock[1]) + 0.5,
+                {
+                    "kind": "gpu_clocks",
+                    "evidence": (
+                        f"{who}: SM clock {clock[0] / 1e6:.0f} MHz against {clock[1] / 1e6:.0f} MHz for {peers} "
+                        "(no clock-event reason reported)"
+                    ),
+                },
+            )
+        )
     errors = []
-    for name, label in (("gpu_ecc_errors_corrected", "corrected ECC errors"),
-                        ("gpu_ecc_errors_uncorrected", "uncorrected ECC errors"), ("gpu_pcie_replays", "PCIe replays"),
-                        ("gpu_xid_errors", "XID errors")):
+    for name, label in (
+        ("gpu_ecc_errors_corrected", "corrected ECC errors"),
+        ("gpu_ecc_errors_uncorrected", "uncorrected ECC errors"),
+        ("gpu_pcie_replays", "PCIe replays"),
+        ("gpu_xid_errors", "XID errors"),
+    ):
         g = p.growth(name)
         if g and g[0] > 0 and g[0] > 2 * g[1]:
             errors.append(f"{g[0]:.0f} new {label}")
@@ -185,13 +218,16 @@ def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
     cpu = p.level("process_cpu_ratio")
     why = []
     if sw and sw[0] >= 20 and sw[0] >= 3 * max(sw[1], 1.0):
-        why.append(f"its training thread was switched out involuntarily {sw[0]:.0f}/s against {sw[1]:.0f}/s "
-                   f"for {peers}")
+        why.append(
+            f"its training thread was switched out involuntarily {sw[0]:.0f}/s against {sw[1]:.0f}/s for {peers}"
+        )
     if steal and steal[0] - steal[1] >= 0.05:
         why.append(f"its host's CPU steal is {steal[0]:.0%} against {steal[1]:.0%}")
     if cpu and cpu[1] > 0 and cpu[0] <= 0.8 * cpu[1]:
-        why.append(f"{'it' if p.before is None else 'the median rank'} got {cpu[0]:.2f} cores against "
-                   f"{cpu[1]:.2f} {'for ' + peers if p.before is None else peers}")
+        why.append(
+            f"{'it' if p.before is None else 'the median rank'} got {cpu[0]:.2f} cores against "
+            f"{cpu[1]:.2f} {'for ' + peers if p.before is None else peers}"
+        )
     if why:
         out.append((0.85 + 0.05 * len(why), {"kind": "cpu_contention", "evidence": f"{who}: " + "; ".join(why)}))
     faults = p.level("process_major_faults_per_second")
@@ -206,16 +242,27 @@ def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
     return out
 
 
-def _data(m: StepMatrix, f: Finding, culprits: np.ndarray, cols: np.ndarray, who: str) -> list[tuple[float, dict[str, str]]]:
+def _data(
+    m: StepMatrix, f: Finding, culprits: np.ndarray, cols: np.ndarray, who: str
+) -> list[tuple[float, dict[str, str]]]:
     if f.kind == "data_stall" or f.phase == "data":
         d = m.data
         with _quiet():
             a = float(np.nanmedian(d[culprits][:, cols]))
             b = float(np.nanmedian(d[~culprits][:, cols]))
         if np.isfinite(a) and np.isfinite(b):
-            return [(0.7, {"kind": "data_loader", "evidence": (
-                f"{who} waits {a * 1e3:.1f} ms per step for its next batch against {b * 1e3:.1f} ms for its peers: "
-                "its input pipeline, not its device")})]
+            return [
+                (
+                    0.7,
+                    {
+                        "kind": "data_loader",
+                        "evidence": (
+                            f"{who} waits {a * 1e3:.1f} ms per step for its next batch against {b * 1e3:.1f} ms for its peers: "
+                            "its input pipeline, not its device"
+                        ),
+                    },
+                )
+            ]
         return []
     mine = np.flatnonzero(culprits)
     peers = even_sample(np.flatnonzero(~culprits))  # the peers' centre needs no more than 64 of them
@@ -227,6 +274,15 @@ def _data(m: StepMatrix, f: Finding, culprits: np.ndarray, cols: np.ndarray, who
         excess = float(np.nanmedian(busy(mine)) - np.nanmedian(busy(peers)))
         dwait = float(np.nanmedian(m.data[mine][:, cols]) - np.nanmedian(m.data[peers][:, cols]))
     if np.isfinite(excess) and np.isfinite(dwait) and excess > 0 and dwait >= 0.5 * excess:
-        return [(0.6, {"kind": "data_loader", "evidence": (
-            f"{who} waits {dwait * 1e3:.1f} ms more per step for data than its peers, half or more of its excess")})]
+        return [
+            (
+                0.6,
+                {
+                    "kind": "data_loader",
+                    "evidence": (
+                        f"{who} waits {dwait * 1e3:.1f} ms more per step for data than its peers, half or more of its excess"
+                    ),
+                },
+            )
+        ]
     return []

@@ -81,29 +81,57 @@ def diff(base: pd.DataFrame, new: pd.DataFrame, params: DiffParams | None = None
         if pval >= bound:
             best = mann_whitney_p(np.zeros(len(xb)), np.ones(len(xn)))  # every block on one side
             if best >= bound:
-                undecided[name] = (f"{len(xb)} vs {len(xn)} blocks of {p.block} steps cannot reach "
-                                   f"p < {bound:.0e} (at best p = {best:.1e}): run more steps to decide "
-                                   f"a {effect:+.0%} change")
+                undecided[name] = (
+                    f"{len(xb)} vs {len(xn)} blocks of {p.block} steps cannot reach "
+                    f"p < {bound:.0e} (at best p = {best:.1e}): run more steps to decide "
+                    f"a {effect:+.0%} change"
+                )
             continue
         kind = "regression" if effect > 0 else "improvement"
         cost = (ln - lb) / step_new if step_new > 0 else 0.0
-        label = "the step" if name == "step" else ("the collectives' own time" if name == "comm" else
-                                                  "the data wait" if name == "data" else f"phase {name}")
-        findings.append(Finding(
-            kind=kind, ranks=[], phase=None if name in ("step", "comm") else name,
-            first_step=int(mn.steps[0]), last_step=int(mn.steps[-1]),
-            severity=severity_for(max(cost, 0.0)) if kind == "regression" else "info",
-            slowdown=max(cost, 0.0),
-            evidence=(f"{label}: {lb * 1e3:.2f} ms -> {ln * 1e3:.2f} ms per step ({effect:+.1%}; Mann-Whitney on "
-                      f"{len(xb)} vs {len(xn)} blocks of {p.block} steps, p = {pval:.1e})"
-                      + (f"; {abs(cost):.1%} of the new step time" if name != "step" else "")),
-            details={"series": name, "base_s": lb, "new_s": ln, "change": effect, "p": pval}))
+        label = (
+            "the step"
+            if name == "step"
+            else (
+                "the collectives' own time"
+                if name == "comm"
+                else "the data wait"
+                if name == "data"
+                else f"phase {name}"
+            )
+        )
+        findings.append(
+            Finding(
+                kind=kind,
+                ranks=[],
+                phase=None if name in ("step", "comm") else name,
+                first_step=int(mn.steps[0]),
+                last_step=int(mn.steps[-1]),
+                severity=severity_for(max(cost, 0.0)) if kind == "regression" else "info",
+                slowdown=max(cost, 0.0),
+                evidence=(
+                    f"{label}: {lb * 1e3:.2f} ms -> {ln * 1e3:.2f} ms per step ({effect:+.1%}; Mann-Whitney on "
+                    f"{len(xb)} vs {len(xn)} blocks of {p.block} steps, p = {pval:.1e})"
+                    + (f"; {abs(cost):.1%} of the new step time" if name != "step" else "")
+                ),
+                details={"series": name, "base_s": lb, "new_s": ln, "change": effect, "p": pval},
+            )
+        )
     findings.sort(key=lambda f: (f.kind != "regression", -f.slowdown))
-    summary = {"base_step_s": step_base, "new_step_s": step_new,
-               "step_change": step_new / step_base - 1.0 if step_base > 0 else None,
-               "base_steps": mb.n_steps, "new_steps": mn.n_steps, "base_ranks": mb.n_ranks, "new_ranks": mn.n_ranks,
-               "series": changes, "min_effect": p.min_effect, "alpha": p.alpha, "max_alpha": p.max_alpha,
-               "undecided": undecided}
+    summary = {
+        "base_step_s": step_base,
+        "new_step_s": step_new,
+        "step_change": step_new / step_base - 1.0 if step_base > 0 else None,
+        "base_steps": mb.n_steps,
+        "new_steps": mn.n_steps,
+        "base_ranks": mb.n_ranks,
+        "new_ranks": mn.n_ranks,
+        "series": changes,
+        "min_effect": p.min_effect,
+        "alpha": p.alpha,
+        "max_alpha": p.max_alpha,
+        "undecided": undecided,
+    }
     if mb.tokens is not None and mn.tokens is not None:
         tb = mb.tokens.sum() / max(float(np.nansum(mb.step_time())), 1e-12)
         tn = mn.tokens.sum() / max(float(np.nansum(mn.step_time())), 1e-12)

@@ -15,7 +15,6 @@ import numpy as np
 from ..findings import Finding
 from .matrix import StepMatrix, nanmedian
 
-
 MIN_BOUND_S = 10.0
 BOUND_STEPS = 30.0
 
@@ -37,9 +36,13 @@ def hang_bound_s(m: StepMatrix | None, bound_s: float | None = None) -> float:
     return hang_bound(med, bound_s)
 
 
-def detect_hang(progress: Mapping[int, Mapping[str, Any]], m: StepMatrix | None,
-                world_size: int | None = None, bound_s: float | None = None,
-                explained: set[int] | frozenset[int] = frozenset()) -> list[Finding]:
+def detect_hang(
+    progress: Mapping[int, Mapping[str, Any]],
+    m: StepMatrix | None,
+    world_size: int | None = None,
+    bound_s: float | None = None,
+    explained: set[int] | frozenset[int] = frozenset(),
+) -> list[Finding]:
     """``explained``: ranks already reported lost; a stall they alone caused is their finding."""
     if not progress:
         return []
@@ -57,8 +60,9 @@ def detect_hang(progress: Mapping[int, Mapping[str, Any]], m: StepMatrix | None,
     silent = sorted(r for r, p in beats.items() if now - float(p.get("time_s") or 0) > bound)
     missing = sorted(set(range(world_size)) - set(beats)) if world_size else []
     waiting = sorted(r for r, p in beats.items() if p.get("collective") and r not in silent)
-    outside = sorted(r for r, p in beats.items()
-                     if not p.get("collective") and p.get("open_step") is not None and r not in silent)
+    outside = sorted(
+        r for r, p in beats.items() if not p.get("collective") and p.get("open_step") is not None and r not in silent
+    )
     culprits = sorted(set(silent) | set(missing) | (set(outside) if waiting else set()))
     if not culprits:
         culprits = sorted(beats)  # everyone blocked alike: the job as a whole is stuck
@@ -84,9 +88,19 @@ def detect_hang(progress: Mapping[int, Mapping[str, Any]], m: StepMatrix | None,
     if waiting and set(waiting) - set(culprits):
         ops = sorted({beats[r]["collective"] for r in waiting})
         parts.append(f"rank(s) {', '.join(map(str, waiting))} wait in {', '.join(ops)}")
-    return [Finding(kind="hang", ranks=culprits, phase=phase, first_step=step, last_step=step,
-                    severity="critical", slowdown=1.0, evidence="; ".join(parts),
-                    details={"stalled_s": stalled_for, "bound_s": bound, "waiting_ranks": waiting})]
+    return [
+        Finding(
+            kind="hang",
+            ranks=culprits,
+            phase=phase,
+            first_step=step,
+            last_step=step,
+            severity="critical",
+            slowdown=1.0,
+            evidence="; ".join(parts),
+            details={"stalled_s": stalled_for, "bound_s": bound, "waiting_ranks": waiting},
+        )
+    ]
 
 
 def _in_phase(progress: dict) -> str:

@@ -41,8 +41,9 @@ def _phase_breakdown(m: StepMatrix, idx: np.ndarray, live: np.ndarray, ref_idx: 
     return out
 
 
-def detect_stage_imbalance(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
-                           p: ImbalanceParams | None = None) -> tuple[list[Finding], np.ndarray]:
+def detect_stage_imbalance(
+    m: StepMatrix, live: np.ndarray, shift: np.ndarray, p: ImbalanceParams | None = None
+) -> tuple[list[Finding], np.ndarray]:
     p = p or ImbalanceParams()
     out_shift = np.zeros_like(shift)
     if not m.has_layout:
@@ -71,19 +72,31 @@ def detect_stage_imbalance(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
         phase = max(phases, key=phases.get) if phases else None
         ranks = [int(r) for r in m.ranks[idx]]
         s0, s1 = int(m.steps[live][0]), int(m.steps[live][-1])
-        findings.append(Finding(
-            kind="stage_imbalance", ranks=ranks, phase=phase, first_step=s0, last_step=s1,
-            severity=severity_for(cost), slowdown=cost,
-            evidence=(f"pipeline stage {int(g)} (ranks {', '.join(map(str, ranks))}) computes {med * 1e3:.1f} ms "
-                      f"more per step than the typical stage ({base * 1e3:.1f} ms, {1 + med / base:.2f}x)"
-                      + (f", most of it in {phase}" if phase else "") + f"; rebalancing it would make steps "
-                      f"{cost:.1%} faster (replay of a synchronous step; with pipelining this is an upper bound)"),
-            details={"stage": int(g), "excess_s": med, "typical_stage_s": base, "phase_excess_s": phases}))
+        findings.append(
+            Finding(
+                kind="stage_imbalance",
+                ranks=ranks,
+                phase=phase,
+                first_step=s0,
+                last_step=s1,
+                severity=severity_for(cost),
+                slowdown=cost,
+                evidence=(
+                    f"pipeline stage {int(g)} (ranks {', '.join(map(str, ranks))}) computes {med * 1e3:.1f} ms "
+                    f"more per step than the typical stage ({base * 1e3:.1f} ms, {1 + med / base:.2f}x)"
+                    + (f", most of it in {phase}" if phase else "")
+                    + f"; rebalancing it would make steps "
+                    f"{cost:.1%} faster (replay of a synchronous step; with pipelining this is an upper bound)"
+                ),
+                details={"stage": int(g), "excess_s": med, "typical_stage_s": base, "phase_excess_s": phases},
+            )
+        )
     return findings, out_shift
 
 
-def detect_moving_imbalance(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
-                            p: ImbalanceParams | None = None) -> tuple[list[Finding], np.ndarray | None]:
+def detect_moving_imbalance(
+    m: StepMatrix, live: np.ndarray, shift: np.ndarray, p: ImbalanceParams | None = None
+) -> tuple[list[Finding], np.ndarray | None]:
     """The cheap tests first (who is slowest each step, phase correlation), the replay last."""
     p = p or ImbalanceParams()
     c = m.compute - shift
@@ -115,13 +128,23 @@ def detect_moving_imbalance(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
     spread = float(nanmedian(np.nanmax(c[:, live], axis=0) / nanmedian(c[:, live], axis=0)))
     s0, s1 = int(m.steps[live][0]), int(m.steps[live][-1])
     corr_text = f"; a rank's phases are slow together (correlation {corr:.2f})" if corr is not None else ""
-    return [Finding(
-        kind="imbalance", ranks=[], phase=None, first_step=s0, last_step=s1, severity=severity_for(cost),
-        slowdown=cost,
-        evidence=(f"work is unevenly spread and moves between ranks: each step the slowest rank computes "
-                  f"{spread:.2f}x the median ({median_c * 1e3:.1f} ms), and no rank is the slowest in more than "
-                  f"{share:.0%} of the steps{corr_text}; balancing each step would make steps {cost:.1%} faster"),
-        details={"slowest_over_median": spread, "top_rank_share": float(share), "phase_correlation": corr})], heal
+    return [
+        Finding(
+            kind="imbalance",
+            ranks=[],
+            phase=None,
+            first_step=s0,
+            last_step=s1,
+            severity=severity_for(cost),
+            slowdown=cost,
+            evidence=(
+                f"work is unevenly spread and moves between ranks: each step the slowest rank computes "
+                f"{spread:.2f}x the median ({median_c * 1e3:.1f} ms), and no rank is the slowest in more than "
+                f"{share:.0%} of the steps{corr_text}; balancing each step would make steps {cost:.1%} faster"
+            ),
+            details={"slowest_over_median": spread, "top_rank_share": float(share), "phase_correlation": corr},
+        )
+    ], heal
 
 
 def _phase_correlation(m: StepMatrix, live: np.ndarray) -> float | None:

@@ -31,8 +31,9 @@ from ..findings import Finding, severity_for
 LOST_AFTER_S = 5.0
 
 
-def detect_lost_ranks(progress: Mapping[int, Mapping[str, Any]], first_start_s: float | None = None,
-                      lost_after_s: float = LOST_AFTER_S) -> list[Finding]:
+def detect_lost_ranks(
+    progress: Mapping[int, Mapping[str, Any]], first_start_s: float | None = None, lost_after_s: float = LOST_AFTER_S
+) -> list[Finding]:
     beats = {int(r): p for r, p in progress.items()}
     if len(beats) < 2:
         return []
@@ -46,8 +47,11 @@ def detect_lost_ranks(progress: Mapping[int, Mapping[str, Any]], first_start_s: 
         abnormal = exit_.get("exit_code") not in (None, 0)
         seen = times.get(r)
         later = [t for q, t in times.items() if q != r and seen is not None and t - seen >= lost_after_s]
-        finished_after = [q for q, b in beats.items() if q != r and b.get("finished") and seen is not None
-                          and times.get(q, 0.0) > seen]
+        finished_after = [
+            q
+            for q, b in beats.items()
+            if q != r and b.get("finished") and seen is not None and times.get(q, 0.0) > seen
+        ]
         if abnormal or later or finished_after:
             lost.append(r)
     if not lost or len(lost) == len(beats) and not any((beats[r].get("exit") or {}).get("exit_code") for r in lost):
@@ -56,18 +60,28 @@ def detect_lost_ranks(progress: Mapping[int, Mapping[str, Any]], first_start_s: 
     job_last_step = max((int(p["last_step"]) for p in beats.values() if p.get("last_step") is not None), default=None)
     for r in sorted(lost):
         seen = times.get(r)
-        peers_finished = any(q != r and b.get("finished") and seen is not None and times.get(q, 0.0) > seen
-                             for q, b in beats.items())
-        waiting = {q: b["collective"] for q, b in beats.items()
-                   if q != r and q not in lost and b.get("collective") and not b.get("finished")}
-        out.append(_finding(r, beats[r], times, last_report, job_last_step, first_start_s, peers_finished,
-                            waiting))
+        peers_finished = any(
+            q != r and b.get("finished") and seen is not None and times.get(q, 0.0) > seen for q, b in beats.items()
+        )
+        waiting = {
+            q: b["collective"]
+            for q, b in beats.items()
+            if q != r and q not in lost and b.get("collective") and not b.get("finished")
+        }
+        out.append(_finding(r, beats[r], times, last_report, job_last_step, first_start_s, peers_finished, waiting))
     return out
 
 
-def _finding(r: int, p: Mapping[str, Any], times: dict[int, float], last_report: float | None,
-             job_last_step: int | None, first_start_s: float | None, peers_finished: bool = False,
-             waiting: Mapping[int, str] | None = None) -> Finding:
+def _finding(
+    r: int,
+    p: Mapping[str, Any],
+    times: dict[int, float],
+    last_report: float | None,
+    job_last_step: int | None,
+    first_start_s: float | None,
+    peers_finished: bool = False,
+    waiting: Mapping[int, str] | None = None,
+) -> Finding:
     exit_ = p.get("exit") or {}
     seen = times.get(r)
     gone_at = seen if seen is not None else exit_.get("time_s")
@@ -79,8 +93,11 @@ def _finding(r: int, p: Mapping[str, Any], times: dict[int, float], last_report:
     when = time.strftime("%H:%M:%S", time.localtime(gone_at)) if gone_at else "an unknown time"
     gap = (last_report - seen) if (last_report is not None and seen is not None) else None
     if exit_.get("exit_code") not in (None, 0):
-        how = (f"its process ended with {exit_['signal']} (exit {exit_['exit_code']}, seen by its launcher)"
-               if exit_.get("signal") else f"its process exited with code {exit_['exit_code']} (seen by its launcher)")
+        how = (
+            f"its process ended with {exit_['signal']} (exit {exit_['exit_code']}, seen by its launcher)"
+            if exit_.get("signal")
+            else f"its process exited with code {exit_['exit_code']} (seen by its launcher)"
+        )
     else:
         how = "it never shut down (the process was killed, crashed or stopped responding, or its node went away)"
     peers = f"; its peers reported for {gap:.1f} s more" if gap and gap > 0 else ""
@@ -89,19 +106,32 @@ def _finding(r: int, p: Mapping[str, Any], times: dict[int, float], last_report:
     if job_last_step is not None and last is not None and job_last_step > last:
         peers += f" and got as far as step {job_last_step}"
     if waiting and not ended:  # alive and stopped, or gone: either way the job waits for it
-        peers += (f"; rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, sorted(waiting)))} "
-                  f"wait{'' if len(waiting) > 1 else 's'} for it in {', '.join(sorted(set(waiting.values())))}")
+        peers += (
+            f"; rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, sorted(waiting)))} "
+            f"wait{'' if len(waiting) > 1 else 's'} for it in {', '.join(sorted(set(waiting.values())))}"
+        )
     after = None
     if first_start_s is not None and gone_at is not None and last_report is not None and last_report > first_start_s:
         after = round(max(0.0, min(1.0, (last_report - gone_at) / (last_report - first_start_s))), 6)
     return Finding(
-        kind="rank_lost", ranks=[r], phase=None,  # the last heartbeat's phase is not where it died
-        first_step=int(step), last_step=int(max(step, job_last_step or step)),
+        kind="rank_lost",
+        ranks=[r],
+        phase=None,  # the last heartbeat's phase is not where it died
+        first_step=int(step),
+        last_step=int(max(step, job_last_step or step)),
         severity=severity_for(1.0),
         slowdown=1.0,
-        evidence=(f"rank {r} {'ended' if ended else 'stopped reporting'} without a clean shutdown "
-                  f"(last heartbeat at {when}, {where}"
-                  + (f"; last completed step {last})" if last is not None else ", before its first step)")
-                  + f": {how}{peers}"),
-        details={"last_step": last, "last_report_s": seen, "exit": exit_ or None,
-                 "peers_last_report_s": last_report, "after_loss": after})
+        evidence=(
+            f"rank {r} {'ended' if ended else 'stopped reporting'} without a clean shutdown "
+            f"(last heartbeat at {when}, {where}"
+            + (f"; last completed step {last})" if last is not None else ", before its first step)")
+            + f": {how}{peers}"
+        ),
+        details={
+            "last_step": last,
+            "last_report_s": seen,
+            "exit": exit_ or None,
+            "peers_last_report_s": last_report,
+            "after_loss": after,
+        },
+    )

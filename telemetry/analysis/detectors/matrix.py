@@ -201,12 +201,15 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
     n_rows = len(table)
     layout = None  # a complete, regular table: each column is the grid, reshaped (no copy)
     if n_rows == shape[0] * shape[1] and n_rows:
-        if np.array_equal(r_idx[: shape[0]], np.arange(shape[0])) and \
-                np.array_equal(r_idx, np.tile(np.arange(shape[0]), shape[1])) and \
-                np.array_equal(s_idx, np.repeat(np.arange(shape[1]), shape[0])):
+        if (
+            np.array_equal(r_idx[: shape[0]], np.arange(shape[0]))
+            and np.array_equal(r_idx, np.tile(np.arange(shape[0]), shape[1]))
+            and np.array_equal(s_idx, np.repeat(np.arange(shape[1]), shape[0]))
+        ):
             layout = "step-major"
-        elif np.array_equal(s_idx, np.tile(np.arange(shape[1]), shape[0])) and \
-                np.array_equal(r_idx, np.repeat(np.arange(shape[0]), shape[1])):
+        elif np.array_equal(s_idx, np.tile(np.arange(shape[1]), shape[0])) and np.array_equal(
+            r_idx, np.repeat(np.arange(shape[0]), shape[1])
+        ):
             layout = "rank-major"
 
     def grid(col: str) -> np.ndarray:
@@ -245,8 +248,11 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
         groups = pd.to_numeric(per_rank, errors="coerce").fillna(-1).to_numpy(dtype=int)
     else:
         groups = np.zeros(len(ranks), dtype=int)
-    columns = {c: table[c].to_numpy(dtype=float, na_value=np.nan) for c in table.columns
-               if isinstance(c, str) and (c.startswith("dev.") or c == "mfu") and pd.api.types.is_numeric_dtype(table[c])}
+    columns = {
+        c: table[c].to_numpy(dtype=float, na_value=np.nan)
+        for c in table.columns
+        if isinstance(c, str) and (c.startswith("dev.") or c == "mfu") and pd.api.types.is_numeric_dtype(table[c])
+    }
     tokens = None
     if "tokens" in table.columns:
         tok = table["tokens"].to_numpy(dtype=float, na_value=np.nan)
@@ -262,6 +268,17 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
         np.fmin.at(step_start, s_idx, st)
         step_start[~np.isfinite(step_start)] = np.nan
     return StepMatrix(
-        ranks=ranks, steps=steps, duration=duration, comm=comm, phases=phases, phase_compute=phase_compute,
-        tokens=tokens, compute=compute, groups=groups, columns=columns, index=(r_idx, s_idx), nodes=nodes,
-        step_start=step_start)
+        ranks=ranks,
+        steps=steps,
+        duration=duration,
+        comm=comm,
+        phases=phases,
+        phase_compute=phase_compute,
+        tokens=tokens,
+        compute=compute,
+        groups=groups,
+        columns=columns,
+        index=(r_idx, s_idx),
+        nodes=nodes,
+        step_start=step_start,
+    )

@@ -74,10 +74,24 @@ def detect_memory_growth(m: StepMatrix, live: np.ndarray, p: MemoryParams | None
             if steps_left <= len(live_steps):
                 severity = "warning"
     ranks = [int(m.ranks[r]) for r in growing]
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({', '.join(map(str, ranks[:8]))}{'...' if len(ranks) > 8 else ''})"
-    return [Finding(
-        kind="memory_growth", ranks=ranks, phase=None, first_step=int(live_steps[0]), last_step=int(live_steps[-1]),
-        severity=severity, slowdown=0.0,
-        evidence=(f"{who}: {what.replace('_', ' ')} grows steadily, {rate / 2**20:.2f} MiB per step "
-                  f"(to {max(ends) / 2**30:.2f} GiB){projection}"),
-        details={"series": what, "bytes_per_step": rate})]
+    who = (
+        f"rank {ranks[0]}"
+        if len(ranks) == 1
+        else f"{len(ranks)} ranks ({', '.join(map(str, ranks[:8]))}{'...' if len(ranks) > 8 else ''})"
+    )
+    return [
+        Finding(
+            kind="memory_growth",
+            ranks=ranks,
+            phase=None,
+            first_step=int(live_steps[0]),
+            last_step=int(live_steps[-1]),
+            severity=severity,
+            slowdown=0.0,
+            evidence=(
+                f"{who}: {what.replace('_', ' ')} grows steadily, {rate / 2**20:.2f} MiB per step "
+                f"(to {max(ends) / 2**30:.2f} GiB){projection}"
+            ),
+            details={"series": what, "bytes_per_step": rate},
+        )
+    ]

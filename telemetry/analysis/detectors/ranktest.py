@@ -29,7 +29,7 @@ def tie_term(x: np.ndarray) -> float:
     if n < 2:
         return 0.0
     _, counts = np.unique(x, return_counts=True)
-    return float((counts ** 3 - counts).sum() / (n * (n - 1)))
+    return float((counts**3 - counts).sum() / (n * (n - 1)))
 
 
 def _sigma(n1: np.ndarray | int, n2: np.ndarray | int, tie: float) -> np.ndarray:

@@ -67,8 +67,7 @@ def _rank_split(x: np.ndarray, lo: int, hi: int, direction: int, min_seg: int) -
     return lo + int(k[best]), float(z[best])
 
 
-def change_points(v: np.ndarray, p: RegressionParams, lo: int = 0, hi: int | None = None,
-                  depth: int = 0) -> list[int]:
+def change_points(v: np.ndarray, p: RegressionParams, lo: int = 0, hi: int | None = None, depth: int = 0) -> list[int]:
     """Binary segmentation with the rank statistic: split points where the level shifts."""
     hi = len(v) if hi is None else hi
     if depth > 4 or hi - lo < 2 * p.min_segment:
@@ -94,7 +93,7 @@ def find_change(x: np.ndarray, p: RegressionParams) -> Change | None:
     idx = np.flatnonzero(ok)
     v = x[ok]
     cuts = [0] + change_points(v, p) + [len(v)]
-    base = float(np.median(v[cuts[0]:cuts[1]]))
+    base = float(np.median(v[cuts[0] : cuts[1]]))
     if base <= 0:
         return None
     raised = [(a, b) for a, b in zip(cuts, cuts[1:]) if np.median(v[a:b]) >= base * (1 + p.min_effect)]
@@ -122,7 +121,7 @@ def _confirmed_by_step_time(t: np.ndarray, c: Change, p: RegressionParams) -> Ch
     """The step time's view of a change found in one component: the same steps, tested once. The
     component must also explain at least half of the step time's change (``c.after - c.before`` is
     the component's own): a job that slows everywhere at once is the step-time search's business."""
-    before, after = t[: c.start], t[c.start: c.end + 1]
+    before, after = t[: c.start], t[c.start : c.end + 1]
     before, after = before[np.isfinite(before)], after[np.isfinite(after)]
     if len(before) < p.min_segment or len(after) < p.min_persist_steps:
         return None
@@ -137,12 +136,13 @@ def _confirmed_by_step_time(t: np.ndarray, c: Change, p: RegressionParams) -> Ch
 
 def _level_change(x: np.ndarray, ch: Change) -> float:
     before = nanmedian(x[: ch.start])
-    after = nanmedian(x[ch.start: ch.end + 1])
+    after = nanmedian(x[ch.start : ch.end + 1])
     return float(after - before) if np.isfinite(before) and np.isfinite(after) else 0.0
 
 
-def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
-                       p: RegressionParams | None = None) -> list[Finding]:
+def detect_regressions(
+    m: StepMatrix, live: np.ndarray, shift: np.ndarray, p: RegressionParams | None = None
+) -> list[Finding]:
     p = p or RegressionParams()
     live_idx = np.flatnonzero(live)
     if len(live_idx) < 2 * p.min_segment:
@@ -158,8 +158,11 @@ def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
     for v in components.values():
         c = find_change(v, p)
         candidates.append(_confirmed_by_step_time(t, c, p) if c is not None else None)
-    ch = max((c for c in candidates if c is not None), key=lambda c: (c.after - c.before) * (c.end - c.start + 1),
-             default=None)
+    ch = max(
+        (c for c in candidates if c is not None),
+        key=lambda c: (c.after - c.before) * (c.end - c.start + 1),
+        default=None,
+    )
     if ch is None:
         return []
     deltas = {k: _level_change(v, ch) for k, v in components.items()}
@@ -174,31 +177,64 @@ def detect_regressions(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
     first, last = int(steps[ch.start]), int(steps[ch.end])
     cost = dt / ch.after
     common = dict(first_step=first, last_step=last, severity=severity_for(cost), slowdown=cost)
-    details = {"before_s": ch.before, "after_s": ch.after, "z": round(ch.z, 2),
-               "component_change_s": {("comm" if k == COMM else "data" if k == DATA else k): v
-                                      for k, v in deltas.items()}}
+    details = {
+        "before_s": ch.before,
+        "after_s": ch.after,
+        "z": round(ch.z, 2),
+        "component_change_s": {("comm" if k == COMM else "data" if k == DATA else k): v for k, v in deltas.items()},
+    }
     tail = "" if ch.end == len(t) - 1 else f" until step {last}"
-    ba = before_after(m, live_idx[: ch.start], live_idx[ch.start: ch.end + 1])
+    ba = before_after(m, live_idx[: ch.start], live_idx[ch.start : ch.end + 1])
     if ba:
         details["before_after"] = ba
     also = _before_after_text(ba)
     if cause == COMM:
-        return [Finding(kind="slow_comm", ranks=[], phase=None, **common, details=details,
-                        evidence=(f"from step {first}{tail} the collectives themselves take {deltas[cause] * 1e3:.1f} ms "
-                                  f"longer per step (time blocked by the last rank to arrive, which does not wait), "
-                                  f"job-wide; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; at the old "
-                                  f"speed those steps would be {cost:.1%} faster{also}"))]
+        return [
+            Finding(
+                kind="slow_comm",
+                ranks=[],
+                phase=None,
+                **common,
+                details=details,
+                evidence=(
+                    f"from step {first}{tail} the collectives themselves take {deltas[cause] * 1e3:.1f} ms "
+                    f"longer per step (time blocked by the last rank to arrive, which does not wait), "
+                    f"job-wide; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; at the old "
+                    f"speed those steps would be {cost:.1%} faster{also}"
+                ),
+            )
+        ]
     if cause == DATA:
-        return [Finding(kind="data_stall", ranks=[], phase="data", **common, details=details,
-                        evidence=(f"from step {first}{tail} every rank waits {deltas[cause] * 1e3:.1f} ms longer for "
-                                  f"data; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; with input "
-                                  f"ready as before those steps would be {cost:.1%} faster{also}"))]
+        return [
+            Finding(
+                kind="data_stall",
+                ranks=[],
+                phase="data",
+                **common,
+                details=details,
+                evidence=(
+                    f"from step {first}{tail} every rank waits {deltas[cause] * 1e3:.1f} ms longer for "
+                    f"data; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; with input "
+                    f"ready as before those steps would be {cost:.1%} faster{also}"
+                ),
+            )
+        ]
     where = f" in phase {cause}" if cause else ""
     more = f" ({deltas[cause] * 1e3:.1f} ms of it{where})" if cause else ""
-    return [Finding(kind="regression", ranks=[], phase=cause, **common, details=details,
-                    evidence=(f"from step {first}{tail} the step takes {dt * 1e3:.1f} ms longer{more}, on every rank: "
-                              f"{ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms (rank test z = {ch.z:.1f}); at the "
-                              f"old level those steps would be {cost:.1%} faster{also}"))]
+    return [
+        Finding(
+            kind="regression",
+            ranks=[],
+            phase=cause,
+            **common,
+            details=details,
+            evidence=(
+                f"from step {first}{tail} the step takes {dt * 1e3:.1f} ms longer{more}, on every rank: "
+                f"{ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms (rank test z = {ch.z:.1f}); at the "
+                f"old level those steps would be {cost:.1%} faster{also}"
+            ),
+        )
+    ]
 
 
 def before_after(m: StepMatrix, before: np.ndarray, after: np.ndarray) -> dict[str, list[float]]:

@@ -98,8 +98,10 @@ def op_role(optype: str) -> tuple[int, str | None]:
 
 class _Cycle(ValueError):
     def __init__(self, steps: np.ndarray):
-        super().__init__(f"in step(s) {', '.join(map(str, steps[:5]))}{' ...' if len(steps) > 5 else ''} the "
-                         "recorded order of operations contradicts their dependencies")
+        super().__init__(
+            f"in step(s) {', '.join(map(str, steps[:5]))}{' ...' if len(steps) > 5 else ''} the "
+            "recorded order of operations contradicts their dependencies"
+        )
         self.steps = steps
 
 
@@ -130,8 +132,16 @@ class Replay:
             return None
         rows["op"] = codes[keep]
         rows["optype"] = pd.Categorical.from_codes(codes[keep], names)
-        rows = rows.iloc[np.lexsort((np.arange(len(rows)), rows["start_ts"].to_numpy(float),
-                                     rows["rank"].to_numpy(), rows["step"].to_numpy()))].reset_index(drop=True)
+        rows = rows.iloc[
+            np.lexsort(
+                (
+                    np.arange(len(rows)),
+                    rows["start_ts"].to_numpy(float),
+                    rows["rank"].to_numpy(),
+                    rows["step"].to_numpy(),
+                )
+            )
+        ].reset_index(drop=True)
         roles = [op_role(o) for o in names]
         op = rows["op"].to_numpy()
         rows["kind"] = np.array([k for k, _ in roles], dtype=np.int8)[op]
@@ -183,11 +193,15 @@ class Replay:
         n_stages = int(stage.max()) + 1
         sender = np.where(sends, stage[comm], np.where(fwd, stage[comm] - 1, stage[comm] + 1)) % n_stages
         code = r["op"].to_numpy()[comm]
-        keys = pd.DataFrame({
-            "step": step[comm], "occ": occ,
-            "what": np.where(is_p2p, np.where(fwd, -1, -2), code),
-            "pipe": np.where(is_p2p | (group == PIPELINE), dp[comm], -1),
-            "stage": np.where(is_p2p, sender, np.where(group == STAGE, stage[comm], -1))})
+        keys = pd.DataFrame(
+            {
+                "step": step[comm],
+                "occ": occ,
+                "what": np.where(is_p2p, np.where(fwd, -1, -2), code),
+                "pipe": np.where(is_p2p | (group == PIPELINE), dp[comm], -1),
+                "stage": np.where(is_p2p, sender, np.where(group == STAGE, stage[comm], -1)),
+            }
+        )
         event = keys.groupby(["step", "what", "pipe", "stage", "occ"], sort=False).ngroup().to_numpy()
         n_event = int(event.max()) + 1 if len(event) else 0
         event_node = 1 + n_chain + event
@@ -247,16 +261,16 @@ class Replay:
         dur = self.rows["duration"].to_numpy(float) if durations is None else np.asarray(durations, float)
         add = np.zeros(self._n_nodes)
         has = self._chain_row >= 0
-        add[1:self._n_chain + 1][has] = dur[self._chain_row[has]]
+        add[1 : self._n_chain + 1][has] = dur[self._chain_row[has]]
         ev = self._ev_fixed.copy()
         if len(self._coll_rows):
             ev[self._coll_events] = np.minimum.reduceat(dur[self._coll_rows], self._coll_offsets)
-        add[1 + self._n_chain:] = ev
+        add[1 + self._n_chain :] = ev
         end = np.zeros(self._n_nodes)
         src = self._src
         for lo, hi, nodes, starts in self._plan:
             end[nodes] = np.maximum.reduceat(end[src[lo:hi]], starts) + add[nodes]
-        return np.maximum.reduceat(end[1:self._n_chain + 1], self._step_offsets)
+        return np.maximum.reduceat(end[1 : self._n_chain + 1], self._step_offsets)
 
     def recorded_times(self) -> np.ndarray:
         """Each step's recorded time: its first op's start to its last op's end, over all ranks."""
@@ -319,6 +333,7 @@ class Replay:
 
 # -- re-costing an analysis ------------------------------------------------------------------
 
+
 def _span(f: Finding, steps: np.ndarray) -> tuple[int, int]:
     lo = f.first_step if f.first_step is not None else int(steps[0])
     hi = f.last_step if f.last_step is not None else int(steps[-1])
@@ -337,8 +352,7 @@ def _heal_for(rp: Replay, f: Finding) -> Callable[[np.ndarray], np.ndarray] | No
     return None
 
 
-def _saving(before: np.ndarray, after: np.ndarray, base: np.ndarray, recorded: np.ndarray,
-            mask: np.ndarray) -> float:
+def _saving(before: np.ndarray, after: np.ndarray, base: np.ndarray, recorded: np.ndarray, mask: np.ndarray) -> float:
     """Share of the masked steps' recorded time saved going from ``before`` to ``after``."""
     with np.errstate(all="ignore"):
         saved = np.where(base > 0, (before - after) / base, 0.0) * recorded
@@ -351,8 +365,10 @@ def _pct(x: float) -> str:
 
 
 _SYNC_NOTE = re.compile(r" \(replay of a synchronous step; with pipelining this is an upper bound\)")
-_NOTES = {"stage_imbalance": " (replay of the trace's dependencies, the stage's excess moved onto the other stages)",
-          "imbalance": " (replay of the trace's dependencies)"}
+_NOTES = {
+    "stage_imbalance": " (replay of the trace's dependencies, the stage's excess moved onto the other stages)",
+    "imbalance": " (replay of the trace's dependencies)",
+}
 
 
 def _reword(f: Finding, old: float, new: float) -> str:
@@ -369,8 +385,9 @@ def _reword(f: Finding, old: float, new: float) -> str:
     return text
 
 
-def reprice(findings: list[Finding], summary: dict[str, Any], ops: pd.DataFrame | None, m: Any,
-            shift: np.ndarray | None) -> list[Finding]:
+def reprice(
+    findings: list[Finding], summary: dict[str, Any], ops: pd.DataFrame | None, m: Any, shift: np.ndarray | None
+) -> list[Finding]:
     """Re-cost ``findings`` of kinds :data:`REPLAYED_KINDS` by replaying ``ops`` (in the detectors'
     order, each with the ones before it healed) and set ``summary["slowdown"]`` (in place) to the
     replay with all of them healed, plus what the other findings add; returns the findings,
@@ -409,8 +426,9 @@ def reprice(findings: list[Finding], summary: dict[str, Any], ops: pd.DataFrame 
         if "marginal_slowdown" in details:  # this rank alone, with the ones costed before healed
             alone = rp.step_times(rp.heal_ranks(before, list(f.ranks), (lo, hi)))
             own = max(0.0, _saving(rp.step_times(before), alone, base, recorded, mask))
-            evidence = evidence.replace(f"this rank alone {_pct(details['marginal_slowdown'])}",
-                                        f"this rank alone {_pct(own)}")
+            evidence = evidence.replace(
+                f"this rank alone {_pct(details['marginal_slowdown'])}", f"this rank alone {_pct(own)}"
+            )
             details.update(marginal_slowdown=own, group_slowdown=cost)
         out[i] = replace(f, slowdown=cost, severity=severity_for(cost), evidence=evidence, details=details)
     if prev is base:  # nothing was healed
@@ -436,4 +454,3 @@ def reprice(findings: list[Finding], summary: dict[str, Any], ops: pd.DataFrame 
         gp["other"], gp["straggler_wait"] = round(max(0.0, room - sw), 4), round(sw, 4)
     out.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))
     return out
-

@@ -18,8 +18,9 @@ from .whatif import slowdown
 MIN_JOB_FRACTION = 0.05
 
 
-def detect_data_stalls(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
-                       p: StragglerParams | None = None) -> tuple[list[Finding], np.ndarray]:
+def detect_data_stalls(
+    m: StepMatrix, live: np.ndarray, shift: np.ndarray, p: StragglerParams | None = None
+) -> tuple[list[Finding], np.ndarray]:
     p = p or StragglerParams()
     out_shift = np.zeros_like(shift)
     if "data" not in m.phases or m.n_steps == 0:
@@ -40,14 +41,24 @@ def detect_data_stalls(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
         out_shift += one
         first, last = np.flatnonzero(mask)[[0, -1]]
         rank_id = int(m.ranks[r])
-        findings.append(Finding(
-            kind="data_stall", ranks=[rank_id], phase="data", first_step=int(m.steps[first]),
-            last_step=int(m.steps[last]), severity=severity_for(cost), slowdown=cost,
-            evidence=(f"rank {rank_id} waits {hit.excess_s * 1e3:.1f} ms more for its next batch than its peers "
-                      f"({hit.base_s * 1e3:.1f} ms) over steps {int(m.steps[first])}-{int(m.steps[last])}; the "
-                      f"other ranks wait for it in the collective; a data loader as fast as its peers' would "
-                      f"make those steps {cost:.1%} faster"),
-            details={"excess_s": hit.excess_s, "peer_s": hit.base_s, "mode": hit.mode}))
+        findings.append(
+            Finding(
+                kind="data_stall",
+                ranks=[rank_id],
+                phase="data",
+                first_step=int(m.steps[first]),
+                last_step=int(m.steps[last]),
+                severity=severity_for(cost),
+                slowdown=cost,
+                evidence=(
+                    f"rank {rank_id} waits {hit.excess_s * 1e3:.1f} ms more for its next batch than its peers "
+                    f"({hit.base_s * 1e3:.1f} ms) over steps {int(m.steps[first])}-{int(m.steps[last])}; the "
+                    f"other ranks wait for it in the collective; a data loader as fast as its peers' would "
+                    f"make those steps {cost:.1%} faster"
+                ),
+                details={"excess_s": hit.excess_s, "peer_s": hit.base_s, "mode": hit.mode},
+            )
+        )
     # input-bound job: every rank waits
     t = m.step_time()
     waits = rank_median(data - out_shift)
@@ -58,11 +69,21 @@ def detect_data_stalls(m: StepMatrix, live: np.ndarray, shift: np.ndarray,
         cost = slowdown(m, shift + out_shift + one, live) - slowdown(m, shift + out_shift, live)
         if cost >= p.min_slowdown:
             out_shift += one
-            findings.append(Finding(
-                kind="data_stall", ranks=[], phase="data", first_step=int(m.steps[live][0]),
-                last_step=int(m.steps[live][-1]), severity=severity_for(cost), slowdown=cost,
-                evidence=(f"the job is input-bound: every rank waits a median {nanmedian(waits[live]) * 1e3:.1f} ms "
-                          f"per step for data ({frac:.1%} of the step); with input ready in time steps would be "
-                          f"{cost:.1%} faster"),
-                details={"wait_fraction": frac}))
+            findings.append(
+                Finding(
+                    kind="data_stall",
+                    ranks=[],
+                    phase="data",
+                    first_step=int(m.steps[live][0]),
+                    last_step=int(m.steps[live][-1]),
+                    severity=severity_for(cost),
+                    slowdown=cost,
+                    evidence=(
+                        f"the job is input-bound: every rank waits a median {nanmedian(waits[live]) * 1e3:.1f} ms "
+                        f"per step for data ({frac:.1%} of the step); with input ready in time steps would be "
+                        f"{cost:.1%} faster"
+                    ),
+                    details={"wait_fraction": frac},
+                )
+            )
     return findings, out_shift

@@ -137,8 +137,8 @@ def refine_edges(x: np.ndarray, lo: int, hi: int, h: int) -> tuple[int, int]:
     Deviations are clipped at twice the level difference, so one spike cannot pull an edge."""
     n = len(x)
     x = np.where(np.isfinite(x), x, np.nan)
-    inside = float(np.nanmedian(x[lo:hi + 1]))
-    rest = np.concatenate([x[:lo], x[hi + 1:]])
+    inside = float(np.nanmedian(x[lo : hi + 1]))
+    rest = np.concatenate([x[:lo], x[hi + 1 :]])
     outside = float(np.nanmedian(rest)) if np.isfinite(rest).any() else 0.0
     step = inside - outside
     if not (np.isfinite(step) and step > 0):
@@ -146,9 +146,9 @@ def refine_edges(x: np.ndarray, lo: int, hi: int, h: int) -> tuple[int, int]:
     d = np.clip(np.nan_to_num(x - (inside + outside) / 2.0), -2 * step, 2 * step)
     cs = np.concatenate(([0.0], np.cumsum(d)))  # cs[k] = sum of d[:k]
     a, b = max(0, lo - 2 * h), min(hi, lo + 2 * h)
-    new_lo = a + int(np.argmin(cs[a:b + 1]))  # maximizes sum d[k:...]
+    new_lo = a + int(np.argmin(cs[a : b + 1]))  # maximizes sum d[k:...]
     a2, b2 = max(new_lo, hi - 2 * h), min(n - 1, hi + 2 * h)
-    new_hi = a2 + int(np.argmax(cs[a2 + 1:b2 + 2]))  # maximizes sum d[...:k + 1]
+    new_hi = a2 + int(np.argmax(cs[a2 + 1 : b2 + 2]))  # maximizes sum d[...:k + 1]
     return new_lo, new_hi
 
 
@@ -197,15 +197,15 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
         runs = hot_mask(expand(hot[r], h, n_live), p.min_run)
         if runs.sum() >= p.min_run:
             lo, hi = np.flatnonzero(runs)[[0, -1]]
-            if runs[lo:hi + 1].mean() >= 0.5:  # hot through most of its span: one persistent stretch
+            if runs[lo : hi + 1].mean() >= 0.5:  # hot through most of its span: one persistent stretch
                 span = np.zeros_like(runs)
-                span[lo:hi + 1] = True
+                span[lo : hi + 1] = True
                 # judged as found first (most hot stretches of a large world are noise and fail
                 # here), then again over its edges moved to where the excess changes level
                 if _judge(series, e[r], span, base, sigma, p, z_min, "persistent") is not None:
                     lo, hi = refine_edges(e[r], int(lo), int(hi), h)
                     span = np.zeros_like(runs)
-                    span[lo:hi + 1] = True
+                    span[lo : hi + 1] = True
                     hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
         others = np.delete(spike_rate, r) if len(spike_rate) > 1 else np.zeros(1)
         if spike_rate[r] >= p.min_hot_fraction and spike_rate[r] >= 4 * max(float(np.median(others)), 0.01):
@@ -213,16 +213,18 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
             # persistent stretch (whose median then sits barely above the floor), the rank is
             # intermittent; a stretch that holds the bursts anyway stays persistent (its edges are exact)
             bursts = _judge(series, e[r], spikes[r], base, sigma, p, z_min, "intermittent")
-            if bursts is not None and (hit is None or bursts.excess_s * bursts.mask.sum()
-                                       > 1.5 * hit.excess_s * hit.mask.sum()):
+            if bursts is not None and (
+                hit is None or bursts.excess_s * bursts.mask.sum() > 1.5 * hit.excess_s * hit.mask.sum()
+            ):
                 hit = bursts
         if hit is not None:
             hits[int(r)] = hit
     return hits
 
 
-def _judge(series: str, e: np.ndarray, mask: np.ndarray, base: float, sigma: float, p: StragglerParams,
-           z_min: float, mode: str) -> Hit | None:
+def _judge(
+    series: str, e: np.ndarray, mask: np.ndarray, base: float, sigma: float, p: StragglerParams, z_min: float, mode: str
+) -> Hit | None:
     seg = e[mask]
     seg = seg[np.isfinite(seg)]
     if seg.size < p.min_run:
@@ -246,8 +248,9 @@ class _Candidate:
     mask: np.ndarray  # (S,) the steps it is hot in
 
 
-def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
-                      exclude: frozenset[str] = frozenset({"data"})) -> tuple[list[Finding], np.ndarray]:
+def detect_stragglers(
+    m: StepMatrix, params: StragglerParams | None = None, exclude: frozenset[str] = frozenset({"data"})
+) -> tuple[list[Finding], np.ndarray]:
     """Return the straggler findings and the (R x S) compute shift that would heal them all."""
     p = params or StragglerParams()
     shift = np.zeros((m.n_ranks, m.n_steps))
@@ -267,8 +270,11 @@ def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
             weak.append((unit, cost))
             continue
         shift += one
-        findings.append(_node_finding(m, unit, first, last, covered, cost) if len(unit) > 1 else
-                        _finding(m, unit[0], first, last, covered, cost, after_larger=bool(findings)))
+        findings.append(
+            _node_finding(m, unit, first, last, covered, cost)
+            if len(unit) > 1
+            else _finding(m, unit[0], first, last, covered, cost, after_larger=bool(findings))
+        )
     if weak:
         # Each costs under the bar alone (the others still set the pace, or its peers' noise hides
         # it); together they may not. Costed as a group, each named with its own marginal cost; a
@@ -290,19 +296,25 @@ def detect_stragglers(m: StepMatrix, params: StragglerParams | None = None,
             if together:
                 others = sorted(int(m.ranks[o.rank]) for o in group if o is not c)
                 f.details.update(co_stragglers=others, group_slowdown=joint, marginal_slowdown=own)
-                f = _reword(f, f"healing it would make those steps {joint:.1%} faster",
-                            f"it is slow together with rank{'s' if len(others) > 1 else ''} "
-                            f"{', '.join(map(str, others))}: healing them all would make those steps "
-                            f"{joint:.1%} faster, this rank alone {_pct(own)} (the others still set the pace)")
+                f = _reword(
+                    f,
+                    f"healing it would make those steps {joint:.1%} faster",
+                    f"it is slow together with rank{'s' if len(others) > 1 else ''} "
+                    f"{', '.join(map(str, others))}: healing them all would make those steps "
+                    f"{joint:.1%} faster, this rank alone {_pct(own)} (the others still set the pace)",
+                )
             else:
                 steady = c.lead.mode == "persistent" and cov.sum() >= 0.5 * (m.n_steps - p.warmup(m.n_steps))
                 if quiet < (p.min_small_cost if steady else p.min_quiet_cost):
                     shift -= _heal(m, unit, shift)[0]  # not named: not part of the what-if either
                     continue
                 f.details.update(if_quiet=quiet)
-                f = _reword(f, f"healing it would make those steps {own:.1%} faster",
-                            f"healing it would make those steps {_pct(own)} faster today (its peers' own "
-                            f"noise sets the pace); in a quiet job its excess would cost {quiet:.1%}")
+                f = _reword(
+                    f,
+                    f"healing it would make those steps {own:.1%} faster",
+                    f"healing it would make those steps {_pct(own)} faster today (its peers' own "
+                    f"noise sets the pace); in a quiet job its excess would cost {quiet:.1%}",
+                )
             findings.append(f)
     return findings, shift
 
@@ -321,7 +333,7 @@ def _heal(m: StepMatrix, unit: list["_Candidate"], shift: np.ndarray) -> tuple[n
         mask |= c.mask
     first, last = np.flatnonzero(mask)[[0, -1]]
     covered = np.zeros(m.n_steps, dtype=bool)
-    covered[first:last + 1] = True  # the cost is over every step the finding covers
+    covered[first : last + 1] = True  # the cost is over every step the finding covers
     return one, covered, int(first), int(last)
 
 
@@ -349,8 +361,9 @@ def _reword(f: Finding, old: str, new: str) -> Finding:
     return replace(f, evidence=f.evidence.replace(old, new))
 
 
-def _node_finding(m: StepMatrix, unit: list["_Candidate"], first: int, last: int, covered: np.ndarray,
-                  cost: float) -> Finding:
+def _node_finding(
+    m: StepMatrix, unit: list["_Candidate"], first: int, last: int, covered: np.ndarray, cost: float
+) -> Finding:
     node = str(m.nodes[unit[0].rank])
     ranks = [int(m.ranks[c.rank]) for c in unit]
     size = int(np.sum(m.nodes == node))
@@ -361,17 +374,33 @@ def _node_finding(m: StepMatrix, unit: list["_Candidate"], first: int, last: int
     excess = float(np.median([c.lead.excess_s for c in unit]))
     steps = f"{int(m.steps[first])}-{int(m.steps[last])}"
     span = f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else ", ".join(map(str, ranks))
-    evidence = (f"slow node {node}: ranks {span} ({len(ranks)} of its {size}) take {excess * 1e3:.1f} ms more "
-                f"in {where} than their peers ({ratio:.2f}x, median of the node's ranks) over steps {steps}; "
-                f"healing the node would make those steps {cost:.1%} faster")
-    return Finding(kind="straggler", ranks=ranks, phase=phase, first_step=int(m.steps[first]),
-                   last_step=int(m.steps[last]), severity=severity_for(cost), slowdown=cost, evidence=evidence,
-                   details={"node": node, "node_ranks": size, "excess_s": excess, "ratio": ratio,
-                            "rank_excess_s": {int(m.ranks[c.rank]): c.lead.excess_s for c in unit}})
+    evidence = (
+        f"slow node {node}: ranks {span} ({len(ranks)} of its {size}) take {excess * 1e3:.1f} ms more "
+        f"in {where} than their peers ({ratio:.2f}x, median of the node's ranks) over steps {steps}; "
+        f"healing the node would make those steps {cost:.1%} faster"
+    )
+    return Finding(
+        kind="straggler",
+        ranks=ranks,
+        phase=phase,
+        first_step=int(m.steps[first]),
+        last_step=int(m.steps[last]),
+        severity=severity_for(cost),
+        slowdown=cost,
+        evidence=evidence,
+        details={
+            "node": node,
+            "node_ranks": size,
+            "excess_s": excess,
+            "ratio": ratio,
+            "rank_excess_s": {int(m.ranks[c.rank]): c.lead.excess_s for c in unit},
+        },
+    )
 
 
-def _hits_by_rank(m: StepMatrix, p: StragglerParams, live_idx: np.ndarray,
-                  exclude: frozenset[str]) -> dict[int, dict[str, Hit]]:
+def _hits_by_rank(
+    m: StepMatrix, p: StragglerParams, live_idx: np.ndarray, exclude: frozenset[str]
+) -> dict[int, dict[str, Hit]]:
     """Per rank (row), the series it runs hot in: total compute and each phase's."""
     series = {TOTAL: m.compute}
     series.update({k: v for k, v in m.phase_compute.items() if k not in exclude})
@@ -408,8 +437,9 @@ def _candidates(m: StepMatrix, by_rank: dict[int, dict[str, Hit]], live_idx: np.
     return out
 
 
-def _finding(m: StepMatrix, c: _Candidate, first: int, last: int, covered: np.ndarray, cost: float,
-             after_larger: bool) -> Finding:
+def _finding(
+    m: StepMatrix, c: _Candidate, first: int, last: int, covered: np.ndarray, cost: float, after_larger: bool
+) -> Finding:
     rank_id = int(m.ranks[c.rank])
     lead = c.lead
     ref = c.phase_hits[c.phase] if c.phase else lead
@@ -421,20 +451,34 @@ def _finding(m: StepMatrix, c: _Candidate, first: int, last: int, covered: np.nd
     how = "" if lead.mode == "persistent" or every else f" on {int(c.mask.sum())} of steps {steps} (intermittent)"
     waits_text = ""
     if c.waits is not None:
-        waits_text = (f"; it waits {abs(c.waits) * 1e3:.1f} ms less in collectives than its "
-                      "peers (it arrives last)")
+        waits_text = f"; it waits {abs(c.waits) * 1e3:.1f} ms less in collectives than its peers (it arrives last)"
     peers = "its stage's peers" if m.has_layout else "its peers"
     after = " (after the larger stragglers above are healed)" if after_larger else ""
-    evidence = (f"rank {rank_id}'s {where} takes {ref.excess_s * 1e3:.1f} ms more than {peers}' "
-                f"median {ref.base_s * 1e3:.1f} ms ({1 + ref.excess_s / ref.base_s:.2f}x) over steps "
-                f"{steps}{how}{waits_text}; healing it would make those "
-                f"steps {cost:.1%} faster{after} (step time {step_t * 1e3:.1f} ms)")
+    evidence = (
+        f"rank {rank_id}'s {where} takes {ref.excess_s * 1e3:.1f} ms more than {peers}' "
+        f"median {ref.base_s * 1e3:.1f} ms ({1 + ref.excess_s / ref.base_s:.2f}x) over steps "
+        f"{steps}{how}{waits_text}; healing it would make those "
+        f"steps {cost:.1%} faster{after} (step time {step_t * 1e3:.1f} ms)"
+    )
     return Finding(
-        kind="straggler", ranks=[rank_id], phase=c.phase, first_step=int(m.steps[first]),
-        last_step=int(m.steps[last]), severity=severity_for(cost), slowdown=cost, evidence=evidence,
-        details={"excess_s": lead.excess_s, "peer_s": lead.base_s, "ratio": 1 + ref.excess_s / ref.base_s,
-                 "z": round(lead.z, 2), "mode": lead.mode, "stage": int(m.groups[c.rank]) if m.has_layout else None,
-                 "phase_excess_s": {k: h.excess_s for k, h in c.phase_hits.items()}})
+        kind="straggler",
+        ranks=[rank_id],
+        phase=c.phase,
+        first_step=int(m.steps[first]),
+        last_step=int(m.steps[last]),
+        severity=severity_for(cost),
+        slowdown=cost,
+        evidence=evidence,
+        details={
+            "excess_s": lead.excess_s,
+            "peer_s": lead.base_s,
+            "ratio": 1 + ref.excess_s / ref.base_s,
+            "z": round(lead.z, 2),
+            "mode": lead.mode,
+            "stage": int(m.groups[c.rank]) if m.has_layout else None,
+            "phase_excess_s": {k: h.excess_s for k, h in c.phase_hits.items()},
+        },
+    )
 
 
 def straggler_scores(m: StepMatrix, params: StragglerParams | None = None) -> dict[int, float]:

@@ -47,12 +47,16 @@ class UtilizationParams:
     window: int = 51  # steps in the running window (at most half the shortest stretch)
     min_fraction: float = 0.25  # a stretch covers at least this share of the steps after warm-up ...
     min_steps: int = 20  # ... and at least this many steps
-    margin: float = 0.01  # the running share must be this far under the bound (a job at the bound is not flagged by its noise)
+    margin: float = (
+        0.01  # the running share must be this far under the bound (a job at the bound is not flagged by its noise)
+    )
 
     def __post_init__(self) -> None:
         if not (isinstance(self.bound, (int, float)) and 0.0 < self.bound <= 1.0):
-            raise ValueError(f"utilization bound={self.bound!r}; accepted: a fraction above 0 and at most 1 "
-                             "(0.8 = busy 80% of the step)")
+            raise ValueError(
+                f"utilization bound={self.bound!r}; accepted: a fraction above 0 and at most 1 "
+                "(0.8 = busy 80% of the step)"
+            )
 
 
 PARTS = {
@@ -117,8 +121,13 @@ def parts_per_step(m: StepMatrix, shift: np.ndarray | None, gaps: bool) -> tuple
     return t + between, parts
 
 
-def detect_low_utilization(m: StepMatrix, live: np.ndarray, shift: np.ndarray | None,
-                           params: UtilizationParams | None = None, gaps: bool = True) -> list[Finding]:
+def detect_low_utilization(
+    m: StepMatrix,
+    live: np.ndarray,
+    shift: np.ndarray | None,
+    params: UtilizationParams | None = None,
+    gaps: bool = True,
+) -> list[Finding]:
     p = params or UtilizationParams()
     idx = np.flatnonzero(live)
     if len(idx) < p.min_steps or not np.isfinite(m.compute).any():
@@ -139,8 +148,9 @@ def detect_low_utilization(m: StepMatrix, live: np.ndarray, shift: np.ndarray | 
     return findings
 
 
-def _finding(m: StepMatrix, steps: np.ndarray, wall: np.ndarray, parts: dict[str, np.ndarray],
-             p: UtilizationParams) -> Finding:
+def _finding(
+    m: StepMatrix, steps: np.ndarray, wall: np.ndarray, parts: dict[str, np.ndarray], p: UtilizationParams
+) -> Finding:
     total = float(wall[steps].sum())
     shares = {k: float(v[steps].sum()) / total for k, v in parts.items()}
     busy = shares.pop("busy")
@@ -151,11 +161,19 @@ def _finding(m: StepMatrix, steps: np.ndarray, wall: np.ndarray, parts: dict[str
     else:
         severity = "critical" if busy < p.bound / 2 else "warning"
     first, last = int(m.steps[steps[0]]), int(m.steps[steps[-1]])
-    details: dict = {"busy_fraction": round(busy, 4), "bound": p.bound, "idle": idle, "largest": largest,
-                     "measured_by": "compute over the job's time (median over ranks)"}
+    details: dict = {
+        "busy_fraction": round(busy, 4),
+        "bound": p.bound,
+        "idle": idle,
+        "largest": largest,
+        "measured_by": "compute over the job's time (median over ranks)",
+    }
     seen = []
-    for name, col in (("gpu_utilization", "dev.gpu_utilization_ratio"), ("sm_activity", "dev.gpu_sm_activity_ratio"),
-                      ("mfu", "mfu")):
+    for name, col in (
+        ("gpu_utilization", "dev.gpu_utilization_ratio"),
+        ("sm_activity", "dev.gpu_sm_activity_ratio"),
+        ("mfu", "mfu"),
+    ):
         g = m.extra(col)
         if g is not None:
             v = float(np.nanmedian(g[:, steps])) if np.isfinite(g[:, steps]).any() else float("nan")
@@ -169,9 +187,19 @@ def _finding(m: StepMatrix, steps: np.ndarray, wall: np.ndarray, parts: dict[str
     top = list(idle.items())[:3]
     split = "; ".join(f"{PARTS[k]} {v:.0%}" for k, v in top)
     also = f" ({', '.join(seen)})" if seen else ""
-    evidence = (f"over steps {first}-{last} the ranks compute {busy:.0%} of the job's time{also}, under the "
-                f"{p.bound:.0%} bound; the idle {1 - busy:.0%} is {split}; the largest part, "
-                f"{PARTS[largest]}, is {idle.get(largest, 0.0):.0%} of the time")
-    return Finding(kind="low_utilization", ranks=[], phase=None, first_step=first, last_step=last,
-                   severity=severity, slowdown=round(float(idle.get(largest, 0.0)), 6), evidence=evidence,
-                   details=details)
+    evidence = (
+        f"over steps {first}-{last} the ranks compute {busy:.0%} of the job's time{also}, under the "
+        f"{p.bound:.0%} bound; the idle {1 - busy:.0%} is {split}; the largest part, "
+        f"{PARTS[largest]}, is {idle.get(largest, 0.0):.0%} of the time"
+    )
+    return Finding(
+        kind="low_utilization",
+        ranks=[],
+        phase=None,
+        first_step=first,
+        last_step=last,
+        severity=severity,
+        slowdown=round(float(idle.get(largest, 0.0)), 6),
+        evidence=evidence,
+        details=details,
+    )

@@ -17,7 +17,6 @@ import numpy as np
 
 from .matrix import StepMatrix, nan_to_zero
 
-
 TOP = 8
 
 
@@ -30,8 +29,11 @@ def _work(m: StepMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             work = m.compute + m.data
             filled = np.where(np.isnan(work), -np.inf, work) if np.isnan(work).any() else work
             k = min(TOP, work.shape[0])
-            top = np.argpartition(-filled, k - 1, axis=0)[:k] if k < work.shape[0] else \
-                np.broadcast_to(np.arange(work.shape[0])[:, None], work.shape)
+            top = (
+                np.argpartition(-filled, k - 1, axis=0)[:k]
+                if k < work.shape[0]
+                else np.broadcast_to(np.arange(work.shape[0])[:, None], work.shape)
+            )
             cached = m.cache["work"] = (work, np.nanmax(work, axis=0), np.asarray(top))
     return cached
 

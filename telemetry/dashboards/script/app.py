@@ -37,7 +37,7 @@ def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> D.RunView: 
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _percentiles(key: tuple, _view: D.RunView):  # noqa: ANN202 - a DataFrame, cached per run version
+def _percentiles(key: tuple, _view: D.RunView):
     return D.step_percentiles(_view.matrix)
 
 
@@ -67,12 +67,15 @@ def _pick_run() -> tuple[str, str]:
     runs = _runs(root)
     shown = st.session_state.get("shown_run")
     if shown and shown not in runs:
-        st.warning(f"{shown} is no longer there (deleted or moved while the page was open)"
-                   + (f"; showing {os.path.basename(runs[0])}" if runs else ""))
+        st.warning(
+            f"{shown} is no longer there (deleted or moved while the page was open)"
+            + (f"; showing {os.path.basename(runs[0])}" if runs else "")
+        )
     out = D.links_out(root)
     if out:
-        st.sidebar.caption(f"Not offered: {', '.join(out)} (links to directories outside {root}; the page "
-                           "opens only runs inside it)")
+        st.sidebar.caption(
+            f"Not offered: {', '.join(out)} (links to directories outside {root}; the page opens only runs inside it)"
+        )
     if not runs:
         st.session_state.pop("shown_run", None)
         return "", root
@@ -86,13 +89,18 @@ def _pick_run() -> tuple[str, str]:
 def _live_marker(live: D.Liveness, poll: "callable", every_s: float) -> None:
     """A visible "live" marker that checks for new data every ``every_s`` and reruns the page when
     there is some; nothing polls for a finished run."""
+
     @st.fragment(run_every=every_s)
     def marker() -> None:
         if poll():
             st.rerun()
-        last = (f"last step {live.last_step} at {V.clock(live.last_step_s)}" if live.last_step is not None
-                else "no step completed yet")
+        last = (
+            f"last step {live.last_step} at {V.clock(live.last_step_s)}"
+            if live.last_step is not None
+            else "no step completed yet"
+        )
         st.markdown(f":green-badge[live] {last}; checked {V.clock(time.time())}, every {every_s:.0f} s")
+
     marker()
 
 
@@ -106,6 +114,7 @@ def _retry(every_s: float) -> None:
     def retry() -> None:
         if int(time.time() // every_s) != tick:
             st.rerun()
+
     retry()
 
 
@@ -136,8 +145,10 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
                 _retry(refresh)
                 return None, (), ""
             if not jobs:
-                st.error(f"No training job on {url} yet (no `train_steps_total` series): is the job's /metrics "
-                         "scraped? telemetry.init(prometheus_sd_dir=...) writes file_sd targets for Prometheus.")
+                st.error(
+                    f"No training job on {url} yet (no `train_steps_total` series): is the job's /metrics "
+                    "scraped? telemetry.init(prometheus_sd_dir=...) writes file_sd targets for Prometheus."
+                )
                 return None, (), ""
             job = st.sidebar.selectbox("job", jobs)
         minutes = st.sidebar.selectbox("last", PROM_MINUTES, index=1, format_func=lambda m: f"{m} min")
@@ -153,8 +164,10 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
     path, root = _pick_run()
     st.sidebar.caption(path or "no run")
     if not path and root:
-        st.error(f"No run directory under {root} yet: run a job with telemetry.init(run_dir=...) there, "
-                 "or start the dashboard with a run directory or a steps table.")
+        st.error(
+            f"No run directory under {root} yet: run a job with telemetry.init(run_dir=...) there, "
+            "or start the dashboard with a run directory or a steps table."
+        )
         return None, (), root
     mtime = _mtime(path)
     t0 = time.perf_counter()
@@ -168,8 +181,10 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
         every = max(D.LIVE_REFRESH_S, 3 * (time.perf_counter() - t0))
         _live_marker(live, lambda: _mtime(path) != mtime, every)
     elif view.run.progress and not live.finished:
-        st.caption(f"Not live: the newest heartbeat is from {V.clock(live.heartbeat_s)} and not every rank "
-                   "finished (the job stopped, crashed or was killed); the page does not refresh.")
+        st.caption(
+            f"Not live: the newest heartbeat is from {V.clock(live.heartbeat_s)} and not every rank "
+            "finished (the job stopped, crashed or was killed); the page does not refresh."
+        )
     return view, (path, mtime), root
 
 
