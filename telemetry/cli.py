@@ -1,8 +1,6 @@
-"""The ``telemetry`` command: demo, analyze, diff, export, dashboard.
+"""The ``telemetry`` command: demo, analyze, diff, export, dashboard, simulate, stack.
 
-Exit codes (every command): 0 done; 1 the demo's job failed (a rank exited with an error, or none
-started); 2 bad arguments or input; 3 ``--fail-on`` met (a finding at or above that severity);
-4 the demo's job hung and was stopped by its watchdog; 130 interrupted (Ctrl-C).
+Exit codes: :mod:`telemetry.exitcodes` (the one list; ``--help`` prints it).
 """
 
 from __future__ import annotations
@@ -18,20 +16,21 @@ import time
 from typing import Iterable, Sequence
 
 from .analysis.findings import SEVERITIES
+from .exitcodes import ExitCode, epilog
 from .version import __version__
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_FAIL_ON, EXIT_JOB_HUNG, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
-EXIT_OUTPUT = 5
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_FAIL_ON, EXIT_JOB_HUNG, EXIT_OUTPUT, EXIT_INTERRUPTED = (
+    ExitCode.OK,
+    ExitCode.JOB_FAILED,
+    ExitCode.USAGE,
+    ExitCode.FAIL_ON,
+    ExitCode.JOB_HUNG,
+    ExitCode.OUTPUT,
+    ExitCode.INTERRUPTED,
+)
 # An output that cannot be written: a full or read-only disk, a reader that went away (`| head`).
 _OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EROFS, errno.EFBIG)
-EXIT_CODES = """exit codes:
-  0    done
-  1    demo: the job failed (a rank exited with an error, or no step completed)
-  2    bad arguments or input
-  3    --fail-on: a finding reached that severity
-  4    demo: the job hung and its watchdog stopped it
-  5    the output could not be written (disk full, read-only, a closed pipe)
-  130  interrupted (Ctrl-C)"""
+EXIT_CODES = epilog()
 
 
 def _positive_int(lo: int, hi: int):

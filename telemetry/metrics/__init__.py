@@ -1,0 +1,1 @@
+"""What the package exports to Prometheus, named once: :mod:`telemetry.metrics.names`."""

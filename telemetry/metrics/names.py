@@ -1,0 +1,297 @@
+"""Every Prometheus metric the package exports: its name, type, help text and labels, in one place.
+
+The Prometheus sink (:mod:`telemetry.exporters.prometheus`, :mod:`telemetry.exporters.device_metrics`)
+declares its metrics from these records; the Prometheus reader (:mod:`telemetry.analysis.prometheus`)
+builds its PromQL from them; the tests of the alert and recording rules and of the Grafana dashboards
+check every name they use against :data:`ALL`; the reference page of the manual is generated from
+them. A name written by hand anywhere else is a name that can drift.
+
+>>> STEPS.series
+('train_steps_total',)
+>>> STEP_DURATION.sum, STEP_DURATION.count
+('train_step_duration_seconds_sum', 'train_step_duration_seconds_count')
+>>> by_series("train_gpu_power_watts") is DEVICE["gpu_power_watts"]
+True
+
+Conventions (Prometheus'): base units in the name (``_seconds``, ``_bytes``, ``_ratio``), counters
+exposed with ``_total``; every per-rank series carries :data:`BASE_LABELS`; never a step number or a
+tensor shape as a label value (cardinality).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "train_"
+BASE_LABELS = ("job", "rank", "local_rank", "node")  # on every series a rank exports
+KINDS = ("counter", "gauge", "histogram")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric family. ``name`` is what ``prometheus_client`` is given (a counter without its
+    ``_total``); ``labels`` are those beyond :data:`BASE_LABELS`; ``group`` says who exports it."""
+
+    name: str
+    kind: str
+    help: str
+    labels: tuple[str, ...] = ()
+    group: str = "step"  # step | collective | progress | throughput | device | online | telemetry
+
+    def __post_init__(self) -> None:
+        if not self.name.startswith(PREFIX) or self.kind not in KINDS:
+            raise ValueError(f"metric {self.name!r} ({self.kind}): names start with {PREFIX!r}; kinds: {KINDS}")
+        if self.kind == "counter" and self.name.endswith("_total"):
+            raise ValueError(f"counter {self.name!r}: give the name without _total (the client adds it)")
+
+    @property
+    def total(self) -> str:
+        """A counter's sample name."""
+        return f"{self.name}_total"
+
+    @property
+    def sum(self) -> str:
+        return f"{self.name}_sum"
+
+    @property
+    def count(self) -> str:
+        return f"{self.name}_count"
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.name}_bucket"
+
+    @property
+    def series(self) -> tuple[str, ...]:
+        """The names its samples carry in the exposition (``_created`` samples left out)."""
+        if self.kind == "counter":
+            return (self.total,)
+        if self.kind == "histogram":
+            return (self.bucket, self.sum, self.count)
+        return (self.name,)
+
+    @property
+    def all_labels(self) -> tuple[str, ...]:
+        return BASE_LABELS + self.labels
+
+
+# ---- steps and phases ---------------------------------------------------------------------------
+STEP_DURATION = Metric("train_step_duration_seconds", "histogram", "Wall time of one training step")
+PHASE_DURATION = Metric(
+    "train_phase_duration_seconds",
+    "histogram",
+    "Time in a phase per step (the data wait is train_dataloader_wait_seconds)",
+    ("phase",),
+)
+DATALOADER_WAIT = Metric(
+    "train_dataloader_wait_seconds", "histogram", "Time blocked waiting for the next batch, per step"
+)
+STEPS = Metric("train_steps", "counter", "Completed steps")
+STEP_FAILURES = Metric("train_step_failures", "counter", "Steps that raised")
+LOG_VALUE = Metric("train_log_value", "gauge", "Last value given to telemetry.log", ("name",))
+BUILD_INFO = Metric(
+    "train_build_info", "gauge", "Versions of this telemetry session", ("version", "python", "torch"), "telemetry"
+)
+
+# ---- collectives --------------------------------------------------------------------------------
+COLLECTIVE_DURATION = Metric(
+    "train_collective_duration_seconds", "histogram", "Duration of one collective call", ("op",), "collective"
+)
+COLLECTIVE_BYTES = Metric(
+    "train_collective_bytes", "counter", "Bytes moved by collectives (payload)", ("op",), "collective"
+)
+COLLECTIVE_CALLS = Metric("train_collective_calls", "counter", "Collective calls", ("op",), "collective")
+COLLECTIVE_SECONDS = Metric(
+    "train_collective_seconds", "counter", "Time in collective calls, issue to completion", ("op",), "collective"
+)
+COLLECTIVE_BUS_BYTES = Metric(
+    "train_collective_bus_bytes",
+    "counter",
+    "Bytes x the op's bus factor (nccl-tests): rate(this) / rate(train_collective_seconds_total) is the bus bandwidth",
+    ("op",),
+    "collective",
+)
+COLLECTIVE_BUSBW = Metric(
+    "train_collective_busbw_bytes_per_second",
+    "gauge",
+    "Bus bandwidth of the last step's calls of an op (nccl-tests factors)",
+    ("op",),
+    "collective",
+)
+COLLECTIVE_ALGBW = Metric(
+    "train_collective_algbw_bytes_per_second",
+    "gauge",
+    "Algorithm bandwidth (bytes / time) of the last step's calls of an op",
+    ("op",),
+    "collective",
+)
+COLLECTIVE_BLOCKED = Metric(
+    "train_collective_blocked_seconds",
+    "counter",
+    "Time the training loop was blocked in collectives",
+    group="collective",
+)
+
+# ---- throughput ---------------------------------------------------------------------------------
+TOKENS = Metric("train_tokens", "counter", "Tokens processed (absent until a step carries tokens)", group="throughput")
+SAMPLES = Metric(
+    "train_samples", "counter", "Samples processed (absent until a step carries samples)", group="throughput"
+)
+TOKENS_PER_SECOND = Metric(
+    "train_tokens_per_second", "gauge", "Tokens per second over the last step that carried tokens", group="throughput"
+)
+SAMPLES_PER_SECOND = Metric(
+    "train_samples_per_second",
+    "gauge",
+    "Samples per second over the last step that carried samples",
+    group="throughput",
+)
+MFU = Metric(
+    "train_mfu_ratio",
+    "gauge",
+    "Model FLOPs utilization of the last step (absent without flops_per_token and a known peak)",
+    group="throughput",
+)
+
+# ---- progress (what a hang looks like) ------------------------------------------------------------
+LAST_STEP = Metric("train_last_step", "gauge", "Number of the last completed step", group="progress")
+LAST_STEP_TIMESTAMP = Metric(
+    "train_last_step_timestamp_seconds", "gauge", "When the last step ended (epoch seconds)", group="progress"
+)
+STEP_IN_PROGRESS = Metric(
+    "train_step_in_progress_seconds",
+    "gauge",
+    "How long the current step has run (0 between steps); grows without bound in a hang",
+    group="progress",
+)
+BLOCKED_IN_COLLECTIVE = Metric(
+    "train_blocked_in_collective", "gauge", "1 while the training loop waits in a collective", group="progress"
+)
+
+# ---- online detection (rank 0) ------------------------------------------------------------------
+STRAGGLER_SCORE = Metric(
+    "train_straggler_score",
+    "gauge",
+    "Median excess of the scored rank's compute over its peers' (0.5 = 50% slower), from online detection on rank 0",
+    ("scored_rank",),
+    "online",
+)
+FINDINGS = Metric(
+    "train_findings", "gauge", "Findings of online detection in the current window, by kind", ("kind",), "online"
+)
+
+# ---- telemetry's own health ---------------------------------------------------------------------
+DROPPED = Metric(
+    "train_telemetry_dropped",
+    "counter",
+    "What telemetry accepted but could not deliver, by sink: buffer: events (the hot-path buffer was full); "
+    "otlp: spans; prometheus_labels: label values over the cap; pushgateway: pushes that failed; others: step records",
+    ("sink",),
+    "telemetry",
+)
+
+
+# ---- device and host readings (the sampler's, read at scrape time) --------------------------------
+def _device(name: str, kind: str, help: str, labels: tuple[str, ...] = ()) -> Metric:
+    return Metric(name, kind, help, labels, "device")
+
+
+_G = ("gpu",)
+# The sampler's reading name -> its metric. Readings of one GPU carry the label ``gpu``.
+DEVICE: dict[str, Metric] = {
+    "gpu_utilization_ratio": _device("train_gpu_utilization_ratio", "gauge", "GPU busy fraction (NVML)", _G),
+    "gpu_memory_utilization_ratio": _device(
+        "train_gpu_memory_utilization_ratio", "gauge", "GPU memory-controller busy fraction", _G
+    ),
+    "gpu_memory_used_bytes": _device("train_gpu_memory_used_bytes", "gauge", "GPU memory in use (all processes)", _G),
+    "gpu_memory_total_bytes": _device("train_gpu_memory_total_bytes", "gauge", "GPU memory size", _G),
+    "gpu_power_watts": _device("train_gpu_power_watts", "gauge", "GPU board power", _G),
+    "gpu_energy_joules": _device("train_gpu_energy_joules", "counter", "GPU energy since the driver loaded", _G),
+    "gpu_temperature_celsius": _device("train_gpu_temperature_celsius", "gauge", "GPU temperature", _G),
+    "gpu_sm_clock_hertz": _device("train_gpu_sm_clock_hertz", "gauge", "SM clock", _G),
+    "gpu_memory_clock_hertz": _device("train_gpu_memory_clock_hertz", "gauge", "Memory clock", _G),
+    "gpu_pcie_replays": _device("train_gpu_pcie_replays", "counter", "PCIe replays", _G),
+    "gpu_xid_errors": _device(
+        "train_gpu_xid_errors", "counter", "XID (critical) errors NVML reported since telemetry started", _G
+    ),
+    "gpu_last_xid": _device(
+        "train_gpu_last_xid", "gauge", "The code of the last XID error (e.g. 79: fell off the bus)", _G
+    ),
+    "gpu_sm_activity_ratio": _device("train_gpu_sm_activity_ratio", "gauge", "SM activity (GPM, Hopper and newer)", _G),
+    "gpu_sm_occupancy_ratio": _device("train_gpu_sm_occupancy_ratio", "gauge", "SM occupancy (GPM)", _G),
+    "process_cpu_seconds": _device("train_process_cpu_seconds", "counter", "CPU time of this rank's process"),
+    "process_cpu_ratio": _device("train_process_cpu_ratio", "gauge", "Cores busy with this rank's process"),
+    "process_resident_memory_bytes": _device(
+        "train_process_resident_memory_bytes", "gauge", "Resident memory of this rank"
+    ),
+    "cuda_memory_allocated_bytes": _device(
+        "train_cuda_memory_allocated_bytes", "gauge", "CUDA memory allocated by tensors"
+    ),
+    "cuda_memory_reserved_bytes": _device(
+        "train_cuda_memory_reserved_bytes", "gauge", "CUDA memory held by the caching allocator"
+    ),
+    "cuda_memory_peak_bytes": _device(
+        "train_cuda_memory_peak_bytes", "gauge", "Peak allocated over the last sampling interval"
+    ),
+    "cuda_alloc_retries": _device("train_cuda_alloc_retries", "counter", "Allocator retries after freeing its cache"),
+    "cuda_ooms": _device("train_cuda_ooms", "counter", "CUDA out-of-memory errors"),
+}
+# Readings that come in families: the reading's name is the prefix + one label's value.
+GPU_ECC_ERRORS = _device("train_gpu_ecc_errors", "counter", "Volatile ECC errors", ("gpu", "type"))
+GPU_CLOCK_EVENT = _device(
+    "train_gpu_clock_event_active",
+    "gauge",
+    "1 while a clock-event (throttle) reason holds the clocks down",
+    ("gpu", "reason"),
+)
+GPU_NVLINK_BYTES = _device("train_gpu_nvlink_bytes", "counter", "NVLink data bytes, all links", ("gpu", "direction"))
+# reading prefix (+ label value [+ suffix]) -> metric, label
+DEVICE_FAMILIES: dict[str, tuple[Metric, str, str]] = {
+    "gpu_ecc_errors_": (GPU_ECC_ERRORS, "type", ""),
+    "gpu_clock_event_": (GPU_CLOCK_EVENT, "reason", ""),
+    "gpu_nvlink_": (GPU_NVLINK_BYTES, "direction", "_bytes"),
+}
+
+# Every metric, in the order of the reference page.
+ALL: tuple[Metric, ...] = (
+    STEP_DURATION,
+    PHASE_DURATION,
+    DATALOADER_WAIT,
+    STEPS,
+    STEP_FAILURES,
+    LOG_VALUE,
+    COLLECTIVE_DURATION,
+    COLLECTIVE_BYTES,
+    COLLECTIVE_CALLS,
+    COLLECTIVE_SECONDS,
+    COLLECTIVE_BUS_BYTES,
+    COLLECTIVE_BUSBW,
+    COLLECTIVE_ALGBW,
+    COLLECTIVE_BLOCKED,
+    TOKENS,
+    SAMPLES,
+    TOKENS_PER_SECOND,
+    SAMPLES_PER_SECOND,
+    MFU,
+    LAST_STEP,
+    LAST_STEP_TIMESTAMP,
+    STEP_IN_PROGRESS,
+    BLOCKED_IN_COLLECTIVE,
+    STRAGGLER_SCORE,
+    FINDINGS,
+    DROPPED,
+    BUILD_INFO,
+    *DEVICE.values(),
+    GPU_ECC_ERRORS,
+    GPU_CLOCK_EVENT,
+    GPU_NVLINK_BYTES,
+)
+_BY_SERIES = {s: m for m in ALL for s in m.series}
+if len(_BY_SERIES) != sum(len(m.series) for m in ALL):  # pragma: no cover - a duplicate name is a bug here
+    raise RuntimeError("telemetry.metrics.names: two metrics share a sample name")
+
+
+def by_series(sample_name: str) -> Metric | None:
+    """The metric a sample name (``train_steps_total``, ``train_step_duration_seconds_bucket``,
+    ``train_gpu_power_watts``) belongs to, or None when it is none of ours."""
+    return _BY_SERIES.get(sample_name)
