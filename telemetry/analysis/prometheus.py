@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..metrics import names as N
 from .load import RunInput, _coverage
 from .table import TableError, validate
 
@@ -81,12 +82,25 @@ ANSWER_TIMEOUTS = 3  # a request's answer is read within this many timeouts (eac
 COLLECTIVE = "a collective"  # train_blocked_in_collective names no op
 
 _PROGRESS = {
-    "train_last_step": "last_step",
-    "train_last_step_timestamp_seconds": "last_step_end_s",
-    "train_step_in_progress_seconds": "in_progress",
-    "train_blocked_in_collective": "blocked",
+    N.LAST_STEP.name: "last_step",
+    N.LAST_STEP_TIMESTAMP.name: "last_step_end_s",
+    N.STEP_IN_PROGRESS.name: "in_progress",
+    N.BLOCKED_IN_COLLECTIVE.name: "blocked",
 }
-_GAUGES = "train_(last_step|last_step_timestamp_seconds|step_in_progress_seconds|blocked_in_collective|gpu_.+|process_.+|cuda_.+)"
+# The gauges read at each window's end: progress, and every device reading (counters included).
+_GAUGES = "|".join(
+    s
+    for m in (
+        *(N.by_series(name) for name in _PROGRESS),
+        *N.DEVICE.values(),
+        *(f[0] for f in N.DEVICE_FAMILIES.values()),
+    )
+    for s in m.series
+)
+# A device metric's sample name -> the run store's reading name (families: the prefix and label).
+_READINGS = {m.series[0]: reading for reading, m in N.DEVICE.items()}
+_FAMILIES = {m.series[0]: (prefix, label, suffix) for prefix, (m, label, suffix) in N.DEVICE_FAMILIES.items()}
+STEPS = N.STEPS.total
 _NOT_PHASES = frozenset({"start", "duration", "comm", "data"})  # columns of their own
 _USUAL_ORDER = ("forward", "backward", "optimizer")  # phase columns in this order, then the others by name
 
@@ -220,7 +234,7 @@ class _Api:
         return doc.get("data"), [str(x) for x in warn] if isinstance(warn, list) else []
 
     def jobs(self, start: float | None = None, end: float | None = None) -> list[str]:
-        params: dict[str, Any] = {"match[]": "train_steps_total"}
+        params: dict[str, Any] = {"match[]": STEPS}
         if start is not None:
             params.update(start=start, end=end)
         data, _ = self.get("label/job/values", params)
@@ -335,7 +349,7 @@ def _names(names: list[str]) -> str:
 
 def _nothing(url: str) -> TableError:
     return TableError(
-        f"Prometheus at {url} holds no train_steps_total series: is the training job's /metrics "
+        f"Prometheus at {url} holds no {STEPS} series: is the training job's /metrics "
         "scraped? telemetry writes each job's targets for file_sd_configs to its prometheus_sd_dir "
         "(default: prometheus_targets/ beside the run directory); scrape <that dir>/*.json with "
         "honor_labels: true"
@@ -351,8 +365,7 @@ def _choose_job(api: _Api, job: str | None, start: float, end: float, minutes: f
         every = api.jobs()
         if job in every:
             raise TableError(
-                f"job {job!r} has no train_steps_total sample in {span} on {api.url} "
-                "(it has older ones: widen the time range)"
+                f"job {job!r} has no {STEPS} sample in {span} on {api.url} (it has older ones: widen the time range)"
             )
         if not every:
             raise _nothing(api.url)
@@ -378,7 +391,7 @@ def _ranks(
     """{rank: {"node", "local_rank"}} and each rank's label value, from the series API."""
     ranks: dict[int, dict[str, Any]] = {}
     labels: dict[int, str] = {}
-    for s in api.series(f"train_steps_total{{{sel}}}", start, end):
+    for s in api.series(f"{STEPS}{{{sel}}}", start, end):
         r = _int(s.get("rank"))
         if r is None or r < 0:
             continue
@@ -391,7 +404,7 @@ def _ranks(
             )
     if not ranks:
         raise TableError(
-            f"job {job!r} on {api.url} has no train_steps_total series with a rank label in the last {minutes:g} min"
+            f"job {job!r} on {api.url} has no {STEPS} series with a rank label in the last {minutes:g} min"
         )
     return dict(sorted(ranks.items())), labels
 
@@ -409,7 +422,7 @@ def _scrape_interval(api: _Api, sel: str, rank: str, now: float, range_s: float)
     if range_s > spans[0]:
         spans.append(range_s)
     for span in spans:
-        expr = f"train_steps_total{{{sel},rank={_quote(rank)}}}[{int(math.ceil(span * 1000))}ms]"
+        expr = f"{STEPS}{{{sel},rank={_quote(rank)}}}[{int(math.ceil(span * 1000))}ms]"
         best: list[float] = []
         for _, points in api.query(expr, now):
             if len(points) > len(best):
@@ -473,25 +486,26 @@ def _queries(sel: str, w: str) -> dict[str, str]:
     def inc(metric: str, by: str = "rank") -> str:
         return f"sum by ({by}) (increase({metric}{{{sel}}}[{w}]))"
 
+    busbw, algbw = N.COLLECTIVE_BUSBW.name, N.COLLECTIVE_ALGBW.name
+
     return {
-        "n": inc("train_step_duration_seconds_count"),
-        "dur": inc("train_step_duration_seconds_sum"),
-        "phase": inc("train_phase_duration_seconds_sum", "rank, phase"),
-        "data": inc("train_dataloader_wait_seconds_sum"),
-        "comm": inc("train_collective_blocked_seconds_total"),
-        "tokens": inc("train_tokens_total"),
-        "samples": inc("train_samples_total"),
-        "calls": inc("train_collective_calls_total", "rank, op"),
-        "bytes": inc("train_collective_bytes_total", "rank, op"),
-        "op_s": inc("train_collective_duration_seconds_sum", "rank, op"),
+        "n": inc(N.STEP_DURATION.count),
+        "dur": inc(N.STEP_DURATION.sum),
+        "phase": inc(N.PHASE_DURATION.sum, "rank, phase"),
+        "data": inc(N.DATALOADER_WAIT.sum),
+        "comm": inc(N.COLLECTIVE_BLOCKED.total),
+        "tokens": inc(N.TOKENS.total),
+        "samples": inc(N.SAMPLES.total),
+        "calls": inc(N.COLLECTIVE_CALLS.total, "rank, op"),
+        "bytes": inc(N.COLLECTIVE_BYTES.total, "rank, op"),
+        "op_s": inc(N.COLLECTIVE_DURATION.sum, "rank, op"),
         # bus bytes: the op's bus factor (busbw / algbw of its latest step) x its bytes; without the
         # algbw gauge, the latest busbw x the op's time
-        "busbw": f"max by (rank, op) (last_over_time(train_collective_busbw_bytes_per_second{{{sel}}}[{w}]))",
-        "factor": f"max by (rank, op) (last_over_time(train_collective_busbw_bytes_per_second{{{sel}}}[{w}]) "
-        f"/ last_over_time(train_collective_algbw_bytes_per_second{{{sel}}}[{w}]))",
-        "mfu": f"max by (rank) (avg_over_time(train_mfu_ratio{{{sel}}}[{w}]))",
+        "busbw": f"max by (rank, op) (last_over_time({busbw}{{{sel}}}[{w}]))",
+        "factor": f"max by (rank, op) (last_over_time({busbw}{{{sel}}}[{w}]) / last_over_time({algbw}{{{sel}}}[{w}]))",
+        "mfu": f"max by (rank) (avg_over_time({N.MFU.name}{{{sel}}}[{w}]))",
         # when each rank was last scraped (its heartbeat), and the latest gauges at each window's end
-        "seen": f"max by (rank) (timestamp(train_steps_total{{{sel}}}))",
+        "seen": f"max by (rank) (timestamp({STEPS}{{{sel}}}))",
         "gauges": f'{{__name__=~"{_GAUGES}",{sel}}}',
     }
 
@@ -543,19 +557,15 @@ class _Grid:
 
 # ---- gauges: progress and device readings -------------------------------------------------------
 def _device_key(name: str, gpu: str | None, kind: str | None, reason: str | None, direction: str | None) -> str | None:
-    """A device metric's name -> the run store's reading name (exporters/device_metrics.py)."""
-    if not name.startswith("train_") or name.endswith("_created"):
+    """A device metric's sample name -> the run store's reading name (telemetry.metrics.names.DEVICE)."""
+    if name in _READINGS:
+        return _READINGS[name]
+    family = _FAMILIES.get(name)
+    if family is None:
         return None
-    base = name[len("train_") :]
-    if base.endswith("_total"):
-        base = base[: -len("_total")]
-    if base == "gpu_ecc_errors":
-        return f"gpu_ecc_errors_{kind}" if kind else None
-    if base == "gpu_clock_event_active":
-        return f"gpu_clock_event_{reason}" if reason else None
-    if base == "gpu_nvlink_bytes":
-        return f"gpu_nvlink_{direction}_bytes" if direction else None
-    return base
+    prefix, label, suffix = family
+    value = {"type": kind, "reason": reason, "direction": direction}[label]
+    return f"{prefix}{value}{suffix}" if value else None
 
 
 def _split_gauges(

@@ -43,6 +43,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from telemetry.metrics import names as N
+from telemetry.metrics.names import BASE_LABELS
 from telemetry.pipeline import records as rec_types
 from telemetry.pipeline.records import OnlineResult, Progress, StepRecord
 from telemetry.pipeline.sinks import Sink, SinkStartError
@@ -54,7 +56,6 @@ from .pushgateway import PushWorker
 from .tracing import trace_id_hex
 
 log = logging.getLogger("telemetry")
-BASE_LABELS = ("job", "rank", "local_rank", "node")
 PORT_TRIES = 16  # a taken port: this many of the local rank's own ports are tried
 SD_DIR_DEFAULT = "prometheus_targets"  # beside the run directory, shared by the runs there
 TRACE_SAMPLER = "trace_sampler"  # run_info key of exporters.otlp (not imported: OTel is optional)
@@ -85,20 +86,12 @@ class _FindingsCollector(Collector):
 
     def collect(self):
         if self.scores:
-            fam = GaugeMetricFamily(
-                "train_straggler_score",
-                "Median excess of the scored rank's compute "
-                "over its peers' (0.5 = 50% slower), from online detection on rank 0",
-                labels=list(BASE_LABELS) + ["scored_rank"],
-            )
+            m = N.STRAGGLER_SCORE
+            fam = GaugeMetricFamily(m.name, m.help, labels=list(m.all_labels))
             for scored, v in sorted(self.scores.items()):
                 fam.add_metric(self.base + [str(scored)], v)
             yield fam
-        fam = GaugeMetricFamily(
-            "train_findings",
-            "Findings of online detection in the current window, by kind",
-            labels=list(BASE_LABELS) + ["kind"],
-        )
+        fam = GaugeMetricFamily(N.FINDINGS.name, N.FINDINGS.help, labels=list(N.FINDINGS.all_labels))
         for kind, n in sorted(self.counts.items()):
             fam.add_metric(self.base + [kind], float(n))
         yield fam
@@ -143,14 +136,7 @@ class _DropCollector(Collector):
         self._push_failures = push_failures
 
     def collect(self):
-        fam = CounterMetricFamily(
-            "train_telemetry_dropped",
-            "What telemetry accepted but could not deliver, "
-            "by sink: buffer: events (the hot-path buffer was full); otlp: spans; "
-            "prometheus_labels: label values over the cap; pushgateway: pushes that "
-            "failed; others: step records",
-            labels=list(BASE_LABELS) + ["sink"],
-        )
+        fam = CounterMetricFamily(N.DROPPED.name, N.DROPPED.help, labels=list(N.DROPPED.all_labels))
         base = [self._labels[k] for k in BASE_LABELS]
         try:
             s = self._stats()
@@ -301,106 +287,37 @@ class PrometheusSink(Sink):
     def _build_metrics(self, c: Any) -> None:
         r, L = self.registry, BASE_LABELS
         base = [self.labels[k] for k in L]
-        self.step_hist = Histogram(
-            "train_step_duration_seconds", "Wall time of one training step", L, registry=r, buckets=c.step_buckets_s
-        ).labels(*base)
-        self.phase_hist = Histogram(
-            "train_phase_duration_seconds",
-            "Time in a phase per step (the data wait is train_dataloader_wait_seconds)",
-            L + ("phase",),
-            registry=r,
-            buckets=c.step_buckets_s,
-        )
-        self.data_hist = Histogram(
-            "train_dataloader_wait_seconds",
-            "Time blocked waiting for the next batch, per step",
-            L,
-            registry=r,
-            buckets=c.step_buckets_s,
-        ).labels(*base)
-        self.coll_hist = Histogram(
-            "train_collective_duration_seconds",
-            "Duration of one collective call",
-            L + ("op",),
-            registry=r,
-            buckets=c.collective_buckets_s,
-        )
-        self.coll_bytes = Counter(
-            "train_collective_bytes", "Bytes moved by collectives (payload)", L + ("op",), registry=r
-        )
-        self.coll_calls = Counter("train_collective_calls", "Collective calls", L + ("op",), registry=r)
+
+        def declare(cls: Any, m: N.Metric, **kw: Any) -> Any:
+            return cls(m.name, m.help, m.all_labels, registry=r, **kw)
+
+        self.step_hist = declare(Histogram, N.STEP_DURATION, buckets=c.step_buckets_s).labels(*base)
+        self.phase_hist = declare(Histogram, N.PHASE_DURATION, buckets=c.step_buckets_s)
+        self.data_hist = declare(Histogram, N.DATALOADER_WAIT, buckets=c.step_buckets_s).labels(*base)
+        self.coll_hist = declare(Histogram, N.COLLECTIVE_DURATION, buckets=c.collective_buckets_s)
+        self.coll_bytes = declare(Counter, N.COLLECTIVE_BYTES)
+        self.coll_calls = declare(Counter, N.COLLECTIVE_CALLS)
         # Counters of every call (the duration histogram sees only the spans a step keeps): with them,
         # rate(bus_bytes) / rate(seconds) is a window's exact bus bandwidth, for any number of calls.
-        self.coll_seconds = Counter(
-            "train_collective_seconds", "Time in collective calls, issue to completion", L + ("op",), registry=r
-        )
-        self.coll_bus_bytes = Counter(
-            "train_collective_bus_bytes",
-            "Bytes x the op's bus factor (nccl-tests): "
-            "rate(this) / rate(train_collective_seconds_total) is the bus bandwidth",
-            L + ("op",),
-            registry=r,
-        )
-        self.busbw = Gauge(
-            "train_collective_busbw_bytes_per_second",
-            "Bus bandwidth of the last step's calls of an op (nccl-tests factors)",
-            L + ("op",),
-            registry=r,
-        )
-        self.algbw = Gauge(
-            "train_collective_algbw_bytes_per_second",
-            "Algorithm bandwidth (bytes / time) of the last step's calls of an op",
-            L + ("op",),
-            registry=r,
-        )
-        self.comm_total = Counter(
-            "train_collective_blocked_seconds", "Time the training loop was blocked in collectives", L, registry=r
-        ).labels(*base)
-        self.steps = Counter("train_steps", "Completed steps", L, registry=r).labels(*base)
-        self.failures = Counter("train_step_failures", "Steps that raised", L, registry=r).labels(*base)
+        self.coll_seconds = declare(Counter, N.COLLECTIVE_SECONDS)
+        self.coll_bus_bytes = declare(Counter, N.COLLECTIVE_BUS_BYTES)
+        self.busbw = declare(Gauge, N.COLLECTIVE_BUSBW)
+        self.algbw = declare(Gauge, N.COLLECTIVE_ALGBW)
+        self.comm_total = declare(Counter, N.COLLECTIVE_BLOCKED).labels(*base)
+        self.steps = declare(Counter, N.STEPS).labels(*base)
+        self.failures = declare(Counter, N.STEP_FAILURES).labels(*base)
         # No sample until a real value arrives (_FirstValue): absent, never a false 0.
-        self.tokens = _FirstValue(
-            Counter("train_tokens", "Tokens processed (absent until a step carries tokens)", L, registry=r), base
-        )
-        self.samples = _FirstValue(
-            Counter("train_samples", "Samples processed (absent until a step carries samples)", L, registry=r), base
-        )
-        self.tps = _FirstValue(
-            Gauge("train_tokens_per_second", "Tokens per second over the last step that carried tokens", L, registry=r),
-            base,
-        )
-        self.sps = _FirstValue(
-            Gauge(
-                "train_samples_per_second", "Samples per second over the last step that carried samples", L, registry=r
-            ),
-            base,
-        )
-        self.mfu = _FirstValue(
-            Gauge(
-                "train_mfu_ratio",
-                "Model FLOPs utilization of the last step (absent without flops_per_token and a known peak)",
-                L,
-                registry=r,
-            ),
-            base,
-        )
-        self.last_step = _FirstValue(Gauge("train_last_step", "Number of the last completed step", L, registry=r), base)
-        self.last_step_ts = _FirstValue(
-            Gauge("train_last_step_timestamp_seconds", "When the last step ended (epoch seconds)", L, registry=r), base
-        )
-        self.step_open = Gauge(
-            "train_step_in_progress_seconds",
-            "How long the current step has run (0 between steps); grows without bound in a hang",
-            L,
-            registry=r,
-        ).labels(*base)
-        self.in_coll = Gauge(
-            "train_blocked_in_collective", "1 while the training loop waits in a collective", L, registry=r
-        ).labels(*base)
-        self.scalar = Gauge("train_log_value", "Last value given to telemetry.log", L + ("name",), registry=r)
-        info = Gauge(
-            "train_build_info", "Versions of this telemetry session", L + ("version", "python", "torch"), registry=r
-        )
+        self.tokens = _FirstValue(declare(Counter, N.TOKENS), base)
+        self.samples = _FirstValue(declare(Counter, N.SAMPLES), base)
+        self.tps = _FirstValue(declare(Gauge, N.TOKENS_PER_SECOND), base)
+        self.sps = _FirstValue(declare(Gauge, N.SAMPLES_PER_SECOND), base)
+        self.mfu = _FirstValue(declare(Gauge, N.MFU), base)
+        self.last_step = _FirstValue(declare(Gauge, N.LAST_STEP), base)
+        self.last_step_ts = _FirstValue(declare(Gauge, N.LAST_STEP_TIMESTAMP), base)
+        self.step_open = declare(Gauge, N.STEP_IN_PROGRESS).labels(*base)
+        self.in_coll = declare(Gauge, N.BLOCKED_IN_COLLECTIVE).labels(*base)
+        self.scalar = declare(Gauge, N.LOG_VALUE)
+        info = declare(Gauge, N.BUILD_INFO)
         torch = sys.modules.get("torch")
         from telemetry import __version__
 
