@@ -19,15 +19,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-from otlp_receiver import Blackhole, Receiver  # noqa: E402
 from results import update_section  # noqa: E402
 
 import telemetry  # noqa: E402
 from telemetry.config import Config  # noqa: E402
 from telemetry.pipeline.records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord  # noqa: E402
 from telemetry.rank import RankContext  # noqa: E402
+from tests.helpers.otlp_receiver import Blackhole, Receiver  # noqa: E402
 
 
 def record(step: int) -> StepRecord:
@@ -59,9 +58,9 @@ def record(step: int) -> StepRecord:
 def prometheus_render(tmp: str) -> dict[str, float]:
     from prometheus_client import generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as generate_om
-    from servers import free_port
 
     from telemetry.exporters.prometheus import PrometheusSink
+    from tests.helpers.servers import free_port
 
     cfg = Config.resolve(
         {"run_dir": tmp, "job": "bench", "prometheus_port": free_port(), "prometheus_sd_dir": "off"}, environ={}

@@ -116,8 +116,7 @@ def collective_cost(repeats: int = 9, n: int = 20_000) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-    from servers import free_port
+    from tests.helpers.servers import free_port
 
     own_group = not dist.is_initialized()
     if own_group:
@@ -213,8 +212,7 @@ def loop(rounds: int, steps_per_round: int, every_hook: bool = False) -> dict[st
         if every_hook:
             import torch.distributed as dist
 
-            sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-            from servers import free_port
+            from tests.helpers.servers import free_port
 
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
             telemetry.init(

@@ -22,11 +22,11 @@ from collections import Counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)  # first: the exporters package, not bench/exporters.py
 
 from results import update_section  # noqa: E402
-from servers import free_port_range  # noqa: E402
+
+from tests.helpers.servers import free_port_range  # noqa: E402
 
 
 def scrape(url: str) -> list[str]:
@@ -76,12 +76,12 @@ def at_caps(caps: int = 32) -> dict:
     import statistics
 
     from prometheus_client import generate_latest
-    from servers import free_port
 
     from telemetry.config import Config
     from telemetry.exporters.prometheus import PrometheusSink
     from telemetry.pipeline.records import OpStats, StepRecord
     from telemetry.rank import RankContext
+    from tests.helpers.servers import free_port
 
     gpu = {
         "gpu_utilization_ratio": 0.9,

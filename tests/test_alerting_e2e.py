@@ -17,7 +17,8 @@ import sys
 import time
 
 import pytest
-from servers import free_port, free_port_range, http_get, prometheus, require, running
+
+from tests.helpers.servers import free_port, free_port_range, http_get, prometheus, require, running
 
 pytestmark = pytest.mark.slow  # a real demo, Prometheus and Alertmanager
 

@@ -2,13 +2,13 @@
 
 import os
 
-import dist_cases
 import pytest
 import torch.multiprocessing as mp
-from servers import free_port
 
 from telemetry.hooks import collectives
 from telemetry.store import read_run
+from tests.helpers import dist_cases
+from tests.helpers.servers import free_port
 
 N_BYTES = dist_cases.N * 4
 

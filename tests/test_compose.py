@@ -20,7 +20,8 @@ import sys
 import time
 
 import pytest
-from servers import free_port, http_get, prometheus, require
+
+from tests.helpers.servers import free_port, http_get, prometheus, require
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")

@@ -275,7 +275,7 @@ def test_telemetry_dashboard_serves_on_localhost_and_stops_with_its_server(strag
     import sys
     import urllib.request
 
-    from servers import free_port
+    from tests.helpers.servers import free_port
 
     port = free_port()
     proc = subprocess.Popen(
@@ -306,8 +306,8 @@ def test_a_real_browser_renders_the_findings_and_charts_without_an_exception(str
     import time
     import urllib.request
 
-    import browser
-    from servers import free_port
+    from tests.helpers import browser
+    from tests.helpers.servers import free_port
 
     if browser.chromium() is None:
         pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")

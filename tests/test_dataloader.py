@@ -5,10 +5,10 @@ import statistics
 
 import pytest
 import torch
-from loader_datasets import SleepyMap, SleepyStream
 
 import telemetry
 from telemetry.analysis.load import open_input
+from tests.helpers.loader_datasets import SleepyMap, SleepyStream
 
 
 def run(run_dir, loader, epochs=1, **watch_kw):

@@ -5,11 +5,11 @@ import logging
 import pytest
 import torch
 import torch.distributed as dist
-from servers import free_port
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import telemetry
 from telemetry.store import read_run
+from tests.helpers.servers import free_port
 
 
 @pytest.fixture

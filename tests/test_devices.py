@@ -13,7 +13,7 @@ from telemetry.flops import peak_flops_for, transformer_flops_per_token
 
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    import fake_pynvml
+    from tests.helpers import fake_pynvml
 
     fake_pynvml.state.calls.clear()
     fake_pynvml.state.handles.clear()
@@ -103,7 +103,7 @@ def test_each_rank_samples_its_own_gpu(fake_nvml, visible, local_rank, expected)
 
 
 def test_gpu_metrics_and_mfu_reach_prometheus_and_the_store(run_dir, fake_nvml):
-    from servers import free_port, http_get
+    from tests.helpers.servers import free_port, http_get
 
     port = free_port()
     telemetry.init(

@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
-from servers import free_port
 
 from telemetry.analysis.load import open_input
+from tests.helpers.servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -22,7 +22,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from servers import free_port_range, prometheus, training_scrape_config
+
+from tests.helpers.servers import free_port_range, prometheus, training_scrape_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRAFANA = os.path.join(ROOT, "telemetry", "dashboards", "grafana")
@@ -399,8 +400,8 @@ def panel_target(dashboards: dict, uid: str, title: str, ref: str = "A") -> dict
 def test_every_panel_query_runs_on_a_live_demo(tmp_path):
     """A 4-rank demo whose rank 2 computes its forward twice as long: every panel's query evaluates, every
     one returns data but for what a CPU run cannot have, and the ranks dashboard names rank 2."""
-    from otlp_receiver import Receiver  # needs opentelemetry-proto (a dev dependency)
-    from test_prometheus_source import stop_demo
+    from tests.helpers.otlp_receiver import Receiver  # needs opentelemetry-proto (a dev dependency)
+    from tests.test_prometheus_source import stop_demo
 
     t0 = time.monotonic()
     job = "grafana"

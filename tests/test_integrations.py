@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import torch
-from servers import free_port
 
 import telemetry
 from telemetry.analysis.load import open_input
+from tests.helpers.servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,17 +9,17 @@ import json
 import os
 import tracemalloc
 
-import kineto_traces as kt
 import numpy as np
 import pandas as pd
 import pytest
 import torch.multiprocessing as mp
-from servers import free_port
 
 from telemetry.analysis import kineto, tracefile
 from telemetry.analysis.load import KINETO_TRACES, open_input
 from telemetry.analysis.table import TableError
 from telemetry.cli import main as cli
+from tests.helpers import kineto_traces as kt
+from tests.helpers.servers import free_port
 
 US = 1e-6
 

@@ -4,9 +4,8 @@ Kubernetes (pod and namespace, as labels on the rank's Prometheus target and in 
 import json
 import os
 
-from servers import free_port_range
-
 from telemetry.rank import RankContext, _kubernetes
+from tests.helpers.servers import free_port_range
 
 
 def test_torchrun_on_the_second_of_two_nodes():

@@ -2,10 +2,10 @@
 alive and stuck), on hand-made heartbeats, and through analyze()."""
 
 import pandas as pd
-from test_hang import NOW, beat, waiting
 
 from telemetry.analysis.detectors import analyze
 from telemetry.analysis.detectors.lost import LOST_AFTER_S, detect_lost_ranks
+from tests.test_hang import NOW, beat, waiting
 
 
 def killed(rank, signal="SIGKILL", code=-9, **kw):

@@ -3,13 +3,13 @@
 import json
 import os
 
-import dist_cases
 import pytest
 import torch.multiprocessing as mp
-from servers import free_port, free_port_range
 
 from telemetry.online import BlockSummarizer
 from telemetry.pipeline.records import StepRecord
+from tests.helpers import dist_cases
+from tests.helpers.servers import free_port, free_port_range
 
 
 def rec(step, duration, forward, comm):

@@ -6,12 +6,12 @@ import sys
 import time
 
 import pytest
-from otlp_receiver import Blackhole, Receiver
-from servers import free_port
 
 import telemetry
 from telemetry.exporters.tracing import step_root_span_id, trace_id
 from telemetry.store import read_run
+from tests.helpers.otlp_receiver import Blackhole, Receiver
+from tests.helpers.servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,7 +13,8 @@ from telemetry.cli import main as cli
 def recorded(run_dir):
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
-    from servers import free_port
+
+    from tests.helpers.servers import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:

@@ -23,7 +23,7 @@ def test_built_in_sinks_and_exports_are_entry_points():
 @pytest.fixture
 def third_party_sink(monkeypatch):
     """A sink installed by another package: an entry point of the group, nothing in our code."""
-    ep = md.EntryPoint(name="printer", value="third_party_sink:PrinterSink", group=plugins.SINKS)
+    ep = md.EntryPoint(name="printer", value="tests.helpers.third_party_sink:PrinterSink", group=plugins.SINKS)
     entries = dict(plugins._entries(plugins.SINKS), printer=ep)
     monkeypatch.setattr(plugins, "_entries", lambda group: entries if group == plugins.SINKS else {})
     yield
@@ -36,7 +36,7 @@ def test_config_accepts_exactly_the_installed_names(third_party_sink):
 
 
 def test_a_third_party_sink_receives_the_records(third_party_sink, tmp_path):
-    from third_party_sink import PrinterSink
+    from tests.helpers.third_party_sink import PrinterSink
 
     PrinterSink.seen.clear()
     telemetry.init(run_dir=str(tmp_path / "run"), job="tp", sinks=["printer"])

@@ -8,9 +8,9 @@ import sys
 import time
 
 import pytest
-from servers import free_port, free_port_range, http_get, prometheus, pushgateway, training_scrape_config
 
 import telemetry
+from tests.helpers.servers import free_port, free_port_range, http_get, prometheus, pushgateway, training_scrape_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -200,7 +200,7 @@ def test_tls_with_client_certificates(run_dir, tmp_path):
 
 @pytest.mark.slow
 def test_real_prometheus_scrapes_every_rank_of_a_gloo_run(tmp_path):
-    from otlp_receiver import Receiver
+    from tests.helpers.otlp_receiver import Receiver
 
     run_dir = tmp_path / "run"
     job = "run"  # the demo names the job after its run directory
@@ -311,9 +311,8 @@ def test_dead_pushgateway_is_counted_and_harmless(run_dir, caplog):
 
 
 def test_exemplars_link_only_to_traces_the_otlp_sink_exports(run_dir):
-    from otlp_receiver import Receiver
-
     from telemetry.exporters.tracing import trace_id_hex
+    from tests.helpers.otlp_receiver import Receiver
 
     port = free_port()
     with Receiver() as rcv:
@@ -413,7 +412,7 @@ def test_targets_go_to_a_directory_shared_by_runs(tmp_path):
     """rank 0 writes <runs>/prometheus_targets/<job>.json beside the run directories, which one
     file_sd glob watches (promtool checks the glob and what our sink wrote), and removes it at
     shutdown; the run's own prometheus_targets.json stays."""
-    from servers import require
+    from tests.helpers.servers import require
 
     promtool = require("promtool", "prometheus")
     runs = tmp_path / "runs"

@@ -18,9 +18,9 @@ import textwrap
 import time
 
 import pytest
-from servers import free_port, require
 
 import telemetry
+from tests.helpers.servers import free_port, require
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")

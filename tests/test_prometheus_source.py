@@ -20,11 +20,11 @@ import time
 
 import numpy as np
 import pytest
-from servers import free_port, free_port_range, prometheus, require, training_scrape_config
 
 from telemetry.analysis.detectors import analyze
 from telemetry.analysis.prometheus import PROMETHEUS, list_jobs, open_prometheus
 from telemetry.analysis.table import TableError
+from tests.helpers.servers import free_port, free_port_range, prometheus, require, training_scrape_config
 
 pytestmark = pytest.mark.slow  # a real Prometheus server (and, live, a real demo job)
 

@@ -10,7 +10,8 @@ import re
 import subprocess
 
 import pytest
-from servers import require
+
+from tests.helpers.servers import require
 
 yaml = pytest.importorskip("yaml")
 

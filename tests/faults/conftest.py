@@ -40,7 +40,7 @@ def fault_table() -> FaultTable:
 @pytest.fixture(scope="session")
 def healthy_job(tmp_path_factory):
     """The gloo job with nothing wrong, run once per session: the step-time baseline of the ratios."""
-    from gloo_job import GlooJob
+    from tests.faults.gloo_job import GlooJob
 
     with GlooJob(tmp_path_factory.mktemp("healthy")) as job:
         result = job.wait()
@@ -51,7 +51,7 @@ def healthy_job(tmp_path_factory):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not _TABLE.rows:
         return
-    from table import markdown
+    from tests.faults.table import markdown
 
     os.makedirs(os.path.dirname(TABLE_PATH), exist_ok=True)
     with open(TABLE_PATH, "w") as f:

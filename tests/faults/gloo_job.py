@@ -12,10 +12,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from tests.helpers.servers import free_port, free_port_range
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.dirname(HERE))
-from servers import free_port, free_port_range  # noqa: E402
 
 
 @dataclass

@@ -16,11 +16,11 @@ import socket
 import time
 
 import pytest
-from gloo_job import GlooJob
-from otlp_receiver import Blackhole, Receiver
-from servers import free_port, free_port_range, http_get
 
 from telemetry.pipeline.sinks import SinkStartError
+from tests.faults.gloo_job import GlooJob
+from tests.helpers.otlp_receiver import Blackhole, Receiver
+from tests.helpers.servers import free_port, free_port_range, http_get
 
 pytestmark = pytest.mark.slow
 

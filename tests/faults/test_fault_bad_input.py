@@ -16,7 +16,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -29,11 +28,10 @@ from hypothesis import strategies as st
 
 import telemetry
 from telemetry.config import Config, ConfigError
+from tests.helpers.servers import free_port_range
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.dirname(HERE))
-from servers import free_port_range  # noqa: E402
 
 FIELDS = [f.name for f in dataclasses.fields(Config)]
 FAST = settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

@@ -17,7 +17,8 @@ import pytest
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
-from test_dashboard import APP, run_app, show
+
+from tests.test_dashboard import APP, run_app, show
 
 pytestmark = pytest.mark.slow
 
@@ -98,8 +99,8 @@ def _in_a_real_browser(healthy_job, tmp_path) -> str:
     import subprocess
     import sys
 
-    import browser
-    from servers import free_port, stop_group, wait_http
+    from tests.helpers import browser
+    from tests.helpers.servers import free_port, stop_group, wait_http
 
     if browser.chromium() is None:
         return "skipped, no chromium"
@@ -217,7 +218,7 @@ def _steps_of(run: str, rank: int) -> int:
 
 
 # ---- Prometheus ---------------------------------------------------------------------------------
-from test_prometheus_source import backfilled  # noqa: E402,F401 - the real server, reused as a fixture
+from tests.test_prometheus_source import backfilled  # noqa: E402,F401 - the real server, reused as a fixture
 
 
 def _server_pid(url: str) -> int:
@@ -295,7 +296,7 @@ def test_a_prometheus_that_stops_answering_is_a_message_within_a_bound(
 
 
 def _closed_port() -> int:
-    from servers import free_port
+    from tests.helpers.servers import free_port
 
     return free_port()
 

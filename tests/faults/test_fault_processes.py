@@ -16,11 +16,11 @@ import time
 
 import psutil
 import pytest
-from gloo_job import ROOT, GlooJob
-from servers import free_port_range
 
 from telemetry.analysis.detectors.lost import LOST_AFTER_S
 from telemetry.analysis.load import open_input
+from tests.faults.gloo_job import ROOT, GlooJob
+from tests.helpers.servers import free_port_range
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,9 @@ import urllib.request
 
 import psutil
 import pytest
-from servers import free_port, stop_group
 
 import telemetry
+from tests.helpers.servers import free_port, stop_group
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NEVER = 60.0  # the longest flush interval: nothing is delivered during a test
@@ -450,9 +450,9 @@ def _a_run(path: str, job: str, steps: int) -> str:
 
 def test_the_dashboard_opens_only_the_runs_under_its_root(tmp_path, monkeypatch, fault_table):
     from streamlit.testing.v1 import AppTest
-    from test_dashboard import APP
 
     from telemetry.dashboards import data as D
+    from tests.test_dashboard import APP
 
     root = tmp_path / "runs"
     inside = _a_run(str(root / "mine"), "mine", 12)

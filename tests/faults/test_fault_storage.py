@@ -15,9 +15,9 @@ import sys
 import time
 
 import pytest
-from gloo_job import ROOT, GlooJob
 
 from telemetry.analysis.load import open_input
+from tests.faults.gloo_job import ROOT, GlooJob
 
 pytestmark = pytest.mark.slow
 

@@ -16,12 +16,12 @@ import traceback
 import psutil
 import pytest
 import torch
-from servers import free_port, http_get
 
 import telemetry
 from telemetry import plugins
 from telemetry.analysis.load import open_input
 from telemetry.pipeline.sinks import Sink
+from tests.helpers.servers import free_port, http_get
 
 
 def metric(port: int, name: str, **labels: str) -> float | None:

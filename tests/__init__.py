@@ -1,0 +1,1 @@
+"""The test suite as a package (``tests.helpers``, ``tests.unit...``): see tests/README.md."""

@@ -1,0 +1,1 @@
+"""The fault suite (``make faults``): real processes, sockets, servers and file systems."""

@@ -1,0 +1,1 @@
+"""What tests share: real servers, fakes, the code spawned ranks run, trace builders (tests/README.md)."""
