@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--json", action="store_true", help="print the findings JSON")
     df.add_argument("--min-effect", type=float, default=0.05, help="smallest change reported (default 0.05 = 5%%)")
     df.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a regression reaches this severity")
+    df.add_argument(
+        "--steps", metavar="A:B", help="compare steps A to B of each run only (inclusive; either may be empty)"
+    )
 
     ds = sub.add_parser("dashboard", help="open the Streamlit dashboard on a run (no argument: choose among runs/)")
     ds.add_argument(
@@ -362,15 +365,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .analysis.table import TableError
 
     try:
-        steps = None
-        if args.steps:
-            from .analysis.windows import parse_steps
-
-            try:
-                steps = parse_steps(args.steps)
-            except ValueError as exc:
-                print(f"telemetry analyze: {exc}", file=sys.stderr)
-                return EXIT_USAGE
+        steps = _steps(args.steps)
+    except ValueError as exc:
+        print(f"telemetry analyze: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         result = _print_analysis(
             args.path,
             args.json,
@@ -399,7 +398,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     try:
-        base, new = open_input(args.base).table, open_input(args.new).table
+        steps = _steps(args.steps)
+    except ValueError as exc:
+        print(f"telemetry diff: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        base, new = open_input(args.base, steps).table, open_input(args.new, steps).table
     except TableError as exc:
         print(f"telemetry diff: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -469,7 +473,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .analysis.table import TABLE_OUTPUTS, TableError, write_table
 
     try:
-        first, last = _step_range(args.steps)
+        first, last = _steps(args.steps) or (None, None)
     except ValueError as exc:
         print(f"telemetry export: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -644,20 +648,11 @@ def _check_steps_in_run(table, text: str | None, first: int | None, last: int | 
         )
 
 
-def _step_range(text: str | None) -> tuple[int | None, int | None]:
-    if not text:
-        return None, None
-    a, sep, b = text.partition(":")
-    try:
-        first = int(a) if a.strip() else None
-        last = int(b) if b.strip() else None
-    except ValueError:
-        raise ValueError(f"--steps {text!r}: accepted A:B with integers, e.g. 100:200, 100: or :50") from None
-    if not sep:
-        last = first
-    if first is not None and last is not None and last < first:
-        raise ValueError(f"--steps {text!r}: the end is before the start")
-    return first, last
+def _steps(text: str | None) -> tuple[int, int] | None:
+    """``--steps A:B`` of every command, through the one parser (analysis.windows.parse_steps)."""
+    from .analysis.windows import parse_steps
+
+    return parse_steps(text) if text else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,17 +23,27 @@ WINDOW_ROWS = 12_000_000
 
 
 def parse_steps(text: str) -> tuple[int, int]:
-    """``A:B`` (either side may be empty) -> (first, last), inclusive."""
+    """``--steps A:B`` of every command (inclusive; either side may be empty) -> (first, last).
+
+    The one parser: analyze, export and the others say the same for the same text.
+
+    >>> parse_steps("100:200"), parse_steps(":50"), parse_steps("7:7")
+    ((100, 200), (0, 50), (7, 7))
+    """
     a, sep, b = text.partition(":")
     if not sep:
-        raise ValueError(f"--steps {text!r}; accepted: A:B, A: or :B (step numbers, inclusive)")
+        raise ValueError(
+            f"--steps {text!r}; accepted: A:B, A: or :B (step numbers, inclusive; one step: {text}:{text})"
+        )
     try:
         first = int(a) if a.strip() else 0
         last = int(b) if b.strip() else 2**62
     except ValueError:
         raise ValueError(f"--steps {text!r}: not step numbers; accepted: A:B, A: or :B") from None
-    if first < 0 or last < first:
-        raise ValueError(f"--steps {text!r}: accepted: 0 <= A <= B")
+    if first < 0 or last < 0:
+        raise ValueError(f"--steps {text!r}: step numbers are 0 or more; accepted: 0 <= A <= B")
+    if last < first:
+        raise ValueError(f"--steps {text!r}: the end is before the start; accepted: 0 <= A <= B")
     return first, last
 
 
