@@ -127,6 +127,11 @@ def render(
         out.append(rank_table(analysis.matrix, warmup))
     for w in warnings or []:
         out.append(f"warning: {w}\n")
+    failed = s.get("cause_failures")
+    if failed:
+        out.append(
+            f"warning: the causes of {failed['findings']} finding(s) could not be worked out ({failed['first']})\n"
+        )
     if not analysis.findings:
         out.append("Findings: none (no straggler, no hang detected).\n")
         if online:

@@ -16,6 +16,7 @@ together, with a goodput split of the run's time.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -35,6 +36,8 @@ from .stall import detect_data_stalls
 from .straggler import StragglerParams, detect_stragglers, straggler_scores
 from .utilization import UtilizationParams, detect_low_utilization
 from .whatif import slowdown, step_savings
+
+log = logging.getLogger("telemetry")
 
 
 @dataclass
@@ -94,9 +97,15 @@ def analyze(
         findings.extend(
             detect_hang(progress, m, world_size, hang_bound_s, explained={r for f in lost for r in f.ranks})
         )
-    if m is not None and m.n_steps:
-        attach_causes(m, findings)
+    failed_causes = attach_causes(m, findings) if m is not None and m.n_steps else (0, None)
     summary = _summary(m, findings, shift)
+    if failed_causes[0]:  # counted in the summary, said once per analysis; never silently "no causes"
+        summary["cause_failures"] = {"findings": failed_causes[0], "first": failed_causes[1]}
+        log.warning(
+            "telemetry: the causes of %d finding(s) could not be worked out (first: %s); those findings "
+            "are reported without causes",
+            *failed_causes,
+        )
     if ops is not None:
         findings = reprice(findings, summary, ops, m, shift)
     findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))

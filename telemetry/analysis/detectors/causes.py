@@ -45,14 +45,20 @@ POWER = ("SwPowerCap", "HwPowerBrakeSlowdown")
 HW = ("HwSlowdown",)
 
 
-def attach_causes(m: StepMatrix, findings: list[Finding]) -> None:
-    """Fill ``causes`` of each finding in place (ranked, strongest first; may stay empty)."""
+def attach_causes(m: StepMatrix, findings: list[Finding]) -> tuple[int, str | None]:
+    """Fill ``causes`` of each finding in place (ranked, strongest first; may stay empty). Returns
+    how many findings' causes could not be worked out (an error in a cause rule: that finding keeps
+    no causes) and the first such error as text, for the summary and one warning."""
+    failed, first = 0, None
     for f in findings:
         try:
             ranked = [c for _, c in sorted(_causes(m, f), key=lambda sc: -sc[0])]
-        except Exception:  # noqa: BLE001 - a cause is a hint: an odd column must not cost the finding
+        except Exception as exc:  # noqa: BLE001 - a cause is a hint: an odd column must not cost the finding
+            failed += 1
+            first = first or f"{f.kind} on ranks {f.ranks}: {type(exc).__name__}: {exc}"
             ranked = []
         f.causes[:] = ranked
+    return failed, first
 
 
 def _steps(m: StepMatrix, f: Finding) -> np.ndarray:
