@@ -468,7 +468,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .analysis.exports import export_for, export_suffixes
+    from .analysis.exports import ExportError, export_for, export_suffixes
     from .analysis.load import KINETO_TRACES, RUN_DIR, open_input
     from .analysis.table import TABLE_OUTPUTS, TableError, write_table
 
@@ -505,7 +505,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             print("telemetry export: --steps applies to a trace only", file=sys.stderr)
             return EXIT_USAGE
         write_table(run.table, args.to)
-    except (TableError, OSError) as exc:
+    except (TableError, ExportError, OSError) as exc:  # ExportError: a plug-in says why it cannot write the run
         print(f"telemetry export: {exc}", file=sys.stderr)
         return EXIT_USAGE
     table = run.table
