@@ -212,6 +212,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="FILE.parquet or FILE.csv (steps table), FILE.json (Chrome/Perfetto trace)",
     )
     e.add_argument("--steps", metavar="A:B", help="trace only steps A to B (inclusive; either may be empty)")
+
+    st = sub.add_parser(
+        "stack", help="write the monitoring stack (Prometheus, Alertmanager, Grafana, collector, compose)"
+    )
+    st_sub = st.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
+    si = st_sub.add_parser(
+        "init",
+        help="write the stack's files into DIR",
+        description=_wrap(
+            "Write the monitoring stack for this installed package into DIR: Prometheus (config, recording "
+            "and alert rules, their promtool tests), Alertmanager, Grafana provisioning and dashboards, the "
+            "OpenTelemetry Collector's config, a docker-compose.yml that runs them and the dashboard, and "
+            "the Dockerfile of the dashboard's image. Your training job runs where you run it; the printed "
+            "next steps say how Prometheus reaches its ranks."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    si.add_argument("dir", metavar="DIR", help="a new or empty directory")
+    si.add_argument("--force", action="store_true", help="write into a non-empty DIR, over the stack's files there")
+    si.add_argument(
+        "--wheel",
+        metavar="WHEEL",
+        help="a training_telemetry wheel to copy into DIR/wheels/ for the dashboard's image (default: the wheel "
+        "this package was installed from, when pip recorded one)",
+    )
     return p
 
 
@@ -615,6 +641,22 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+def cmd_stack(args: argparse.Namespace) -> int:
+    from .stack import StackError, init_stack
+
+    try:
+        init_stack(args.dir, force=args.force, wheel=args.wheel)
+    except StackError as exc:
+        print(f"telemetry stack init: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        if exc.errno in _OUTPUT_ERRNOS:
+            raise
+        print(f"telemetry stack init: cannot write {exc.filename or args.dir}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
 def _wait_healthy(proc, url: str, timeout_s: float = 60.0) -> bool:
     """Wait until the Streamlit server at ``url`` answers its health check; False if it exits first
     or never answers."""
@@ -665,6 +707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": cmd_export,
         "dashboard": cmd_dashboard,
         "simulate": cmd_simulate,
+        "stack": cmd_stack,
     }[args.command]
     try:
         return handler(args)
