@@ -22,8 +22,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "detectors"))
 
-from results import update_section  # noqa: E402
-from scale import make_table  # noqa: E402
+from results import update_section  # noqa: E402 - after the sys.path set-up above
+from scale import make_table  # noqa: E402 - after the sys.path set-up above
 
 from telemetry.dashboards.serve import APP  # noqa: E402 - after the path set-up
 

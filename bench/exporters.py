@@ -20,13 +20,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from results import update_section  # noqa: E402
+from results import update_section  # noqa: E402 - after the sys.path set-up above
 
-import telemetry  # noqa: E402
-from telemetry.config import Config  # noqa: E402
-from telemetry.pipeline.records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord  # noqa: E402
-from telemetry.rank import RankContext  # noqa: E402
-from tests.helpers.otlp_receiver import Blackhole, Receiver  # noqa: E402
+import telemetry  # noqa: E402 - after the sys.path set-up above
+from telemetry.config import Config  # noqa: E402 - after the sys.path set-up above
+from telemetry.pipeline.records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord  # noqa: E402 - after the sys.path set-up above
+from telemetry.rank import RankContext  # noqa: E402 - after the sys.path set-up above
+from tests.helpers.otlp_receiver import Blackhole, Receiver  # noqa: E402 - after the sys.path set-up above
 
 
 def record(step: int) -> StepRecord:

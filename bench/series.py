@@ -24,9 +24,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)  # first: the exporters package, not bench/exporters.py
 
-from results import update_section  # noqa: E402
+from results import update_section  # noqa: E402 - after the sys.path set-up above
 
-from tests.helpers.servers import free_port_range  # noqa: E402
+from tests.helpers.servers import free_port_range  # noqa: E402 - after the sys.path set-up above
 
 
 def scrape(url: str) -> list[str]:

@@ -35,12 +35,12 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.dataset as ds  # noqa: E402
-import pyarrow.feather as feather  # noqa: E402
+import pyarrow as pa  # noqa: E402 - after the sys.path set-up above
+import pyarrow.dataset as ds  # noqa: E402 - after the sys.path set-up above
+import pyarrow.feather as feather  # noqa: E402 - after the sys.path set-up above
 
-from telemetry.pipeline.records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord  # noqa: E402
-from telemetry.store.writer import RunStoreSink  # noqa: E402
+from telemetry.pipeline.records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord  # noqa: E402 - after the sys.path set-up above
+from telemetry.store.writer import RunStoreSink  # noqa: E402 - after the sys.path set-up above
 
 ENV = {**os.environ, "PYTHONPATH": ROOT}
 

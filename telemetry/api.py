@@ -211,7 +211,7 @@ def _torch_device_name() -> str | None:
     try:
         if torch is not None and torch.cuda.is_available():
             return torch.cuda.get_device_name()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a device name is optional; a broken CUDA set-up must not stop init
         pass
     return None
 

@@ -29,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from telemetry.analysis.detectors import analyze  # noqa: E402
-from telemetry.demo.simulate import Fault, Scenario, simulate, true_slowdown  # noqa: E402
+from telemetry.analysis.detectors import analyze  # noqa: E402 - after the sys.path set-up above
+from telemetry.demo.simulate import Fault, Scenario, simulate, true_slowdown  # noqa: E402 - after the sys.path set-up above
 
 CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpora", "straggler-analysis")
 

@@ -40,10 +40,10 @@ def command(flags: list[str]) -> list[str]:
 def warm_up() -> float:
     """Import what the app uses and exercise the load and analysis path once; returns seconds."""
     t0 = time.perf_counter()
-    import altair  # noqa: F401
-    import streamlit  # noqa: F401
+    import altair  # noqa: F401 - imported to warm up the app before it serves
+    import streamlit  # noqa: F401 - imported to warm up the app before it serves
 
-    from telemetry.dashboards import charts, comm, data, devices, views  # noqa: F401
+    from telemetry.dashboards import charts, comm, data, devices, views  # noqa: F401 - imported to warm up the app before it serves
     from telemetry.demo.simulate import Scenario, simulate
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -48,7 +48,7 @@ def cuda_index(local_rank: int) -> int:
     try:
         if torch is not None and torch.cuda.is_initialized():
             return int(torch.cuda.current_device())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a device index is optional; a broken CUDA set-up must not stop sampling
         pass
     return local_rank
 
@@ -89,7 +89,7 @@ class NvmlSource:
             return
         try:
             value = fn(*args)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - NVML raises a type per error code; an unsupported field is skipped from now on
             self._unsupported.add(key)
             return
         out[key] = float(value) * scale
@@ -101,14 +101,14 @@ class NvmlSource:
                 u = n.nvmlDeviceGetUtilizationRates(h)
                 out["gpu_utilization_ratio"] = u.gpu / 100.0
                 out["gpu_memory_utilization_ratio"] = u.memory / 100.0
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - NVML raises a type per error code; an unsupported field is skipped from now on
                 self._unsupported.add("util")
         if "mem" not in self._unsupported:
             try:
                 m = n.nvmlDeviceGetMemoryInfo(h)
                 out["gpu_memory_used_bytes"] = float(m.used)
                 out["gpu_memory_total_bytes"] = float(m.total)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - NVML raises a type per error code; an unsupported field is skipped from now on
                 self._unsupported.add("mem")
         self._field(out, "gpu_power_watts", n.nvmlDeviceGetPowerUsage, h, scale=1e-3)
         self._field(out, "gpu_energy_joules", n.nvmlDeviceGetTotalEnergyConsumption, h, scale=1e-3)
@@ -135,7 +135,7 @@ class NvmlSource:
         n = self.nvml
         try:
             es = n.nvmlEventSetCreate()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - no XID events without the rights to register them: XIDs are then not read
             return None
         try:
             n.nvmlDeviceRegisterEvents(self.handle, n.nvmlEventTypeXidCriticalError, es)
@@ -156,7 +156,7 @@ class NvmlSource:
                 data = n.nvmlEventSetWait_v2(self._xids, 0)
             except timeout:
                 break
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - NVML raises a type per error code; a broken event set is freed and not read again
                 self._try("xid", n.nvmlEventSetFree, self._xids)
                 self._xids = None
                 break
@@ -176,7 +176,7 @@ class NvmlSource:
         )
         try:
             mask = int(fn(self.handle))
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - NVML raises a type per error code; an unsupported field is skipped from now on
             self._unsupported.add("reasons")
             return
         for reason in _REASONS:
@@ -195,7 +195,7 @@ class NvmlSource:
                 (n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link) for link in range(_NVLINK_MAX_LINKS)
             ]
             values = n.nvmlDeviceGetFieldValues(self.handle, ids)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - NVML raises a type per error code; an unsupported field is skipped from now on
             self._unsupported.add("nvlink")
             return
         tx = rx = 0.0
@@ -243,7 +243,7 @@ class NvmlSource:
             out["gpu_sm_activity_ratio"] = mg.metrics[0].value / 100.0
             out["gpu_sm_occupancy_ratio"] = mg.metrics[1].value / 100.0
             self._gpm = [s2, s1]  # the newer sample is the next interval's start
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - GPM is optional (Hopper and newer); without it, no SM activity
             self._gpm = None
 
     def close(self) -> None:
@@ -277,11 +277,11 @@ def open_nvml(local_rank: int, environ: Mapping[str, str] | None = None) -> Nvml
         return None
     try:
         handle, label = device_handle(pynvml, cuda_index(local_rank), environ)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - NVML raises a type per error code; no GPU for this rank turns GPU sampling off
         log.info("telemetry: GPU sampling off: no GPU for this rank (%s)", exc)
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - shutting NVML down after a failed start: nothing left to do if it fails
             pass
         return None
     return NvmlSource(pynvml, handle, label)

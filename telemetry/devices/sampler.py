@@ -137,7 +137,7 @@ class Sampler:
             if close is not None:
                 try:
                     close()
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - closing a poller at shutdown: nothing left to do if it fails
                     pass
 
 

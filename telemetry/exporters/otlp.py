@@ -288,7 +288,7 @@ class OtlpSink(ErrorNote, Sink):
         try:
             with sdk_calls(self):
                 result = self.exporter.export(batch)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the SDK's exporter raises its own types; a failed export is counted
             result = None
             self.note_error(f"{type(exc).__name__}: {exc}")
         if result == SpanExportResult.SUCCESS:
@@ -359,7 +359,7 @@ class OtlpSink(ErrorNote, Sink):
 
         try:
             threading.Thread(target=shutdown, daemon=True).start()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - no thread can be started at interpreter exit: nothing to shut down
             pass
 
     def stats(self) -> dict[str, Any]:

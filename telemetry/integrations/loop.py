@@ -157,7 +157,7 @@ class LoopTracker:
                 self.count(tokens=int(ids.numel()) if not ids.is_floating_point() else 0, samples=int(ids.shape[0]))
             if self.split:
                 self.begin_phase(FORWARD)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a model hook must never break the user's forward
             self.errors("forward_pre", "telemetry: forward hook failed: %r (counted)", exc)
         return None
 
@@ -165,7 +165,7 @@ class LoopTracker:
         try:
             if self.split and self._phase_name == FORWARD:
                 self.begin_phase(BACKWARD)  # until the framework says the micro-step or step is done
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a model hook must never break the user's forward
             self.errors("forward_post", "telemetry: forward hook failed: %r (counted)", exc)
         return None
 

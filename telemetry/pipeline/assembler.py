@@ -353,7 +353,7 @@ def _ready(end: tuple, acc: _Open) -> bool:
 def _done(event: Any) -> bool:
     try:
         return bool(event.query())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a broken CUDA event must not hold the pipeline
         return True  # a broken event must not hold the pipeline; its interval falls back to host time
 
 

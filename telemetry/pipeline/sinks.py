@@ -106,7 +106,7 @@ class GuardedSink:
             return
         try:
             self.sink.progress(progress)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - a sink must never break the pipeline (class note)
             self._fail("progress", exc)
 
     def findings(self, result: OnlineResult) -> None:
@@ -114,7 +114,7 @@ class GuardedSink:
             return
         try:
             self.sink.findings(result)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - a sink must never break the pipeline (class note)
             self._fail("findings", exc)
 
     def flush(self, timeout_s: float) -> None:
@@ -122,7 +122,7 @@ class GuardedSink:
             return
         try:
             self.sink.flush(timeout_s)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - a sink must never break the pipeline (class note)
             self._fail("flush", exc)
 
     def close(self, timeout_s: float) -> None:
@@ -131,7 +131,7 @@ class GuardedSink:
         self.closed = True
         try:
             self.sink.close(timeout_s)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - a sink must never break the pipeline (class note)
             self._fail("close", exc)
 
     def describe(self) -> str | None:
@@ -144,7 +144,7 @@ class GuardedSink:
     def stats(self) -> dict[str, Any]:
         try:
             extra = dict(self.sink.stats())
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a sink's own health numbers are optional
             extra = {}
         sink_dropped = int(extra.pop("dropped", 0))
         sink_failures = int(extra.pop("failures", 0))  # a sink that catches its own errors counts them

@@ -1,0 +1,82 @@
+"""Lint, format and the layer contracts, in the suite: ruff over the package, tests, bench, examples and
+scripts; import-linter's contracts (pyproject.toml) encode ARCHITECTURE.md's one-way flow; every
+``# noqa`` names its reason."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TREES = ("telemetry", "tests", "bench", "examples", "scripts")
+BIN = os.path.dirname(sys.executable)
+# `# noqa: CODE[,CODE] - the reason` (or an em dash): a bare noqa hides a finding without saying why.
+NOQA = re.compile(r"#\s*noqa\b(?P<rest>.*)$")
+REASONED = re.compile(r":\s*[A-Z]+[0-9]+(\s*,\s*[A-Z]+[0-9]+)*\s+[-\u2014]\s+\S")
+
+
+def tool(name: str) -> str:
+    path = os.path.join(BIN, name)
+    if not os.path.exists(path):
+        pytest.fail(f"{name} is not installed in this environment: pip install -e '.[dev]'")
+    return path
+
+
+def run(*cmd: str, cwd: str = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_ruff_lint_passes():
+    p = run(tool("ruff"), "check", *TREES)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+def test_ruff_format_is_applied():
+    p = run(tool("ruff"), "format", "--check", *TREES)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+def test_the_import_contracts_hold():
+    p = run(tool("lint-imports"))
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert "0 broken" in p.stdout
+
+
+def test_an_import_against_the_flow_breaks_the_contracts(tmp_path):
+    """The contracts can fail: the store importing the analysis (upward) is caught."""
+    shutil.copytree(
+        os.path.join(ROOT, "telemetry"), tmp_path / "telemetry", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
+    with open(tmp_path / "telemetry" / "store" / "layout.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom telemetry.analysis import table as _upward  # planted by the test\n")
+    p = run(tool("lint-imports"), cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert p.returncode != 0, p.stdout[-3000:]
+    assert "telemetry.store.layout -> telemetry.analysis.table" in p.stdout
+
+
+def noqa_without_reason(text: str) -> list[int]:
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        m = NOQA.search(line)
+        if m and not REASONED.match(m.group("rest")):
+            out.append(i)
+    return out
+
+
+def test_every_noqa_names_its_reason():
+    planted = "x = 1  # noqa: E501\ny = 2  # noqa\nz = 3  # noqa: E402 - after the path set-up\n"
+    assert noqa_without_reason(planted) == [1, 2]
+    bare = []
+    for tree in TREES:
+        for d, dirs, names in os.walk(os.path.join(ROOT, tree)):
+            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            for name in names:
+                if name.endswith(".py"):
+                    path = os.path.join(d, name)
+                    with open(path, encoding="utf-8") as f:
+                        bare += [f"{os.path.relpath(path, ROOT)}:{n}" for n in noqa_without_reason(f.read())]
+    assert bare == [], "noqa without a reason ('# noqa: CODE - why'):\n" + "\n".join(bare)
