@@ -81,6 +81,7 @@ class Session:
             config.flops_per_token,
             peak,
             release_events=pool.release if pool is not None else None,
+            backlog_records=config.sink_backlog_records,
         )
         self._instrumented = False
         self._ddp_auto = False
@@ -258,7 +259,7 @@ def _atexit() -> None:
 
 
 def init(**kwargs: Any) -> Session:
-    """Start telemetry for this process (rank); see README "Configuration" for the settings.
+    """Start telemetry for this process (rank); the keyword arguments are :class:`Config`'s settings.
 
     Calling it again with the same settings returns the running session; with different ones it
     raises ConfigError naming the fields that differ.

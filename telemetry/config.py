@@ -70,6 +70,7 @@ class Config:
     flush_interval_s: float = 0.5
     buffer_events: int = 65536
     shutdown_timeout_s: float = 5.0
+    sink_backlog_records: int = 8192  # per sink: records waiting for a slow sink; beyond, dropped, counted
     strict: bool = False
     collectives: bool = True
     start_step: int = 0
@@ -211,6 +212,7 @@ class Config:
         self._set("flush_interval_s", _check_number("flush_interval_s", self.flush_interval_s, 0.01, 60.0))
         self._set("shutdown_timeout_s", _check_number("shutdown_timeout_s", self.shutdown_timeout_s, 0.1, 600.0))
         self._set("buffer_events", _check_int("buffer_events", self.buffer_events, 1024, 1 << 26))
+        self._set("sink_backlog_records", _check_int("sink_backlog_records", self.sink_backlog_records, 16, 1 << 24))
         self._set("start_step", _check_int("start_step", self.start_step, 0, 1 << 62))
         self._set("prometheus_port", _check_int("prometheus_port", self.prometheus_port, 1, 65535))
         self._set("online_every", _check_int("online_every", self.online_every, 1, 100000))

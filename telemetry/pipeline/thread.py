@@ -1,10 +1,11 @@
 """The pipeline thread: drain the recorder, assemble step records, hand them to the sinks.
 
-Every ``flush_interval_s`` it drains the buffer, builds records, writes them to each sink (each
-guarded, so one failing sink costs only itself), gives them to each listener (online detection)
-and hands the listeners' results to the sinks, sends a progress heartbeat, and flushes. It never
-runs user code and is the only thread that touches the sinks. ``stop()`` does a last drain and
-closes the sinks within a deadline; whatever could not be delivered by then is counted.
+Every ``flush_interval_s`` it drains the buffer, builds records, hands them to each sink's worker
+(:mod:`.workers`: a thread and a bounded backlog per sink, so that a sink that fails or blocks costs
+only itself), gives them to each listener (online detection) and hands the listeners' results to
+the sinks, and sends a progress heartbeat (each worker flushes its sink after delivering it). It
+never runs user code and never waits for a sink. ``stop()`` does a last drain and closes every
+sink at once within a deadline; whatever could not be delivered by then is counted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..recorder import Recorder
 from .assembler import Assembler
 from .records import OnlineResult, Progress, StepRecord
 from .sinks import GuardedSink
+from .workers import SinkWorker
 
 log = logging.getLogger("telemetry")
 
@@ -49,9 +51,11 @@ class Pipeline:
         flops_per_token: float = 0.0,
         peak_flops: float = 0.0,
         release_events: Callable[[list], None] | None = None,
+        backlog_records: int = 8192,
     ) -> None:
         self.recorder = recorder
         self.sinks = sinks
+        self.workers = [SinkWorker(s, backlog_records, interval_s) for s in sinks]
         self.rank = rank
         self.interval_s = interval_s
         self._to_epoch = to_epoch_s
@@ -88,15 +92,14 @@ class Pipeline:
                     records.extend(self.assembler.flush_waiting())
                 self.records += len(records)
                 self.ticks += 1
-                for sink in self.sinks:
-                    sink.write(records)
+                for worker in self.workers:
+                    worker.write(records)
                 for listener in self.listeners:
                     self._listen(listener, records)
                 progress = self.progress(finished=final)
-                for sink in self.sinks:
-                    sink.progress(progress)
-                    if not final:
-                        sink.flush(self.interval_s)
+                for worker in self.workers:
+                    worker.progress(progress)
+                    worker.check_stalled()
             except Exception:  # noqa: BLE001 - the pipeline must outlive its own bugs
                 self.errors += 1
                 self._once("tick", "telemetry: pipeline tick failed (further failures counted)", exc_info=True)
@@ -114,8 +117,8 @@ class Pipeline:
             )
             return
         for result in results:
-            for sink in self.sinks:
-                sink.findings(result)
+            for worker in self.workers:
+                worker.findings(result)
 
     def progress(self, finished: bool = False) -> Progress:
         rec = self.recorder
@@ -145,15 +148,14 @@ class Pipeline:
 
         def final() -> None:
             self.tick(final=True)
-            for sink in self.sinks:
-                # 90% of what is left, so that a sink that gives up can still count its losses
-                # before the deadline.
-                sink.close(max(0.05, 0.9 * (deadline - time.monotonic())))
-            done.set()
+            for worker in self.workers:  # all at once: a sink that blocks costs the others nothing
+                worker.close(deadline)
+            if all([worker.join(deadline) for worker in self.workers]):
+                done.set()
 
         closer = threading.Thread(target=final, name="telemetry-shutdown", daemon=True)
         closer.start()
-        closer.join(max(0.0, deadline - time.monotonic()))
+        closer.join(max(0.0, deadline - time.monotonic()) + 0.1)  # the workers' joins end at the deadline
         self.finished = done.is_set()
         if not self.finished:
             log.warning(
@@ -163,6 +165,12 @@ class Pipeline:
                 self.recorder.buffered,
             )
         return self.finished
+
+    def settle(self, timeout_s: float = 5.0) -> bool:
+        """Wait until every sink's worker has delivered what it was handed (tests, and a caller that
+        must see the sinks up to date); False if one is still busy at ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        return all([worker.settle(deadline) for worker in self.workers])
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -174,6 +182,6 @@ class Pipeline:
             "unread_values": self.assembler.unread_values,
             "nonfinite_values": self.assembler.nonfinite_values,
             "usage_errors": dict(self.recorder.usage.counts),
-            "sinks": {s.name: s.stats() for s in self.sinks},
+            "sinks": {w.name: w.stats() for w in self.workers},
             **{k: v for listener in self.listeners for k, v in listener.stats().items()},
         }
