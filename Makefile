@@ -1,7 +1,7 @@
 # make demo   bootstrap .venv, install, run the demo job on the embedded default sinks
 # make test   bootstrap and run the whole suite
 # make test-fast  the suite without the multi-process tests (marked slow): under a minute
-# make faults the fault suite (tests/faults, also part of make test); its table goes into the README
+# make faults the fault suite (tests/faults, also part of make test); its table goes into docs/faults-table.md
 # make bench  benchmarks; results go to bench/RESULTS.md
 PYTHON ?= python3
 VENV   ?= .venv
@@ -37,12 +37,12 @@ test-fast: $(STAMP)
 	@$(PY) -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The fault suite alone; it prints the table of faults and what they cost, and writes it into README.md.
+# The fault suite alone; it prints the table of faults and what they cost, and writes the manual's page of it.
 faults: $(STAMP) system-deps
 	@$(PY) -m pytest tests/faults $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make faults: pytest collected no tests" >&2; exit 1; fi; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi
-	@$(PY) tests/faults/table.py --readme >/dev/null && echo "make faults: the table is in README.md (section Faults)"
+	@$(PY) tests/faults/table.py --write >/dev/null && echo "make faults: the table is in docs/faults-table.md"
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py --out bench/RESULTS.md

@@ -60,22 +60,24 @@ class ConfigError(ValueError):
     """A setting is invalid; the message names the field, the value and what is accepted."""
 
 
+# Each field says what it means in the comment on its line, and a comment on a line of its own starts a
+# section: the manual's settings page is generated from them (scripts/mkdocs_reference.py).
 @dataclass(frozen=True)
 class Config:
     """Settings of one telemetry session (see README, "Configuration")."""
 
-    job: str = "train"
-    run_dir: str = ""  # "" means runs/<job>
-    sinks: tuple[str, ...] = ("store", "prometheus")
-    flush_interval_s: float = 0.5
-    buffer_events: int = 65536
-    shutdown_timeout_s: float = 5.0
+    job: str = "train"  # job name: 1-128 letters, digits and . _ : - (the Prometheus job label, the run's name)
+    run_dir: str = ""  # run directory, shared by all ranks; "": runs/<job>
+    sinks: tuple[str, ...] = ("store", "prometheus")  # sinks to start by name: store, prometheus, otlp, plug-ins
+    flush_interval_s: float = 0.5  # pipeline period: records reach the sinks this often (0.01-60 s)
+    buffer_events: int = 65536  # hot-path buffer bound; beyond it events are dropped and counted
+    shutdown_timeout_s: float = 5.0  # shutdown() returns within this even when a backend is dead
     sink_backlog_records: int = 8192  # per sink: records waiting for a slow sink; beyond, dropped, counted
-    strict: bool = False
-    collectives: bool = True
-    start_step: int = 0
-    handle_sigterm: bool = True
-    announce: bool = True  # each process says at start where its data can be seen (one line, stderr)
+    strict: bool = False  # raise TelemetryUsageError on API misuse (and SinkStartError) instead of warning once
+    collectives: bool = True  # wrap torch.distributed collectives and time DDP's all-reduce from init
+    start_step: int = 0  # number of the first step (after a restart from a checkpoint: its step)
+    handle_sigterm: bool = True  # on SIGTERM flush, then die of the signal (only if no handler is set)
+    announce: bool = True  # each process says at start where its data can be seen (one line: the logger, else stderr)
     profiler_ranges: bool = False  # every step and phase also opens a torch.profiler record_function range
     # Devices and throughput
     device_timing: str = "auto"  # cuda: CUDA events time phases and collectives; wall; auto: cuda if available
@@ -83,33 +85,33 @@ class Config:
     gpu: bool = True  # sample this rank's GPU through NVML when there is one
     flops_per_token: float = 0.0  # model FLOPs per token (telemetry.flops helps); 0: no MFU
     peak_flops: float = 0.0  # device peak FLOP/s; 0: from the table by GPU name and mfu_dtype
-    mfu_dtype: str = "bf16"
+    mfu_dtype: str = "bf16"  # the dtype whose dense peak the MFU is against: fp8, bf16, fp16, tf32, fp32
     # Online detection (rank 0 analyzes K-step summaries of every rank while the job runs)
-    online: bool = True
+    online: bool = True  # online detection, with a multi-rank process group
     online_every: int = 10  # steps per summary block
     online_window: int = 200  # blocks kept for analysis
     online_wait_blocks: int = 3  # how many blocks late a rank may be before it is named missing
     online_interval_s: float = 5.0  # rank 0 analyzes at most this often
     busy_bound: float = 0.8  # low_utilization: busy share of the job's time under which a stretch is a finding
     # Prometheus endpoint (one per rank on prometheus_port + local rank)
-    prometheus_host: str = "127.0.0.1"
-    prometheus_port: int = 9464
-    prometheus_certfile: str = ""  # TLS: serve https with this certificate ...
-    prometheus_keyfile: str = ""  # ... and key
+    prometheus_host: str = "127.0.0.1"  # address the /metrics endpoints bind (0.0.0.0: every interface)
+    prometheus_port: int = 9464  # first port: a rank serves on this + its local rank (a taken one: the next own port)
+    prometheus_certfile: str = ""  # TLS: serve https with this certificate (with prometheus_keyfile)
+    prometheus_keyfile: str = ""  # TLS: the private key of prometheus_certfile
     prometheus_client_cafile: str = ""  # TLS: require client certificates signed by this CA
     prometheus_sd_dir: str = ""  # rank 0 writes <job>.json here; "": prometheus_targets/ beside run_dir; off
-    step_buckets_s: tuple[float, ...] = STEP_BUCKETS_S
-    collective_buckets_s: tuple[float, ...] = COLLECTIVE_BUCKETS_S
+    step_buckets_s: tuple[float, ...] = STEP_BUCKETS_S  # histogram buckets of step, phase and data-wait times (s)
+    collective_buckets_s: tuple[float, ...] = COLLECTIVE_BUCKETS_S  # histogram buckets of collective calls (s)
     max_label_values: int = 32  # distinct phases / logged names / ops exported per rank
     pushgateway_url: str = ""  # push to a Pushgateway every push_interval_s and at shutdown
-    push_interval_s: float = 15.0
+    push_interval_s: float = 15.0  # Pushgateway push period, and the OTel metrics mirror's export period
     # OpenTelemetry (on when an endpoint is set here or in OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)
-    otlp_endpoint: str = ""
+    otlp_endpoint: str = ""  # collector URL; "": OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
     otlp_protocol: str = ""  # http/protobuf (default) or grpc; else OTEL_EXPORTER_OTLP_PROTOCOL
     otlp_traces_exporter: str = ""  # otlp (default), console (stdout) or none; else OTEL_TRACES_EXPORTER
     otlp_sample_every: int = 1  # export every Nth step (anomalous steps always)
     otlp_metrics: bool = False  # also mirror the metrics through the OTel metrics SDK
-    otlp_timeout_s: float = 10.0
+    otlp_timeout_s: float = 10.0  # timeout of one export call to the collector
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
