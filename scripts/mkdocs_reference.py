@@ -38,8 +38,7 @@ def _text(s: object) -> str:
 def _code(s: object) -> str:
     """Text as a code span in a table cell (a `|` inside it escaped, so the table keeps its columns)."""
     s = str(s).replace("|", "\\|")
-    tick = "``" if "`" in s else "`"
-    return f"{tick}{s}{tick}" if tick == "`" else f"`` {s} ``"
+    return f"`` {s} ``" if "`" in s else f"`{s}`"
 
 
 # ---- exit codes ----------------------------------------------------------------------------------
