@@ -1,9 +1,14 @@
+"""Fixtures every folder shares (each expensive real job runs once per session), and the layout's
+two rules, checked at collection: every folder of tests is a package, and no slow test is a unit test."""
+
 import os
 import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+UNIT = os.path.join(TESTS, "unit")
 
 _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
@@ -22,6 +27,27 @@ def clean_telemetry(monkeypatch):
     from telemetry.hooks import collectives
 
     collectives.uninstrument_collectives()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Runs after tests/integration/conftest.py has marked its tests slow (that one is tryfirst)."""
+    problems = set()
+    for item in items:
+        path = str(item.path)
+        if not path.startswith(TESTS + os.sep):
+            continue
+        folder = os.path.dirname(path)
+        while folder != ROOT:
+            if not os.path.exists(os.path.join(folder, "__init__.py")):
+                problems.add(
+                    f"{os.path.relpath(folder, ROOT)} has no __init__.py: its test modules would be imported "
+                    "under their bare names, where equal names in two folders clash (tests/README.md)"
+                )
+            folder = os.path.dirname(folder)
+        if path.startswith(UNIT + os.sep) and item.get_closest_marker("slow"):
+            problems.add(f"{item.nodeid} is marked slow: a slow test belongs in tests/integration/ (tests/README.md)")
+    if problems:
+        raise pytest.UsageError("the tests' layout:\n  " + "\n  ".join(sorted(problems)))
 
 
 @pytest.fixture
@@ -58,3 +84,15 @@ def straggler_demo(tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr, run_dir
+
+
+@pytest.fixture
+def straggler_table(tmp_path):
+    """A simulated steps table (8 ranks, 300 steps, rank 5's forward 1.5x slower) as a Parquet file."""
+    from telemetry.demo.simulate import Fault, Scenario, simulate
+
+    path = tmp_path / "steps.parquet"
+    simulate(
+        Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),))
+    ).to_parquet(path, index=False)
+    return str(path)

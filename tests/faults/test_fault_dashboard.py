@@ -1,7 +1,7 @@
 """The dashboard under faults: its run deleted or cut while the page is open, its Prometheus gone
 silent. The page says what happened (st.error / st.warning), never shows a traceback, never hangs.
 
-Driven by Streamlit's AppTest (the app runs in this process, as tests/test_dashboard.py drives it)
+Driven by Streamlit's AppTest (the app runs in this process, as tests/unit/telemetry/dashboards/test_app.py drives it)
 on copies of the healthy gloo job's run directory, and on a real Prometheus server.
 """
 
@@ -18,7 +18,8 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from tests.test_dashboard import APP, run_app, show
+from telemetry.dashboards.serve import APP
+from tests.helpers.apptest import run_app, show
 
 pytestmark = pytest.mark.slow
 
@@ -116,7 +117,7 @@ def _in_a_real_browser(healthy_job, tmp_path) -> str:
     try:
         wait_http(f"{url}/_stcore/health", timeout=60)
         dom = ""
-        for _ in range(6):  # a dump can race the app's websocket (see tests/test_dashboard.py)
+        for _ in range(6):  # a dump can race the app's websocket (see tests/integration/test_dashboard.py)
             dom = browser.dump_dom(url)
             if 'data-testid="stExpander"' in dom:
                 break
@@ -218,7 +219,7 @@ def _steps_of(run: str, rank: int) -> int:
 
 
 # ---- Prometheus ---------------------------------------------------------------------------------
-from tests.test_prometheus_source import backfilled  # noqa: E402,F401 - the real server, reused as a fixture
+from tests.helpers.prometheus_backfill import backfilled  # noqa: E402,F401 - the real server, reused as a fixture
 
 
 def _server_pid(url: str) -> int:

@@ -184,7 +184,7 @@ def _client(certs, ca: str = "ca", cert: str | None = None) -> ssl.SSLContext:
 
 
 def test_metrics_over_tls_with_client_certificates_and_no_clear_text_fallback(tmp_path, fault_table):
-    # tests/test_prometheus.py checks a client with the CA's certificate is served and one without
+    # tests/unit/telemetry/exporters/test_prometheus.py checks a client with the CA's certificate is served and one without
     # any is refused; here: clear text refused, a certificate of another CA refused, TLS without
     # client certificates, and a TLS setting that cannot be served serves nothing (never clear text).
     certs = _certs(tmp_path)

@@ -1,0 +1,1 @@
+"""Checks of the deploy files: the compose stacks, the configs they mount, the wheel."""

@@ -1,0 +1,149 @@
+"""The dashboard for real: a real demo run through every page, `telemetry dashboard` serving on
+localhost and stopping with its server, a real browser, and a large run through every view."""
+
+import os
+import time
+
+import pytest
+
+from tests.helpers.apptest import run_app, show
+
+pytest.importorskip("streamlit")
+
+
+from telemetry.demo.simulate import Fault, Scenario, simulate
+
+
+def test_every_page_on_a_real_demo_run_with_a_straggler(monkeypatch, straggler_demo):
+    """A run directory written by a real 4-rank gloo job, rank 2's forward 2x slower."""
+    _, _, run_dir = straggler_demo
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_BASE", run_dir)  # compared with itself: no change
+    at = run_app(monkeypatch, run_dir)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["tokens/s"] != "-" and float(metrics["estimated slowdown"].rstrip("%")) > 1
+    assert any("straggler - rank 2 - phase forward" in e.label for e in at.expander)
+    assert not [m for m in at.markdown if "live" in m.value]  # a finished run: no live marker, no polling
+
+    show(at, "ranks")
+    summary = at.dataframe[0].value
+    assert "straggler (forward)" in summary.loc[summary["rank"] == 2, "findings"].iloc[0]
+
+    show(at, "findings")
+    focus = at.selectbox(key="focus")  # the straggler: the job's low_utilization may be listed first
+    focus.set_value(next(i for i, title in enumerate(focus.options) if "straggler" in title)).run()
+    assert "forward compute (ms/step)" in at.caption[0].value
+
+    show(at, "collectives")  # per-op records: latency, bandwidth, message sizes, per rank
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["ops"] == "1" and metrics["latency per call (median)"].endswith(" ms")
+    assert metrics["bus bandwidth (median)"].endswith(" GB/s")
+    assert len(at.get("vega_lite_chart")) == 5
+    table = at.dataframe[0].value
+    assert set(table["op"]) == {"all_reduce"} and sorted(table["rank"]) == [0, 1, 2, 3]
+    assert table.set_index("rank")["blocked ms/step"].idxmin() == 2  # the straggler arrives last, waits least
+
+    show(at, "devices")  # a CPU run: said so, with the process's CPU and memory
+    assert any("No GPU was sampled" in i.value for i in at.info)
+    [signal] = [s for s in at.selectbox if s.label == "signal"]
+    assert signal.options[:2] == ["process CPU (% of one core)", "process resident memory (GiB)"]
+    assert sorted(at.dataframe[0].value["rank"]) == [0, 1, 2, 3]
+
+    show(at, "compare")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["step time change (new against base)"] == "+0.0%"
+    assert at.subheader[-1].value == "Changes (0)"
+
+
+def test_telemetry_dashboard_serves_on_localhost_and_stops_with_its_server(straggler_table):
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.helpers.servers import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry", "dashboard", straggler_table, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith(f"telemetry dashboard: starting on 127.0.0.1:{port}")
+        # the URL is printed once the server answers
+        assert f"http://127.0.0.1:{port} " in proc.stdout.readline()
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 130
+        with pytest.raises(OSError):  # the Streamlit server went with it
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_real_browser_renders_the_findings_and_charts_without_an_exception(straggler_table):
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.helpers import browser
+    from tests.helpers.servers import free_port
+
+    if browser.chromium() is None:
+        pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry", "dashboard", straggler_table, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the dashboard never became healthy"
+                time.sleep(0.3)
+        # A dump can race the app's websocket and show the empty shell (the first after a start
+        # always does): dump again until the page has drawn its findings, up to a deadline.
+        for _ in range(6):
+            dom = browser.dump_dom(url)
+            if 'data-testid="stExpander"' in dom:
+                break
+        assert 'data-testid="stApp"' in dom
+        assert "straggler - rank 5 - phase forward" in dom
+        assert 'data-testid="stVegaLiteChart"' in dom
+        assert 'data-testid="stException"' not in dom
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(20)
+
+
+# slow: a 128 x 4,000 table through every view: seconds of CPU, no server
+def test_every_page_on_a_large_simulated_run(monkeypatch, tmp_path):
+    path = tmp_path / "large.parquet"
+    simulate(
+        Scenario(
+            ranks=128,
+            steps=4000,
+            jitter=0.05,
+            faults=(Fault("straggler", ranks=(77,), phase="forward", factor=1.3, start=1000),),
+        )
+    ).to_parquet(path, index=False)
+    at = run_app(monkeypatch, str(path))
+    assert any("straggler - rank 77 - phase forward" in e.label for e in at.expander)
+    assert at.caption[0].value.startswith("128 ranks, 4000 steps")
+    show(at, "ranks")
+    summary = at.dataframe[0].value
+    assert len(summary) == 128 and "straggler" in summary.loc[summary["rank"] == 77, "findings"].iloc[0]
+    for view in ("findings", "collectives", "devices", "compare"):
+        show(at, view)
+    [slider] = [s for s in at.sidebar.slider if s.label == "steps"]
+    slider.set_value((1500, 2500)).run()  # a step range: the views follow it
+    assert not at.exception

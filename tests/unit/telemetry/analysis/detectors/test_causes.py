@@ -1,0 +1,118 @@
+"""The cause behind a finding (telemetry/analysis/detectors/causes.py), from the culprit's device and
+host signals against its peers'."""
+
+import numpy as np
+import pytest
+
+from telemetry.analysis.detectors import analyze
+from telemetry.demo.simulate import Fault, Scenario, simulate
+
+
+def straggler_table(**signals):
+    """8 ranks, rank 5's forward 1.4x slower from step 100; ``signals``: column -> (rank 5's value,
+    the others' value) from step 100 on (before: the others' value everywhere)."""
+    t = simulate(
+        Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.4, start=100),))
+    )
+    hit = (t["rank"] == 5) & (t["step"] >= 100)
+    for col, (culprit, others) in signals.items():
+        t[col] = others
+        t.loc[hit, col] = culprit
+    return t
+
+
+def the_straggler(t):
+    [f] = [f for f in analyze(t).findings if f.kind == "straggler"]
+    assert f.ranks == [5] and f.phase == "forward"
+    return f
+
+
+def test_a_thermal_throttle_on_the_straggler_is_its_cause():
+    f = the_straggler(
+        straggler_table(
+            **{
+                "dev.gpu_clock_event_HwThermalSlowdown": (1.0, 0.0),
+                "dev.gpu_sm_clock_hertz": (1.4e9, 1.98e9),
+                "dev.gpu_temperature_celsius": (91.0, 70.0),
+            }
+        )
+    )
+    assert f.causes[0]["kind"] == "gpu_thermal"
+    assert "HwThermalSlowdown" in f.causes[0]["evidence"] and "against 0% for its peers" in f.causes[0]["evidence"]
+    share = int(f.causes[0]["evidence"].split(" on ")[1].split("%")[0])
+    assert share >= 90  # the finding's steps start within a few steps of the onset
+
+
+def test_the_report_prints_the_causes():
+    from telemetry.analysis.report import render
+
+    t = straggler_table(**{"dev.process_involuntary_switches_per_second": (400.0, 5.0)})
+    text = render(analyze(t), "steps.parquet")
+    assert "      cause  cpu_contention: rank 5: its training thread was switched out" in text
+
+
+def test_cpu_contention_from_involuntary_switches_and_cpu_share():
+    f = the_straggler(
+        straggler_table(
+            **{"dev.process_involuntary_switches_per_second": (400.0, 5.0), "dev.process_cpu_ratio": (0.5, 0.98)}
+        )
+    )
+    assert [c["kind"] for c in f.causes] == ["cpu_contention"]
+    assert "400/s against 5/s" in f.causes[0]["evidence"] and "0.50 cores against 0.98" in f.causes[0]["evidence"]
+
+
+def test_a_signal_its_peers_share_is_no_cause_and_a_signal_alone_is_no_finding():
+    f = the_straggler(straggler_table(**{"dev.gpu_clock_event_SwPowerCap": (1.0, 1.0)}))  # every rank capped
+    assert f.causes == []
+    t = simulate(Scenario(ranks=8, steps=300))  # a throttle flag on a rank that is not slow
+    t["dev.gpu_clock_event_HwSlowdown"] = np.where(t["rank"] == 3, 1.0, 0.0)
+    assert analyze(t).findings == []
+
+
+def test_new_ecc_errors_and_a_slow_clock_without_a_reason():
+    t = straggler_table(**{"dev.gpu_sm_clock_hertz": (1.6e9, 1.98e9)})
+    t["dev.gpu_ecc_errors_corrected"] = 0.0
+    t.loc[(t["rank"] == 5) & (t["step"] >= 150), "dev.gpu_ecc_errors_corrected"] = 12.0
+    kinds = [c["kind"] for c in the_straggler(t).causes]
+    assert kinds == ["gpu_errors", "gpu_clocks"]
+
+
+def test_a_data_stall_is_caused_by_the_data_loader():
+    t = simulate(Scenario(ranks=8, steps=300, faults=(Fault("data_stall", ranks=(2,), delay_s=0.02, start=50),)))
+    [f] = [f for f in analyze(t).findings if f.kind in ("data_stall", "straggler") and f.ranks == [2]]
+    assert (
+        f.causes
+        and f.causes[0]["kind"] == "data_loader"
+        and "ms per step for its next batch" in f.causes[0]["evidence"]
+    )
+
+
+def test_a_job_wide_regression_names_clocks_that_fell_at_its_onset():
+    t = simulate(Scenario(ranks=8, steps=400, faults=(Fault("regression", phase="backward", factor=1.3, start=200),)))
+    t["dev.gpu_sm_clock_hertz"] = np.where(t["step"] >= 200, 1.5e9, 1.98e9)
+    [f] = [f for f in analyze(t).findings if f.kind == "regression"]
+    assert [c["kind"] for c in f.causes] == ["gpu_clocks"]
+    assert (
+        "after the change" in f.causes[0]["evidence"]
+        and "against 1980 MHz for before the change" in f.causes[0]["evidence"]
+    )
+
+
+@pytest.mark.parametrize("kind", ["straggler", "regression"])
+def test_every_finding_has_a_causes_list_in_its_json(kind):
+    faults = (
+        (Fault("straggler", ranks=(1,), phase="forward", factor=1.5),)
+        if kind == "straggler"
+        else (Fault("regression", phase="forward", factor=1.4, start=150),)
+    )
+    doc = analyze(simulate(Scenario(ranks=8, steps=300, faults=faults))).to_json()
+    assert doc["findings"] and all(d["causes"] == [] for d in doc["findings"])
+
+
+def test_a_regression_reads_in_tokens_per_second_mfu_and_busy_share_before_and_after():
+    t = simulate(Scenario(ranks=8, steps=300, faults=(Fault("regression", phase="backward", factor=1.3, start=120),)))
+    t["mfu"] = np.where(t["step"] >= 120, 0.35, 0.40)
+    [f] = [f for f in analyze(t).findings if f.kind == "regression"]
+    ba = f.details["before_after"]
+    assert ba["mfu"] == [0.4, 0.35] and ba["tokens_per_s"][1] < 0.9 * ba["tokens_per_s"][0]
+    assert "MFU 40.0% -> 35.0%" in f.evidence and "tokens/s " in f.evidence and "of the step" in f.evidence

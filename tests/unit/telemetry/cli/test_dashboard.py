@@ -1,0 +1,31 @@
+"""`telemetry dashboard` (telemetry/cli.py): arguments checked before anything starts, and without
+Streamlit it says how to install it. The app itself: tests/unit/telemetry/dashboards/."""
+
+import pytest
+
+
+def test_without_streamlit_the_command_says_how_to_install(monkeypatch, capsys, straggler_table):
+    import importlib.util
+
+    from telemetry.cli import main as cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "streamlit" else real(name, *a))
+    assert cli(["dashboard", straggler_table]) == 2
+    assert "pip install 'training-telemetry[dashboard]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--job", "exp1"], "--job goes with --prometheus"),
+        (["--prometheus", "127.0.0.1:9090"], "accepted: an http:// or https:// URL"),
+        (["RUN", "--prometheus", "http://127.0.0.1:9090"], "give it no run directory"),
+        (["RUN", "--base", "/nonexistent/base"], "'/nonexistent/base' does not exist"),
+    ],
+)
+def test_dashboard_arguments_are_checked_before_anything_starts(capsys, straggler_table, args, says):
+    from telemetry.cli import main as cli
+
+    assert cli(["dashboard", *[straggler_table if a == "RUN" else a for a in args]]) == 2
+    assert says in capsys.readouterr().err

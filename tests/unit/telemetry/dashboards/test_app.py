@@ -1,0 +1,164 @@
+"""The Streamlit dashboard (telemetry/dashboards/script/app.py and its views), driven in this process
+by Streamlit's AppTest: every page renders without an exception and shows the numbers and the
+straggler's rank; bad input is a message, not a traceback. A real server, a real browser, a real
+demo run and a large run: tests/integration/test_dashboard.py."""
+
+import os
+import time
+
+import pytest
+
+from tests.helpers.apptest import VIEWS, run_app, show
+
+pytest.importorskip("streamlit")
+
+
+from streamlit.testing.v1 import AppTest
+
+from telemetry.analysis.load import open_input
+from telemetry.dashboards.serve import APP
+from telemetry.demo.simulate import Fault, Scenario, simulate
+
+
+def test_every_page_shows_the_run_and_names_the_straggler(monkeypatch, straggler_table):
+    at = run_app(monkeypatch, straggler_table)
+    [views] = [r for r in at.sidebar.radio if r.label == "view"]
+    assert views.options == VIEWS
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["median step time"].endswith(" ms") and metrics["tokens/s"] != "-"
+    assert float(metrics["estimated slowdown"].rstrip("%")) > 1
+    titles = [e.label for e in at.expander]
+    assert any("straggler - rank 5 - phase forward" in t for t in titles), titles
+    assert len(at.get("vega_lite_chart")) == 2  # step time, goodput
+
+    show(at, "ranks")
+    summary = at.dataframe[0].value
+    assert "straggler (forward)" in summary.loc[summary["rank"] == 5, "findings"].iloc[0]
+    assert len(at.get("vega_lite_chart")) == 1  # the heatmap
+
+    show(at, "findings")
+    assert any("straggler - rank 5" in e.label for e in at.expander)
+    [focus] = [s for s in at.selectbox if s.label == "finding"]
+    assert "forward compute (ms/step)" in at.caption[0].value and len(at.get("vega_lite_chart")) == 2
+
+    show(at, "collectives")  # a steps table: only comm_s, said so, and its heatmap
+    assert "no per-collective records" in at.info[0].value and len(at.get("vega_lite_chart")) == 1
+
+    show(at, "devices")  # the simulator's tables carry CUDA memory readings
+    [signal] = [s for s in at.selectbox if s.label == "signal"]
+    assert "CUDA memory allocated (GiB)" in signal.options
+    assert list(at.dataframe[0].value["rank"]) == list(range(8))
+
+    show(at, "compare")  # no base given
+    assert "Nothing to compare with" in at.info[0].value
+
+
+def test_compare_shows_the_regressed_phase(monkeypatch, tmp_path):
+    base, new = tmp_path / "base.parquet", tmp_path / "new.parquet"
+    simulate(Scenario(ranks=8, steps=300)).to_parquet(base, index=False)
+    simulate(
+        Scenario(ranks=8, steps=300, seed=7, faults=(Fault("regression", phase="backward", factor=1.3),))
+    ).to_parquet(new, index=False)
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_BASE", str(base))
+    at = show(run_app(monkeypatch, str(new)), "compare")
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["step time change (new against base)"].rstrip("%")) > 5
+    table = at.dataframe[0].value.set_index("series")
+    assert table.loc["backward", "significant"] and table.loc["backward", "change"] > 0.2
+    assert not table.loc["forward", "significant"]
+    assert any("regression - job-wide - phase backward" in e.label for e in at.expander)
+
+
+def test_the_app_writes_nothing_in_the_run(monkeypatch, tmp_path):
+    import telemetry
+
+    run = str(tmp_path / "run")
+    telemetry.init(run_dir=run, job="ro", sinks=["store"])
+    for _ in range(20):
+        with telemetry.step():
+            pass
+    telemetry.shutdown()
+
+    def listing():
+        return sorted(
+            (os.path.join(d, f), os.path.getmtime(os.path.join(d, f)), os.path.getsize(os.path.join(d, f)))
+            for d, _, fs in os.walk(tmp_path)
+            for f in fs
+        )
+
+    before = listing()
+    at = run_app(monkeypatch, run)
+    for view in ("ranks", "findings", "collectives", "devices", "compare"):
+        show(at, view)
+    assert listing() == before
+
+
+def test_a_run_still_being_written_is_marked_live_and_a_finished_one_is_not(monkeypatch, tmp_path):
+    import telemetry
+
+    run = str(tmp_path / "run")
+    telemetry.init(run_dir=run, job="live", sinks=["store"], flush_interval_s=0.05)
+    for _ in range(30):
+        with telemetry.step():
+            pass
+    deadline = time.monotonic() + 20
+    while (open_input(run).progress.get(0) or {}).get("last_step") != 29:  # the pipeline thread wrote it
+        assert time.monotonic() < deadline, "the run store never saw step 29"
+        time.sleep(0.05)
+    try:
+        at = run_app(monkeypatch, run)
+        [marker] = [m.value for m in at.markdown if "live" in m.value]
+        assert "last step 29 at" in marker and "every" in marker
+    finally:
+        telemetry.shutdown()
+    at = run_app(monkeypatch, run)
+    assert not [m for m in at.markdown if "live" in m.value]
+
+
+def test_a_missing_run_is_a_message(monkeypatch, tmp_path):
+    at = run_app(monkeypatch, str(tmp_path / "nope"))
+    assert "does not exist" in at.error[0].value
+
+
+def test_an_empty_run_directory_is_a_message(monkeypatch, tmp_path):
+    (tmp_path / "run" / "ranks").mkdir(parents=True)
+    at = run_app(monkeypatch, str(tmp_path / "run"))
+    assert "holds no steps yet" in at.error[0].value
+
+
+def test_without_a_path_it_offers_the_runs_under_runs(monkeypatch, tmp_path):
+    import telemetry
+
+    for name in ("a", "b"):
+        telemetry.init(run_dir=str(tmp_path / "runs" / name), job=name, sinks=["store"])
+        with telemetry.step():
+            pass
+        telemetry.shutdown()
+    monkeypatch.delenv("TELEMETRY_DASHBOARD_PATH", raising=False)
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_ROOT", str(tmp_path / "runs"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    [box] = [s for s in at.sidebar.selectbox if s.label == "run"]
+    assert sorted(os.path.basename(o) for o in box.options) == ["a", "b"]
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_ROOT", str(tmp_path / "empty"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert "No run directory under" in at.error[0].value
+
+
+def test_a_slow_node_is_marked_on_its_ranks_and_the_summary_names_the_nodes(monkeypatch, tmp_path):
+    path = tmp_path / "nodes.parquet"
+    simulate(
+        Scenario(
+            ranks=16,
+            steps=400,
+            ranks_per_node=4,
+            faults=(Fault("straggler", ranks=(4, 5, 6, 7), phase="backward", factor=1.1),),
+        )
+    ).to_parquet(path, index=False)
+    at = run_app(monkeypatch, str(path))
+    assert any("straggler - rank 4, 5, 6, 7 - phase backward" in e.label for e in at.expander)
+    summary = show(at, "ranks").dataframe[0].value.set_index("rank")
+    assert summary.loc[5, "node"] == "node1" and "straggler" in summary.loc[5, "findings"]
+    assert summary.loc[0, "findings"] == ""

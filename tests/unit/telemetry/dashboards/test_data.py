@@ -1,0 +1,38 @@
+"""What the views show, as plain tables (telemetry/dashboards/data.py): heatmaps and step percentiles
+downsampled so that a slow rank or a slow step still shows."""
+
+from telemetry.dashboards import data as D
+from telemetry.demo.simulate import Fault, Scenario, simulate
+
+
+def test_the_heatmap_downsamples_and_still_shows_one_slow_rank():
+    table = simulate(
+        Scenario(
+            ranks=16, steps=2000, jitter=0.1, faults=(Fault("straggler", ranks=(11,), phase="backward", factor=1.3),)
+        )
+    )
+    from telemetry.analysis.detectors.matrix import from_table
+
+    cells = D.heatmap(from_table(table), "compute")
+    assert cells["step"].nunique() <= D.MAX_HEATMAP_COLUMNS and cells["rank"].nunique() == 16
+    per_rank = cells.groupby("rank")["ms"].median()
+    assert per_rank.idxmax() == 11 and per_rank[11] > 1.1 * per_rank.drop(11).max()
+
+
+def test_step_percentiles_are_one_line_per_percentile():
+    from telemetry.analysis.detectors.matrix import from_table
+
+    df = D.step_percentiles(from_table(simulate(Scenario(ranks=8, steps=50))))
+    assert set(df["percentile"]) == {"p50", "p95"} and len(df) == 100
+    p = df.pivot(index="step", columns="percentile", values="ms")
+    assert (p["p95"] >= p["p50"]).all()
+
+
+def test_a_long_run_is_drawn_in_blocks_that_keep_a_slow_step():
+    from telemetry.analysis.detectors.matrix import from_table
+
+    table = simulate(Scenario(ranks=4, steps=3000, spikes=((1, 1234, 0.5),)))
+    df = D.step_percentiles(from_table(table), max_points=1000)
+    assert df["step"].nunique() <= 1000
+    p95 = df[df["percentile"] == "p95"].set_index("step")["ms"]
+    assert p95.idxmax() <= 1234 < p95.idxmax() + 3 and p95.max() > 400  # the 0.5 s spike survives

@@ -1,0 +1,63 @@
+"""DDP's gradient all-reduce (telemetry/hooks/ddp.py) is timed without the user doing anything; a hook
+of theirs stays theirs. A 1-rank gloo group in this process."""
+
+import logging
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import telemetry
+from telemetry.store import read_run
+from tests.helpers.servers import free_port
+
+
+@pytest.fixture
+def group():
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    telemetry.shutdown()
+    dist.destroy_process_group()
+
+
+def train(model, steps=3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        with telemetry.step():
+            with telemetry.phase("forward"):
+                loss = model(torch.randn(8, 32)).square().mean()
+            with telemetry.phase("backward"):
+                loss.backward()
+            with telemetry.phase("optimizer"):
+                opt.step()
+                opt.zero_grad()
+
+
+def test_a_ddp_model_is_timed_without_instrument_ddp(group, run_dir):
+    telemetry.init(run_dir=run_dir, job="ddp", sinks=["store"], online=False)
+    model = DDP(torch.nn.Linear(32, 32))
+    train(model)
+    telemetry.shutdown()
+    steps = read_run(run_dir).steps
+    assert len(steps) == 3 and all(s["ops"]["all_reduce"][0] >= 1 for s in steps)
+    assert [h for h, _ in model._comm_hooks] == [telemetry.ddp_comm_hook]
+
+
+def test_a_users_own_hook_stays_and_is_said_once(group, run_dir, caplog):
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    telemetry.init(run_dir=run_dir, job="ddp", sinks=["store"], online=False)
+    model = DDP(torch.nn.Linear(32, 32))
+    model.register_comm_hook(None, allreduce_hook)
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
+        train(model)
+    assert [h for h, _ in model._comm_hooks] == [allreduce_hook]
+    said = [r.getMessage() for r in caplog.records if "its own comm hook" in r.getMessage()]
+    assert len(said) == 1 and "allreduce_hook" in said[0]
+
+
+def test_without_telemetry_ddp_is_left_alone(group):
+    model = DDP(torch.nn.Linear(32, 32))
+    model(torch.randn(2, 32)).sum().backward()
+    assert model._comm_hooks == []

@@ -1,0 +1,144 @@
+"""Rank 0's online analysis (telemetry/online.py's OnlineDetector) on a store held in a dict: the table
+it builds, its findings, and a failing analysis logged once. Against a real TCPStore with 256
+simulated ranks: tests/integration/test_online_tcpstore.py; on real gloo ranks:
+tests/integration/test_online_gloo.py."""
+
+import logging
+
+import numpy as np
+
+from telemetry.online import FIXED
+
+
+def test_a_failing_analysis_is_logged_once_and_counted(caplog, monkeypatch):
+    from telemetry import online
+
+    det = online.OnlineDetector.__new__(online.OnlineDetector)  # rank != 0 construction needs no thread
+    online.OnlineDetector.__init__(det, store=None, rank=1, world=2, every=10, window=8, wait_blocks=3)
+    det._rows[0] = online._Block.of({0: np.zeros(len(FIXED)), 1: np.zeros(len(FIXED))})
+    monkeypatch.setattr(det, "_table", lambda: (_ for _ in ()).throw(ValueError("bad table")))
+    with caplog.at_level(logging.WARNING, logger="telemetry"):
+        for _ in range(4):
+            det._analyze()
+    assert det.failures == 4
+    assert sum("online analysis failed" in r.getMessage() for r in caplog.records) == 1
+
+
+class DictStore:
+    """The store calls rank 0 makes, on a dict. Like TCPStore, ``multi_get`` of a missing key is an
+    error here (the real one waits for it until its timeout)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def get(self, key):
+        return self.data[key]
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+    def multi_get(self, keys):
+        return [self.data[k] for k in keys]
+
+    def delete_key(self, key):
+        return self.data.pop(key, None) is not None
+
+
+def test_an_online_findings_numbers_and_its_text_come_from_one_source():
+    from telemetry import online
+
+    det = online.OnlineDetector(
+        store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
+        rank=1,
+        world=4,
+        every=10,
+        window=50,
+        wait_blocks=3,
+        min_interval_s=0,
+    )
+    rng = np.random.default_rng(0)
+    for block in range(30):
+        rows = {}
+        for r in range(4):
+            fwd = 0.010 * (1.5 if r == 2 else 1.0) * (1 + 0.02 * rng.standard_normal())
+            comm = 0.020 - (0.005 if r == 2 else 0.0)
+            rows[r] = np.array([block, 10, 0.040, fwd + 0.01, comm, 0.0005, fwd])
+        det._rows[block] = online._Block.of(rows)
+    assert det._analyze()
+    [result] = det.poll()
+    [f] = [d for d in result.findings if d["kind"] == "straggler"]
+    assert f["ranks"] == [2] and f["online"] is True and f["block_steps"] == 10
+    assert f"over steps {f['first_step']}-{f['last_step']}" in f["evidence"]
+
+
+def old_table(det):
+    """The table as the per-row loop built it before the table was vectorized: the reference."""
+    import pandas as pd
+
+    out = []
+    for block, blk in det._rows.items():
+        for part_ranks, mat in blk.parts:
+            for rank, v in zip(part_ranks.tolist(), mat):
+                rec = {
+                    "rank": rank,
+                    "step": block * det.every,
+                    "start_s": float(block),
+                    "duration_s": v[2],
+                    "comm_s": v[4],
+                    "data_s": v[5],
+                }
+                for i, p in enumerate(det._phase_names.get(rank, [])[: len(v) - len(FIXED)]):
+                    rec[f"{p}_s"] = v[len(FIXED) + i]
+                    rec[f"comm.{p}_s"] = 0.0
+                out.append((block, rank, rec))
+    order = {b: i for i, b in enumerate(det._rows)}
+    out.sort(key=lambda x: (order[x[0]], x[1]))  # blocks in the order read, ranks ascending
+    return pd.DataFrame([rec for _, _, rec in out])
+
+
+def test_the_vectorized_table_is_the_per_row_table():
+    """Same columns, order, dtypes and values as the per-row build, with ranks of different phase
+    lists and vector lengths, a rank whose names never arrived, and blocks read out of order."""
+    import pandas as pd
+
+    from telemetry import online
+
+    world = 12
+    names = {r: b"backward,forward" for r in range(8)}
+    names.update({8: b"forward,optimizer", 9: b"optimizer", 10: b"start,backward"})  # 11: none posted
+    det = online.OnlineDetector(
+        store=DictStore({f"phases/{r}": v for r, v in names.items()}),
+        rank=1,
+        world=world,
+        every=10,
+        window=50,
+        wait_blocks=3,
+        min_interval_s=0,
+    )
+    rng = np.random.default_rng(1)
+    for block in (3, 1, 2, 0, 5):
+        rows = {}
+        for r in range(world):
+            if (r + block) % 7 == 0:
+                continue  # missing from this block
+            width = len(FIXED) + (1 if r == 9 else 3 if r == 8 else 2)  # rank 8: one value more than names
+            v = rng.random(width)
+            v[0] = block
+            if r == 3:
+                v[len(FIXED)] = np.nan  # a phase with no value
+            rows[r] = v
+        det._rows[block] = online._Block.of(rows)
+    table = det._table()
+    assert set(det._phase_names) == set(range(11))  # read once each, in a batch
+    pd.testing.assert_frame_equal(table, old_table(det))
+    assert list(table.columns[:6]) == ["rank", "step", "start_s", "duration_s", "comm_s", "data_s"]
+    assert table.loc[table["rank"] == 11, "forward_s"].isna().all()
+
+
+def test_an_empty_window_is_an_empty_table():
+    from telemetry import online
+
+    det = online.OnlineDetector(store=DictStore({}), rank=1, world=4, every=10, window=8, wait_blocks=3)
+    assert det._table().empty
+    det._rows[0] = online._Block.of({})
+    assert det._table().empty

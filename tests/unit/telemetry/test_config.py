@@ -1,0 +1,61 @@
+"""Configuration (telemetry/config.py): kwargs over TELEMETRY_* over defaults; errors name the field
+and what is accepted."""
+
+import pytest
+
+import telemetry
+from telemetry.config import Config, ConfigError
+
+
+def test_defaults_and_precedence():
+    env = {"TELEMETRY_JOB": "from-env", "TELEMETRY_FLUSH_INTERVAL_S": "0.2", "TELEMETRY_STRICT": "yes"}
+    cfg = Config.resolve({"job": "from-kwarg"}, environ=env)
+    assert cfg.job == "from-kwarg"  # kwargs win
+    assert cfg.flush_interval_s == 0.2 and cfg.strict is True  # env over defaults
+    assert cfg.run_dir == "runs/from-kwarg"  # derived default
+    assert Config.resolve({}, environ={}).sinks == ("store", "prometheus")
+
+
+def test_sinks_from_env_list():
+    cfg = Config.resolve({}, environ={"TELEMETRY_SINKS": "store, otlp"})
+    assert cfg.sinks == ("store", "otlp")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"flush_interval_s": 0}, r"flush_interval_s=0 is out of range; accepted: a number from 0.01"),
+        ({"buffer_events": 10}, r"buffer_events=10 .* accepted: an integer from 1024"),
+        ({"sinks": ["store", "kafka"]}, r"sinks contains 'kafka'; accepted: otlp, prometheus, store"),
+        ({"job": "my job!"}, r"job='my job!' is invalid; accepted"),
+        ({"strict": "yes"}, r"strict='yes' must be True or False"),
+        ({"flush_intervl_s": 1}, r"unknown setting\(s\) flush_intervl_s; accepted: .*flush_interval_s"),
+    ],
+)
+def test_bad_settings_name_field_and_accepted_values(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        Config.resolve(kwargs, environ={})
+
+
+def test_bad_env_value_names_the_variable():
+    with pytest.raises(ConfigError, match=r"TELEMETRY_STRICT='maybe' cannot be read; accepted: one of 1/0"):
+        Config.resolve({}, environ={"TELEMETRY_STRICT": "maybe"})
+
+
+def test_unknown_env_variable_is_warned_not_fatal(caplog):
+    Config.resolve({}, environ={"TELEMETRY_FLUSH": "1"})
+    assert "ignoring unknown environment variable TELEMETRY_FLUSH" in caplog.text
+
+
+def test_a_setting_of_the_wrong_type_is_not_called_out_of_range():
+    with pytest.raises(ConfigError, match=r"prometheus_port='abc' is not an integer; accepted: an integer"):
+        Config.resolve({"prometheus_port": "abc"}, environ={})
+    with pytest.raises(ConfigError, match=r"flush_interval_s='x' is not a number"):
+        Config.resolve({"flush_interval_s": "x"}, environ={})
+
+
+def test_bad_device_settings_fail_at_init(run_dir):
+    with pytest.raises(telemetry.ConfigError, match="mfu_dtype='int4'; accepted: fp8, bf16, fp16, tf32, fp32"):
+        telemetry.init(run_dir=run_dir, mfu_dtype="int4")
+    with pytest.raises(telemetry.ConfigError, match="device_interval_s=0.001"):
+        telemetry.init(run_dir=run_dir, device_interval_s=0.001)
