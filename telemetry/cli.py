@@ -546,7 +546,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     """Start the Streamlit app on the run, print its URL, serve until interrupted; the server (a
     child process in its own session) is stopped with us."""
     import importlib.util
-    import signal
     import subprocess
 
     if importlib.util.find_spec("streamlit") is None:
@@ -605,18 +604,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             "none",
         ]
     )
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
+    from . import children
+
+    # its own session (a Ctrl-C reaches only us, and we stop it); it dies with us even when we are SIGKILLed
+    proc = subprocess.Popen(cmd, env=children.child_env(env), start_new_session=True, stdout=subprocess.DEVNULL)
     what = (
         f"job {args.job or '(choose in the page)'} on {args.prometheus}"
         if args.prometheus
         else args.path or "runs under runs/"
     )
     print(f"telemetry dashboard: starting on {args.host}:{args.port} ({what})", flush=True)
-
-    def stop(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = children.interrupt_on_signals()  # SIGTERM, SIGHUP: stop the server, as Ctrl-C does
     try:
         local = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
         if not _wait_healthy(proc, f"http://{local}:{args.port}"):
@@ -632,13 +630,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        with children.signals_held():  # a second signal waits until the server is stopped
+            children.stop_group([proc], grace_s=5.0)
+            children.restore(previous)
 
 
 def cmd_stack(args: argparse.Namespace) -> int:

@@ -56,6 +56,9 @@ def warm_up() -> float:
 
 
 def main(argv: list[str]) -> None:
+    from telemetry.children import die_with_parent
+
+    die_with_parent()  # started by `telemetry dashboard`: it ends with that command, however it ends
     warm_up()
     from streamlit.web import cli as stcli
 

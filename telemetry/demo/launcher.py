@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence, TextIO
 
+from .. import children
 from ..analysis.detectors.hang import detect_hang, hang_bound
 from ..store import layout
 from ..store.reader import TailFollower
@@ -68,25 +69,6 @@ def prepare_run_dir(run_dir: str, overwrite: bool) -> None:
         raise DemoError(f"cannot create run directory {run_dir!r}: {exc.strerror}") from None
 
 
-def _kill(procs: Sequence[subprocess.Popen], grace_s: float = 2.0) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            p.wait()
-
-
 def run_demo(
     ranks: int,
     steps: int,
@@ -116,9 +98,10 @@ def run_demo(
     t_start = time.monotonic()
     # TELEMETRY_* settings pass through to the ranks; other launchers' variables do not.
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
-    # SIGTERM (kill PID, a CI timeout) stops the ranks too, as Ctrl-C does: each rank is in its own
-    # session, so nothing else would reach them.
-    previous = _on_sigterm_interrupt()
+    # SIGTERM and SIGHUP (kill PID, a CI timeout, a closed terminal) stop the ranks too, as Ctrl-C does:
+    # each rank is in its own session, so nothing else would reach them; a SIGKILLed launcher's ranks
+    # get the kernel's parent-death signal (telemetry.children).
+    previous = children.interrupt_on_signals()
     try:
         for r in range(ranks):
             env = {
@@ -133,6 +116,7 @@ def run_demo(
                 "TRAINING_TELEMETRY_DEMO": json.dumps(demo_args),
                 "OMP_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1",
+                children.PARENT_ENV: str(os.getpid()),
             }
             if r == 0:  # rank 0 serves the process group's store on this socket: 127.0.0.1 only
                 env["TRAINING_TELEMETRY_DEMO_STORE_FD"] = str(store_sock.fileno())  # worker.STORE_FD_ENV
@@ -153,25 +137,12 @@ def run_demo(
                 store_sock.close()  # rank 0 holds it now; connections wait in its backlog until it serves
         return _follow(procs, ranks, steps, run_dir, out, t_start, hang_after_s, startup_timeout_s)
     finally:
-        store_sock.close()
-        _kill(procs)
-        for f in logs:
-            f.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _on_sigterm_interrupt():
-    """Make SIGTERM raise KeyboardInterrupt (so ``finally`` blocks run); returns the previous handler."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def interrupt(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, interrupt)
+        with children.signals_held():  # a second signal waits until every rank is stopped
+            store_sock.close()
+            children.stop_group(procs)
+            for f in logs:
+                f.close()
+            children.restore(previous)
 
 
 class _Watch:

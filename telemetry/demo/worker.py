@@ -8,6 +8,10 @@ and the job's settings in ``TRAINING_TELEMETRY_DEMO`` (JSON). Runnable under tor
 
 from __future__ import annotations
 
+from telemetry.children import die_with_parent
+
+die_with_parent()  # first, before torch's import: started by `telemetry demo`, it dies with the launcher
+
 import json
 import os
 import signal

@@ -1,0 +1,123 @@
+"""Every process the package starts dies with the process that started it, however that one ends.
+
+Two halves, because one is not enough:
+
+- **Clean-up by the parent** (``telemetry demo``'s launcher, ``telemetry dashboard``): SIGTERM, SIGINT
+  and SIGHUP raise :class:`KeyboardInterrupt` (:func:`interrupt_on_signals`), so ``finally`` blocks
+  run; the clean-up itself runs with those signals held (:func:`signals_held`): a second signal
+  (``timeout`` sends SIGTERM to the whole group, then the shell forwards another) waits until the
+  children are stopped instead of interrupting their stopping. Each child runs in a session of its
+  own (a Ctrl-C in the terminal reaches only the parent, which stops them in order), and is stopped
+  with SIGTERM to its process group, then SIGKILL after a grace period (:func:`stop_group`).
+- **The kernel, when the parent cannot clean up** (SIGKILL, a crash): the child asks Linux for a
+  parent-death signal first thing (:func:`die_with_parent`: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``); if
+  the parent died before that call, the child sees that it has been re-parented and exits. SIGKILL,
+  not SIGTERM: a rank blocked in a collective on a dead peer runs no Python signal handler until the
+  collective times out (gloo: 30 minutes by default). What the rank recorded in its last second is
+  lost then; nothing else is.
+
+Limits: Linux only (elsewhere only the parent's clean-up holds). The parent-death signal is sent when
+the *thread* that started the child ends; the package starts children from the thread that runs the
+command (the main thread), never from a helper thread that ends before them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Iterator, Sequence
+
+PARENT_ENV = "TELEMETRY_PARENT_PID"  # the pid of the process that started this one
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with this process named as the parent to die with."""
+    return {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid())}
+
+
+def die_with_parent() -> bool:
+    """In a child the package started (``PARENT_ENV`` set by :func:`child_env`): be killed when the
+    parent dies. Exits at once when the parent is already gone. The variable is taken out of the
+    environment, so that this process's own children do not take it for theirs. Returns False when
+    not started by the package, or where the platform has no parent-death signal."""
+    expected = os.environ.pop(PARENT_ENV, "")
+    if not expected.isdigit() or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != int(expected):
+        os._exit(128 + int(signal.SIGKILL))  # the parent died before the prctl: nobody would stop us
+    return True
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, turned into an interrupt so that clean-up runs (SIGINT is Python's own)."""
+
+
+def interrupt_on_signals() -> dict[int, object]:
+    """Make SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread; returns the previous
+    handlers (for :func:`restore`). Nothing is changed off the main thread."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    return {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def restore(previous: dict[int, object]) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP while the block runs (clean-up that must not be cut short): one
+    that arrives meanwhile is noted, and delivered again when the block ends. (Handlers, not a signal
+    mask: a mask is per thread, and Python runs its handlers in the main thread whichever thread the
+    kernel chose.) Outside the main thread it holds nothing."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: arrived.append(signum)) for s in HELD}
+    try:
+        yield
+    finally:
+        restore(previous)
+        for signum in dict.fromkeys(arrived):
+            signal.raise_signal(signum)
+
+
+def stop_group(procs: Sequence[subprocess.Popen], grace_s: float = 2.0) -> None:
+    """SIGTERM to each child's process group, SIGKILL to those still alive after ``grace_s``; waits
+    for all of them. Call it inside :func:`signals_held`."""
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()

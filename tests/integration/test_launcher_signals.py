@@ -1,0 +1,122 @@
+"""Every process the package starts dies with the command that started it, however that command ends:
+SIGKILL (the kernel's parent-death signal), SIGTERM to the whole process group followed by a second
+one (what ``timeout`` and a shell send), repeated SIGTERM, SIGINT, SIGHUP. Nothing is alive 10 s
+after the command's end."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.helpers.servers import free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GONE_WITHIN_S = 10.0
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    # its own process group, as a shell job is: a signal to the group reaches the command alone
+    return subprocess.Popen(
+        [sys.executable, "-m", "telemetry", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def send(proc: subprocess.Popen, how: str) -> None:
+    if how == "SIGKILL":
+        proc.send_signal(signal.SIGKILL)
+    elif how == "SIGTERM to the group, twice":
+        os.killpg(proc.pid, signal.SIGTERM)
+        time.sleep(0.05)  # the second lands while the first one's clean-up runs
+        os.killpg(proc.pid, signal.SIGTERM)
+    elif how == "SIGTERM x5":
+        for _ in range(5):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.02)
+    else:
+        proc.send_signal(getattr(signal, how))
+
+
+def children_gone(proc: subprocess.Popen, kids: list[int], how: str) -> None:
+    t0 = time.monotonic()
+    send(proc, how)
+    try:
+        proc.wait(GONE_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the command itself was still running {GONE_WITHIN_S:.0f} s after {how}")
+    deadline = t0 + GONE_WITHIN_S
+    while any(alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [k for k in kids if alive(k)]
+    for k in left:
+        os.kill(k, signal.SIGKILL)
+    assert left == [], f"{len(left)} of {len(kids)} child process(es) alive {GONE_WITHIN_S:.0f} s after {how}"
+
+
+SIGNALS = ["SIGKILL", "SIGTERM to the group, twice", "SIGTERM x5", "SIGINT", "SIGHUP"]
+
+
+@pytest.mark.parametrize("how", SIGNALS)
+def test_no_rank_of_the_demo_outlives_its_launcher(tmp_path, how):
+    run_dir = tmp_path / "run"
+    proc = start(["demo", "--ranks", "2", "--steps", "100000", "--run-dir", str(run_dir)])
+    try:
+        launcher = psutil.Process(proc.pid)
+        wait_for(lambda: len(launcher.children()) == 2, 60, "the 2 ranks to start")
+        ranks = [c.pid for c in launcher.children()]
+        # telemetry.init has run on both (each rank wrote its meta): well past the parent-death set-up
+        wait_for(lambda: len(list((run_dir / "ranks").glob("rank-?????.json"))) == 2, 120, "both ranks' init")
+        children_gone(proc, ranks, how)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM to the group, twice", "SIGHUP"])
+def test_the_dashboard_server_does_not_outlive_its_command(tmp_path, how):
+    pytest.importorskip("streamlit")
+    from telemetry.demo.simrun import write_simulated_run
+    from telemetry.demo.simulate import Scenario
+
+    run = str(tmp_path / "run")
+    write_simulated_run(Scenario(ranks=2, steps=20), run)
+    port = free_port()
+    proc = start(["dashboard", run, "--port", str(port)])
+    try:
+        command = psutil.Process(proc.pid)
+        wait_for(lambda: len(command.children()) == 1, 60, "the server to start")
+        server = command.children()[0]
+        wait_for(
+            lambda: any(c.laddr and c.laddr.port == port for c in server.net_connections("tcp")),
+            120,
+            "the server to listen",
+        )
+        children_gone(proc, [server.pid], how)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
