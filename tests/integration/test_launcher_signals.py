@@ -3,6 +3,7 @@ SIGKILL (the kernel's parent-death signal), SIGTERM to the whole process group f
 one (what ``timeout`` and a shell send), repeated SIGTERM, SIGINT, SIGHUP. Nothing is alive 10 s
 after the command's end."""
 
+import json
 import os
 import signal
 import subprocess
@@ -87,9 +88,12 @@ def test_no_rank_of_the_demo_outlives_its_launcher(tmp_path, how):
         launcher = psutil.Process(proc.pid)
         wait_for(lambda: len(launcher.children()) == 2, 60, "the 2 ranks to start")
         ranks = [c.pid for c in launcher.children()]
-        # telemetry.init has run on both (each rank wrote its meta): well past the parent-death set-up
-        wait_for(lambda: len(list((run_dir / "ranks").glob("rank-?????.json"))) == 2, 120, "both ranks' init")
+        # both ranks train (each wrote a heartbeat): well past the parent-death set-up and telemetry's init
+        wait_for(lambda: len(list((run_dir / "ranks").glob("rank-*.progress.json"))) == 2, 120, "both ranks' heartbeat")
         children_gone(proc, ranks, how)
+        if how != "SIGKILL":  # the launcher's clean-up ran to its end: each rank was stopped, and flushed
+            beats = [json.loads(p.read_text()) for p in sorted((run_dir / "ranks").glob("rank-*.progress.json"))]
+            assert len(beats) == 2 and all(b.get("finished") for b in beats), beats
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -120,3 +124,15 @@ def test_the_dashboard_server_does_not_outlive_its_command(tmp_path, how):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_child_whose_parent_is_already_gone_exits_at_once():
+    """The parent died between the fork and the child's parent-death set-up: nobody would stop the
+    child, so it stops itself."""
+    code = "from telemetry.children import die_with_parent; die_with_parent(); print('still here')"
+    env = {**os.environ, "TELEMETRY_PARENT_PID": "1"}  # not this child's parent
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 128 + signal.SIGKILL and "still here" not in p.stdout
+    env["TELEMETRY_PARENT_PID"] = str(os.getpid())  # its real parent: it carries on
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "still here" in p.stdout
