@@ -16,6 +16,7 @@ import time
 from typing import Iterable, Sequence
 
 from .analysis.findings import SEVERITIES
+from .demo.faults import SIMULATED, spec_help
 from .exitcodes import ExitCode, epilog
 from .version import __version__
 
@@ -93,8 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SPEC",
-        help="a fault: straggler:rank=R,phase=P,factor=F[,start=S] | data_stall:rank=R,delay_ms=D[,start=S] "
-        "| regression:factor=F,start=S[,phase=P] | slow_comm:factor=F[,start=S] | hang:rank=R,step=S",
+        help="a fault: " + spec_help(),
     )
     d.add_argument("--overwrite", action="store_true", help="replace an existing --run-dir")
     d.add_argument(
@@ -196,9 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SPEC",
-        help="a fault, as for demo: straggler:rank=R,phase=P,factor=F[,start=S] | "
-        "data_stall:rank=R,delay_ms=D[,start=S] | regression:factor=F,start=S[,phase=P] | "
-        "slow_comm:factor=F[,start=S]",
+        help="a fault, as for demo: " + spec_help(SIMULATED),
     )
     sm.add_argument("--seed", type=_positive_int(0, 2**31), default=0, help="random seed (default 0)")
     sm.add_argument("--overwrite", action="store_true", help="replace an existing run directory at --out")

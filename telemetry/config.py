@@ -64,7 +64,7 @@ class ConfigError(ValueError):
 # section: the manual's settings page is generated from them (scripts/mkdocs_reference.py).
 @dataclass(frozen=True)
 class Config:
-    """Settings of one telemetry session (see README, "Configuration")."""
+    """Settings of one telemetry session (the manual: docs/configuration.md and the settings reference)."""
 
     job: str = "train"  # job name: 1-128 letters, digits and . _ : - (the Prometheus job label, the run's name)
     run_dir: str = ""  # run directory, shared by all ranks; "": runs/<job>

@@ -2,7 +2,7 @@
 
 An export is a plug-in (entry point group ``training_telemetry.exports``, see
 :mod:`telemetry.plugins`) chosen by the output file's suffix; the built-in one is the Perfetto /
-Chrome trace (``exporters.perfetto``). The steps table itself (``.csv``, ``.parquet``) is not a
+Chrome trace (``telemetry.exporters.perfetto``). The steps table itself (``.csv``, ``.parquet``) is not a
 plug-in: it is the interchange format (:func:`telemetry.analysis.table.write_table`).
 
 >>> class Lines(Export):

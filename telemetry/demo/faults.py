@@ -23,7 +23,7 @@ would show:
   inside the forward phase of step S: no shutdown, no last flush. The launcher then stops the job.
 
 >>> parse_inject("straggler:rank=2,phase=forward,factor=1.5")
-Fault(kind='straggler', ranks=(2,), phase='forward', factor=1.5, start=0, end=None, probability=1.0, delay_s=0.0, stage=None)
+Fault(kind='straggler', ranks=(2,), phase='forward', factor=1.5, start=0, end=None, probability=1.0, delay_s=0.0, stage=None, cause=None)
 """
 
 from __future__ import annotations
@@ -44,6 +44,22 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "cpu_hog": (("rank",), ("start",)),
 }
 _TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str}
+SIMULATED = ("straggler", "data_stall", "regression", "slow_comm")  # the kinds `telemetry simulate` models
+_PLACEHOLDERS = {"rank": "R", "phase": "P", "factor": "F", "start": "S", "step": "S", "delay_ms": "D"}
+
+
+def spec_help(kinds: Iterable[str] = KINDS) -> str:
+    """The ``--inject`` syntax of ``kinds``, from :data:`KINDS` (the help never lists fewer than the parser takes).
+
+    >>> spec_help(["straggler", "hang"])
+    'straggler:rank=R,phase=P,factor=F[,start=S] | hang:rank=R,step=S'
+    """
+    out = []
+    for kind in kinds:
+        required, optional = KINDS[kind]
+        spec = f"{kind}:" + ",".join(f"{k}={_PLACEHOLDERS[k]}" for k in required)
+        out.append(spec + "".join(f"[,{k}={_PLACEHOLDERS[k]}]" for k in optional))
+    return " | ".join(out)
 
 
 class InjectError(ValueError):

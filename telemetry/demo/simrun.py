@@ -23,7 +23,6 @@ from ..store.segments import write_columns
 from .simulate import Scenario, simulate_chunks
 
 RANKS_PER_NODE = 8
-SIMULATED = ("straggler", "data_stall", "regression", "slow_comm")  # --inject kinds the simulator models
 
 
 def write_simulated_run(sc: Scenario, out: str, overwrite: bool = False, chunk_steps: int = 2048) -> dict:
@@ -71,7 +70,7 @@ def write_simulated_run(sc: Scenario, out: str, overwrite: bool = False, chunk_s
 
 def parse_faults(specs: list[str], ranks: int, steps: int):
     """``--inject`` specs (the demo's syntax) for the kinds the simulator models."""
-    from .faults import InjectError, check_against_job, parse_inject
+    from .faults import SIMULATED, InjectError, check_against_job, parse_inject
 
     faults = [parse_inject(s) for s in specs]
     for f in faults:

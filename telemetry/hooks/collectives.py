@@ -11,8 +11,8 @@ With ``async_op=True`` (and for isend, irecv, batch_isend_irecv) the returned Wo
 op's duration runs from the call until the Work completes (its future's callback, or the end of
 ``wait()`` when that comes first), and the time the caller spent in ``wait()`` is its blocked time.
 
-FSDP (1 and 2) calls these functions through ``torch.distributed`` and is covered. Not covered (see
-README): code that bound a function before instrumentation (``from torch.distributed import
+FSDP (1 and 2) calls these functions through ``torch.distributed`` and is covered. Not covered (see the
+manual, docs/instrumenting.md): code that bound a function before instrumentation (``from torch.distributed import
 all_reduce``), DDP's gradient all-reduce (it runs in C++; use :func:`telemetry.hooks.ddp.ddp_comm_hook`),
 functional collectives (``torch.distributed._functional_collectives``) and compiled graphs.
 """

@@ -1,7 +1,8 @@
 """The one small interface every sink implements, and the guard that isolates a failing one.
 
-A sink receives batches of :class:`~telemetry.pipeline.records.StepRecord` on the pipeline thread.
-It must not block for long: a network sink keeps its own bounded queue and worker. Sinks are named
+A sink receives batches of :class:`~telemetry.pipeline.records.StepRecord` on a worker thread of its
+own (:mod:`.workers`), one call at a time: it need not be thread-safe, and a sink that blocks delays
+only itself (its backlog is bounded; what does not fit is dropped and counted). Sinks are named
 in the config and found as entry points of the group ``training_telemetry.sinks`` (see
 :mod:`telemetry.plugins`; the built-in ones are declared in pyproject.toml like any other), so the
 recorder imports no exporter and a new backend is one new module plus one entry point.
@@ -29,7 +30,9 @@ log = logging.getLogger("telemetry")
 
 
 class Sink:
-    """Receives step records; every method is called from the pipeline thread only."""
+    """Receives step records. ``write``, ``progress``, ``findings``, ``flush`` and ``close`` are called
+    from the sink's own worker thread, one at a time and in order (never from the training thread);
+    the constructor, ``describe`` and ``stats`` may be called from others."""
 
     name = "sink"
 

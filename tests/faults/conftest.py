@@ -1,9 +1,9 @@
-"""The fault suite's table: each test adds the row it proved, `make faults` prints it into the README.
+"""The fault suite's table: each test adds the row it proved, `make faults` writes it into the manual.
 
 A row says what was done to the job, what happened to training (finished or not, the step-time ratio
 against a healthy run of the same job measured in this session) and what was lost (nothing, or
 exactly what). The table is printed at the end of the pytest run and written to build/faults.md;
-`tests/faults/table.py --readme` copies it between the README's markers.
+`tests/faults/table.py --write` makes the manual's page of it, docs/faults-table.md.
 """
 
 from __future__ import annotations
@@ -60,5 +60,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write(markdown(_TABLE.rows) + "\n")
     terminalreporter.write(
         f"(written to {os.path.relpath(TABLE_PATH, ROOT)}; "
-        "`python tests/faults/table.py --readme` puts it in the README)\n"
+        "`python tests/faults/table.py --write` makes docs/faults-table.md of it)\n"
     )

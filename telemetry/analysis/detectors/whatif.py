@@ -5,7 +5,7 @@ the collective), so step time ~ max over ranks of (data wait + compute) + the co
 Removing a culprit's excess (``shift``, seconds per rank and step) shortens a step by
 ``max(work) - max(work - shift)``; healthy ranks' noise still sets the pace, so the estimate never
 credits more than the culprit actually cost. With pipeline parallelism the other stages' time is
-also on the critical path, so the same replay over-estimates a stage's cost (see README). A
+also on the critical path, so the same replay over-estimates a stage's cost (see docs/detectors.md). A
 per-operation trace's findings are costed by replaying its dependencies instead (:mod:`.replay`).
 """
 
