@@ -289,6 +289,21 @@ def test_template_variables_and_every_query_filters_by_them():
                 assert 'scored_rank=~"$rank"' in expr, f"{name}: {title!r}: {expr}"
 
 
+def test_every_metric_a_panel_reads_is_exported_or_recorded():
+    """The train_* names of every query are sample names of telemetry.metrics.names (the exporter's
+    one list) or recording rules' outputs: a renamed metric breaks this test, not a live panel."""
+    from tests.deploy.test_rules import RECORDS, rules, unknown_names
+
+    recorded = {r["record"] for r in rules(RECORDS)}
+    unknown = {}
+    for name, d in load_dashboards().items():
+        for title, target in all_queries(d):
+            bad = unknown_names(target.get("expr", ""), recorded)
+            if bad:
+                unknown[f"{name}: {title}"] = sorted(bad)
+    assert unknown == {}
+
+
 def test_dashboards_link_to_each_other():
     dashboards = load_dashboards()
     uids = {d["uid"] for d in dashboards.values()}
