@@ -150,7 +150,11 @@ def test_a_real_profiler_trace_holds_the_ranges_and_reads_back(tmp_path):
     assert trace["step"].tolist() == store["step"].tolist() == [0, 1, 2]
     assert (trace["forward_s"] > 0).all() and (trace["backward_s"] > 0).all()
     assert abs(trace["start_s"] - store["start_s"]).max() < 1e-3
-    assert abs(trace["duration_s"] - store["duration_s"]).max() < 1e-4
+    # A step's range opens just after its start is read and closes just after its end is read: the two
+    # durations differ by the few microseconds between, unless the thread was preempted there (a busy
+    # machine); the median over the steps holds the claim, the maximum only bounds a preemption.
+    diff = abs(trace["duration_s"] - store["duration_s"])
+    assert diff.median() < 1e-4 and diff.max() < 0.05, diff.tolist()
 
 
 def test_environment_variable_turns_it_on(monkeypatch, tmp_path):
