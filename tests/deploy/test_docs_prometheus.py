@@ -1,13 +1,16 @@
-"""Every Prometheus configuration the README shows is one Prometheus accepts, and its file_sd
-globs find the targets files our sink writes.
+"""Every Prometheus configuration and every rule the documentation shows is one Prometheus accepts,
+and its file_sd globs find the targets files our sink writes.
 
-Each ```yaml block of README.md that holds a scrape configuration (a ``scrape_configs:`` document,
-or a bare ``- job_name:`` fragment, which is wrapped into one) is checked with ``promtool check
-config``, after ``/path/to/`` is rewritten to a temporary directory in which a real Prometheus sink
-of a run in ``/path/to/runs/<job>`` has written its targets. promtool rejects a glob that is not in
-the last path element and checks every targets file a glob matches; the test also requires each glob
-to match at least one file. Other referenced files are created empty. A ``groups:`` block (alerting
-or recording rules) is checked with ``promtool check rules``."""
+Every ```yaml block of README.md and of every docs/**/*.md is read. Among them there must be at least
+one scrape configuration and at least one set of rules: a page that stops showing either fails here
+rather than leaving nothing to check. A scrape configuration (a ``scrape_configs:`` document, or a
+bare ``- job_name:`` fragment, which is wrapped into one) is checked with ``promtool check config``,
+after ``/path/to/`` is rewritten to a temporary directory in which a real Prometheus sink of a run in
+``/path/to/runs/<job>`` has written its targets. promtool rejects a glob that is not in the last path
+element and checks every targets file a glob matches; the test also requires each glob to match at
+least one file. Other referenced files are created empty. A ``groups:`` block (alerting or recording
+rules) is checked with ``promtool check rules``. Other blocks (a Kubernetes env list, say) are not
+Prometheus's and are left alone."""
 
 import glob
 import os
@@ -22,12 +25,20 @@ import telemetry
 from tests.helpers.paths import ROOT
 from tests.helpers.servers import free_port, require
 
-README = os.path.join(ROOT, "README.md")
 FENCE = re.compile(r"^```ya?ml[^\n]*\n(.*?)^```", re.M | re.S)
 
 
-def yaml_blocks(text: str) -> list[str]:
-    return FENCE.findall(text)
+def pages() -> list[str]:
+    """README.md and every Markdown page under docs/, as paths relative to the repository."""
+    docs = glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
+    return ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in docs)
+
+
+def blocks_of(page: str) -> list[tuple[str, str]]:
+    """(PAGE:LINE of its fence, block) for each ```yaml block of the page."""
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        text = f.read()
+    return [(f"{page}:{text.count(chr(10), 0, m.start()) + 1}", m.group(1)) for m in FENCE.finditer(text)]
 
 
 def is_scrape_config(block: str) -> bool:
@@ -41,7 +52,7 @@ def as_prometheus_yml(block: str) -> str:
 
 
 def run_sink_in(base: str, job: str = "readme") -> None:
-    """A real rank-0 Prometheus sink of a run in BASE/runs/JOB, as the README lays runs out."""
+    """A real rank-0 Prometheus sink of a run in BASE/runs/JOB, as the docs lay runs out."""
     session = telemetry.init(
         run_dir=os.path.join(base, "runs", job),
         job=job,
@@ -66,7 +77,7 @@ def check_config(block: str, base: str, promtool: str) -> None:
     for path in referenced_paths(config, base):
         if glob.has_magic(path):
             assert glob.glob(path), (
-                f"the README's glob {path!r} matches none of the files the sink wrote: "
+                f"the glob {path!r} matches none of the files the sink wrote: "
                 f"{sorted(glob.glob(base + '/**', recursive=True))}"
             )
         elif not os.path.exists(path):
@@ -76,39 +87,42 @@ def check_config(block: str, base: str, promtool: str) -> None:
     with open(cfg, "w") as f:
         f.write(config)
     proc = subprocess.run([promtool, "check", "config", cfg], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, f"promtool rejects the README's\n{block}\n{proc.stdout}{proc.stderr}"
+    assert proc.returncode == 0, f"promtool rejects this configuration\n{block}\n{proc.stdout}{proc.stderr}"
 
 
-with open(README, encoding="utf-8") as _f:
-    BLOCKS = yaml_blocks(_f.read())
-SCRAPE = [b for b in BLOCKS if is_scrape_config(b)]
-RULES = [b for b in BLOCKS if re.search(r"^groups:", b, re.M)]
+PAGES = pages()
+BLOCKS = [b for page in PAGES for b in blocks_of(page)]
+SCRAPE = [(where, b) for where, b in BLOCKS if is_scrape_config(b)]
+RULES = [(where, b) for where, b in BLOCKS if re.search(r"^groups:", b, re.M)]
+NONE_SHOWN = "no ```yaml block of {pages} holds {what}"
 
 
-def test_the_readme_shows_a_scrape_configuration():
-    assert SCRAPE, "README.md has no ```yaml block with a Prometheus scrape configuration"
+def test_the_docs_show_a_scrape_configuration_and_rules():
+    assert SCRAPE, NONE_SHOWN.format(pages=", ".join(PAGES), what="a Prometheus scrape configuration")
+    assert RULES, NONE_SHOWN.format(pages=", ".join(PAGES), what="Prometheus rules (a `groups:` document)")
 
 
-@pytest.mark.parametrize("block", SCRAPE, ids=[f"scrape{i}" for i in range(len(SCRAPE))])
-def test_readme_scrape_configuration_passes_promtool(block, tmp_path):
+@pytest.mark.parametrize("where, block", SCRAPE, ids=[where for where, _ in SCRAPE])
+def test_scrape_configuration_passes_promtool(where, block, tmp_path):
     promtool = require("promtool", "prometheus")
     run_sink_in(str(tmp_path))
     check_config(block, str(tmp_path), promtool)
 
 
-def test_readme_rules_pass_promtool(tmp_path):
-    if not RULES:
-        return  # the README shows no rules (yet)
+def test_rules_pass_promtool(tmp_path):
+    # not parametrized: with no rules block at all this fails, where a parametrization over none
+    # would only be skipped
+    assert RULES, NONE_SHOWN.format(pages=", ".join(PAGES), what="Prometheus rules (a `groups:` document)")
     promtool = require("promtool", "prometheus")
-    for i, block in enumerate(RULES):
+    for i, (where, block) in enumerate(RULES):
         path = tmp_path / f"rules{i}.yml"
         path.write_text(block)
         proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, f"promtool rejects the README's\n{block}\n{proc.stdout}{proc.stderr}"
+        assert proc.returncode == 0, f"promtool rejects the rules at {where}\n{block}\n{proc.stdout}{proc.stderr}"
 
 
 def test_the_checker_rejects_the_old_glob_and_accepts_the_shared_directory(tmp_path):
-    """The check itself, on the snippet the README had (a wildcard in a middle path element) and on
+    """The check itself, on the snippet the README once had (a wildcard in a middle path element) and on
     the shared targets directory, so that it is known to catch what it is for."""
     promtool = require("promtool", "prometheus")
     run_sink_in(str(tmp_path))

@@ -117,8 +117,14 @@ def test_any_environment_variable_is_accepted_or_refused_naming_it(name, text):
 
 
 @pytest.mark.parametrize("job", ["train\n", "my job", "a/b", "", "x" * 129, "ü", 'a"b', "a{b}", 7, None])
-def test_invalid_job_names_are_refused_at_init_naming_job(job, tmp_path):
-    if job is None:  # None means "the default" for every setting; the default is valid
+def test_invalid_job_names_are_refused_at_init_naming_job(job, tmp_path, monkeypatch):
+    if job is None:  # None means "the default" for every setting: init runs, under the default job name
+        session = telemetry.init(job=None, run_dir=str(tmp_path / "default"), sinks=["store"], announce=False)
+        assert session.config.job == Config.job
+        telemetry.shutdown()
+        monkeypatch.setenv("TELEMETRY_JOB", "from-env")  # ... and it never hides the environment's job
+        session = telemetry.init(job=None, run_dir=str(tmp_path / "env"), sinks=["store"], announce=False)
+        assert session.config.job == "from-env"
         return
     with pytest.raises(ConfigError, match=r"^job="):
         telemetry.init(job=job, run_dir=str(tmp_path), sinks=["store"], announce=False)

@@ -59,13 +59,20 @@ def test_every_sync_and_async_op_is_named_and_sized(four_ranks):
 
 
 def test_time_blocked_is_inside_the_step_and_its_phase(four_ranks):
-    for r in four_ranks.steps:
+    steps = four_ranks.steps
+    # every step of every rank, or the loops below check less than they say (none, for no steps)
+    assert sorted((r["rank"], r["step"]) for r in steps) == [(rank, i) for rank in range(4) for i in range(15)]
+    for r in steps:
         assert 0 <= r["comm_s"] <= r["duration_s"]
         assert r["phase_comm"].get("comm_case", 0) <= r["phases"]["comm_case"] + 1e-6, r
-        if r["step"] <= 6:  # synchronous collectives block the caller
-            assert r["comm_s"] > 0 and r["phase_comm"]["comm_case"] > 0
-        if r["step"] == 14:  # waited on only after it completed: 50 ms of sleep is not blocking
-            assert r["comm_s"] < 0.01
+    synchronous = [r for r in steps if r["step"] <= 6]  # synchronous collectives block the caller
+    assert len(synchronous) == 4 * 7
+    for r in synchronous:
+        assert r["comm_s"] > 0 and r["phase_comm"]["comm_case"] > 0, r
+    late = [r for r in steps if r["step"] == 14]  # waited on only after it completed: 50 ms of sleep is not blocking
+    assert len(late) == 4
+    for r in late:
+        assert r["comm_s"] < 0.01, r
 
 
 def test_bus_bytes_recorded_with_the_factor(four_ranks):
@@ -87,6 +94,7 @@ def test_waiting_ranks_show_the_stragglers_excess(tmp_path):
 
 def test_ddp_gradient_allreduce_is_seen_through_the_comm_hook(tmp_path):
     run = spawn(dist_cases.ddp, 2, str(tmp_path / "run"))
+    assert sorted((r["rank"], r["step"]) for r in run.steps) == [(rank, i) for rank in range(2) for i in range(3)]
     grad_bytes = (256 * 512 + 512 + 512 * 256 + 256) * 4
     for r in run.steps:
         op = r["ops"]["all_reduce"]
@@ -118,4 +126,5 @@ def test_telemetry_adds_no_collective_of_its_own(tmp_path):
     for rank in range(2):
         assert open(os.path.join(run_dir, f"calls-{rank}.txt")).read() == "7"
     run = read_run(run_dir)
+    assert len(run.steps) == 2 * 7  # all() of no steps would hold too
     assert all(r["ops"]["all_reduce"][0] == 1 for r in run.steps)
