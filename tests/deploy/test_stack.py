@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -170,6 +171,15 @@ def test_compose_file_against_the_compose_spec_schema(stack_dir):
 def test_docker_compose_config_accepts_it(resolved):
     assert set(resolved["services"]) == BACKENDS
     assert "trainer" not in resolved["services"]  # the job runs where the user runs it
+
+
+def test_images_are_pinned(stack_dir):
+    """Exact releases, never `latest`: the stack a user brings up is the one these tests checked."""
+    compose = load(os.path.join(stack_dir, "docker-compose.yml"))
+    for name, svc in compose["services"].items():
+        image, _, tag = svc["image"].rpartition(":")
+        assert image and re.fullmatch(r"v?\d+\.\d+\.\d+([-.][A-Za-z0-9.-]+)?", tag), f"{name}: {svc['image']}"
+    assert compose["services"]["dashboard"]["image"].endswith(":" + telemetry_version())
 
 
 # ---- exposure ----------------------------------------------------------------------------------
