@@ -276,7 +276,10 @@ def test_microsecond_steps_overrun_the_buffer_without_blocking_or_growing(run_di
     for _ in range(2000):  # warm-up: the sinks' first writes (imports, buffers) are not the buffer's growth
         with telemetry.step():
             pass
-    time.sleep(1.2)
+    ticks = telemetry.stats()["ticks"]
+    deadline = time.monotonic() + 30
+    while telemetry.stats()["ticks"] < ticks + 2 and time.monotonic() < deadline:  # the sinks took them
+        time.sleep(0.05)
     gc.collect()
     rss0 = peak = proc.memory_info().rss
     slowest = 0.0
