@@ -39,7 +39,9 @@ def test_records_survive_a_killed_process(run_dir):
         cwd=ROOT,
     )
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.2)  # the store flushes at least every second
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(open_input(run_dir).table) < 7:  # flushed: on disk now
+        time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert len(open_input(run_dir).table) == 7
