@@ -38,7 +38,7 @@ def _teardown() -> None:
 def collectives(rank: int, world: int, port: int, run_dir: str) -> None:
     """One step per case; the order here is the order the test expects."""
     _setup(rank, world, port, run_dir)
-    t = lambda n=N: torch.ones(n)  # noqa: E731
+    t = lambda n=N: torch.ones(n)  # noqa: E731 - a one-line tensor maker the cases read as t()
     peer_send, peer_recv = (rank + 1) % world, (rank - 1) % world
     cases = [
         lambda: dist.all_reduce(t()),

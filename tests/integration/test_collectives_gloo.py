@@ -109,8 +109,8 @@ def test_fsdp_collectives_are_covered(tmp_path):
     # device meshes are public from torch 2.6; the package accepts 2.4). Any failure in the ranks
     # themselves, ours or torch's, fails the test.
     try:
-        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
-        from torch.distributed.fsdp import fully_shard  # noqa: F401
+        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401 - imported to see if it is there
+        from torch.distributed.fsdp import fully_shard  # noqa: F401 - imported to see if it is there
     except ImportError as exc:
         pytest.skip(f"this torch build has no FSDP2 (fully_shard): {exc}")
     run = spawn(dist_cases.fsdp, 2, str(tmp_path / "run"))
