@@ -97,25 +97,29 @@ def _torch_spec() -> str:
         return "torch"
 
 
-def installed_wheel() -> str | None:
-    """The wheel file this package was installed from, when pip recorded one (PEP 610) and it is
-    still there; None for an index, a checkout or an editable install."""
+def installed_from() -> tuple[str, str] | None:
+    """Where pip installed this package from, when it recorded it (PEP 610): ("wheel", the file, if
+    it is still there) or ("checkout", its folder); None for an index."""
     from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        text = distribution(DIST).read_text("direct_url.json")
-    except PackageNotFoundError:
-        return None
-    try:
-        url = json.loads(text or "null")["url"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    if not url.startswith("file://") or not url.endswith(".whl"):
-        return None
     from urllib.parse import unquote, urlparse
 
+    try:
+        doc = json.loads(distribution(DIST).read_text("direct_url.json") or "null")
+    except (PackageNotFoundError, ValueError):
+        return None
+    url = doc.get("url") if isinstance(doc, dict) else None
+    if not isinstance(url, str) or not url.startswith("file://"):
+        return None
     path = unquote(urlparse(url).path)
-    return path if os.path.isfile(path) else None
+    if path.endswith(".whl"):
+        return ("wheel", path) if os.path.isfile(path) else None
+    return ("checkout", path) if os.path.isdir(path) else None
+
+
+def installed_wheel() -> str | None:
+    """The wheel file this package was installed from, when pip recorded one and it is still there."""
+    found = installed_from()
+    return found[1] if found and found[0] == "wheel" else None
 
 
 def _check_wheel(path: str) -> str:
@@ -198,8 +202,15 @@ def _report(dest: str, written: list[str], wheel: str | None) -> str:
     def count(prefix: str) -> int:
         return sum(1 for w in written if w.startswith(prefix))
 
+    source = installed_from()
     if wheel:
         image = f"{wheel} (the image installs this wheel)"
+    elif source and source[0] == "checkout":
+        image = (
+            f"empty: this package is installed from the checkout {source[1]}; put its wheel here for the "
+            f"image: pip wheel --no-deps -w {home}/{WHEELS} {source[1]} (else the image installs "
+            f"training-telemetry=={__version__} from your package index: TELEMETRY_SPEC in the Dockerfile)"
+        )
     else:
         image = (
             f"empty: the image installs training-telemetry=={__version__} from your package index "
