@@ -108,6 +108,13 @@ def test_wheel_carries_one_package_and_the_monitoring_files(wheel):
     assert "telemetry/dashboards/stack/Dockerfile" in want
     assert "telemetry/dashboards/script/app.py" in want
     assert sorted(want - names) == []
+    # Every module of the tree too: a folder without __init__.py is no package to setuptools' find,
+    # and would be left out of the wheel while the editable install still finds it.
+    modules = set()
+    for parent, dirs, files in os.walk(os.path.join(ROOT, "telemetry")):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        modules.update(os.path.relpath(os.path.join(parent, f), ROOT) for f in files if f.endswith(".py"))
+    assert sorted(modules - names) == []
 
 
 def test_fresh_venv_runs_the_wheel_and_has_no_top_level_exporters(venv):
