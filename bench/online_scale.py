@@ -15,10 +15,15 @@ a block's gather + table + analysis at ``--ranks`` exceeds ``--limit-s`` (1 s), 
 not found.
 
     python bench/online_scale.py [--ranks 10000] [--small 10] [--blocks 6] [--window 50] [--posters 3]
-                                 [--chunk 1000] [--impl PATH_TO_ANOTHER_online.py] [--out bench/RESULTS.md]
+                                 [--chunk 1000] [--impl PATH] [--out bench/RESULTS.md]
 
-``--impl`` runs the same bench on another version of ``telemetry/online.py`` (for example the one
-before batching: ``git show <commit>:telemetry/online.py > /tmp/online_old.py``).
+``--impl`` runs the same bench on another version of online detection: a copy of the
+``telemetry/online/`` package (a folder, e.g. ``mkdir /tmp/old && git archive <commit> telemetry/online
+| tar -x -C /tmp/old``, then ``--impl /tmp/old/telemetry/online``), or a version from before the
+package, when it was the one file ``telemetry/online.py`` (e.g. the one before batching:
+``git show <commit>:telemetry/online.py > /tmp/online_old.py``, then ``--impl /tmp/online_old.py``).
+Either is loaded as ``telemetry._online_under_test``, so its relative imports reach this
+checkout's ``telemetry``.
 """
 
 from __future__ import annotations
@@ -120,15 +125,40 @@ class Counting:
 
 
 def load(path: str | None):
+    """Online detection to measure: this checkout's package, or the one at ``path`` (a package's
+    folder, or a single online.py of the versions before the package)."""
     if path is None:
         from telemetry import online
 
         return online
-    spec = importlib.util.spec_from_file_location("telemetry._online_under_test", path)
+    name = "telemetry._online_under_test"
+    if os.path.isdir(path):
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(path, "__init__.py"), submodule_search_locations=[path]
+        )
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def set_chunk(impl, chunk: int) -> None:
+    """Keys per store request of rank 0: ``reads.CHUNK`` in the package, ``CHUNK`` in the one file."""
+    if hasattr(impl, "reads"):
+        impl.reads.CHUNK = chunk
+    else:
+        impl.CHUNK = chunk
+
+
+def block(impl, ranks: np.ndarray, m: np.ndarray):
+    """One block of summaries as ``det._rows`` holds it in ``impl`` (Block, _Block or rank -> vector)."""
+    if hasattr(impl, "wire"):
+        return impl.wire.Block([(ranks, m)])
+    if hasattr(impl, "_Block"):
+        return impl._Block([(ranks, m)])
+    return dict(enumerate(m))
 
 
 def run(impl, ranks: int, blocks: int, window: int, posters: int, straggler: int) -> dict:
@@ -155,7 +185,7 @@ def run(impl, ranks: int, blocks: int, window: int, posters: int, straggler: int
     prefill = max(0, window - blocks)
     for b in range(prefill):  # the window as it stands in a long run: filled, straight into the detector
         m = summaries(b, np.arange(ranks), straggler, seed=0)
-        det._rows[b] = impl._Block([(np.arange(ranks), m)]) if hasattr(impl, "_Block") else dict(enumerate(m))
+        det._rows[b] = block(impl, np.arange(ranks), m)
 
     timing: dict[str, float] = {}
     done = threading.Event()
@@ -276,13 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--posters", type=int, default=3, help="processes posting for the ranks")
     ap.add_argument("--straggler", type=int, default=None, help="the straggler rank (default: ranks * 3 // 4 + 1)")
     ap.add_argument("--limit-s", type=float, default=1.0)
-    ap.add_argument("--chunk", type=int, default=None, help="keys per store request of rank 0 (online.CHUNK)")
-    ap.add_argument("--impl", default=None, help="another telemetry/online.py to measure")
+    ap.add_argument("--chunk", type=int, default=None, help="keys per store request of rank 0 (online.reads.CHUNK)")
+    ap.add_argument(
+        "--impl",
+        default=None,
+        help="another online detection to measure: a telemetry/online/ folder or an old online.py",
+    )
     ap.add_argument("--out", default=None, help="write the section into this RESULTS.md")
     args = ap.parse_args(argv)
     impl = load(args.impl)
     if args.chunk:
-        impl.CHUNK = args.chunk
+        set_chunk(impl, args.chunk)
     sizes = ([args.small] if args.small else []) + [args.ranks]
     out, ok = [], True
     t0 = time.monotonic()

@@ -3,8 +3,8 @@ block in a few batched requests, not a few per rank, and still gets every row, n
 stopped posting, skips and counts a malformed summary, and finds the straggler.
 
 The simulated ranks post as ranks do (one ``set`` of a summary vector per block, and their phase
-names once), from the test's own client connection; ``CHUNK`` is made 64 so that 256 ranks are
-four chunks."""
+names once), from the test's own client connection; ``CHUNK`` (telemetry/online/reads.py) is made
+64 so that 256 ranks are four chunks."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 import torch.distributed as dist
 
 from telemetry import online
+from telemetry.online import reads
 
 WORLD = 256
 
@@ -27,6 +28,11 @@ CHUNK = 64
 
 
 EVERY = 10
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(reads, "CHUNK", CHUNK)
 
 
 class Counting:
@@ -123,13 +129,13 @@ def test_a_block_is_read_in_a_few_requests_per_chunk(server):
     det = online.OnlineDetector(store, rank=1, world=WORLD, every=EVERY, window=50, wait_blocks=3, min_interval_s=0)
     rng = np.random.default_rng(0)
     post(ranks, 0, rng)
-    assert det._complete_chunks(0, 0) == WORLD // CHUNK
+    assert det.reads.complete_chunks(0, 0) == WORLD // CHUNK
     det._collect(0, WORLD // CHUNK)
     assert dict(store.calls) == {"check": 4, "multi_get": 4, "clone": 1}  # not 3 per rank
     assert det._rows[0].ranks.tolist() == list(range(WORLD))
     assert det._rows[0].parts[0][1][:, 0].tolist() == [0.0] * WORLD
     assert wait_deleted(det, master, 0) == []  # deleted, one delete_key each, on the deleter's connection
-    assert det._deleter.store.calls["delete_key"] == WORLD
+    assert det.reads.deleter.store.calls["delete_key"] == WORLD
 
     store.calls.clear()
     table = det._table()  # the phase names, read once for every rank: batched too
@@ -142,7 +148,7 @@ def test_a_block_is_read_in_a_few_requests_per_chunk(server):
     # A block read with a known chunk still incomplete: the missing ranks are found by halving
     post(ranks, 1, rng, skip={5, 130})
     store.calls.clear()
-    known = det._complete_chunks(1, 0)
+    known = det.reads.complete_chunks(1, 0)
     assert known == 0 and store.calls["check"] == 1  # stops at the first incomplete chunk
     det._collect(1, known)
     assert det._rows[1].ranks.tolist() == sorted(set(range(WORLD)) - {5, 130})
@@ -152,7 +158,7 @@ def test_a_block_is_read_in_a_few_requests_per_chunk(server):
     ranks.set("s/1/5", summary(1, 5, rng).tobytes())  # rank 5's block 1, after rank 0 read that block
     for block in range(2, 8):
         post(ranks, block, rng)
-        det._collect(block, det._complete_chunks(block, 0))
+        det._collect(block, det.reads.complete_chunks(block, 0))
     assert wait_deleted(det, master, 1) == []  # not left behind: deleted 2 x wait_blocks blocks later
     assert all(wait_deleted(det, master, b) == [] for b in range(2, 8))
     det.stop()

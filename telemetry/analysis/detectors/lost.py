@@ -19,12 +19,20 @@ The finding covers the steps from the rank's last heartbeat to the furthest step
 ``slowdown`` is 1.0 over them: with the rank gone, those steps could not complete as they should (as
 a hang's). ``details.after_loss`` is the share of the run's wall time (first step to the last report
 of any rank) that came after the loss.
+
+Online detection has a second input: the blocks of steps each rank posted a summary of, on rank 0
+while the job runs (telemetry/online/). There, a rank is lost when it is missing from each of the
+latest ``online_wait_blocks`` (or more) blocks its peers reported, having reported before
+(:func:`missing_streaks`); the finding (:func:`lost_rank_of_blocks`) covers the steps of its missing
+blocks, ``slowdown`` 1.0 likewise.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any, Mapping
+
+import numpy as np
 
 from ..findings import Finding, severity_for
 
@@ -134,4 +142,44 @@ def _finding(
             "peers_last_report_s": last_report,
             "after_loss": after,
         },
+    )
+
+
+# ---- online: blocks of steps rank 0 received ------------------------------------------------------
+def missing_streaks(rows: Mapping[int, Any], world: int, at_least: int) -> dict[int, int]:
+    """Ranks missing from each of the latest ``at_least`` (or more) blocks that other ranks reported:
+    rank -> the first block of that run of missing blocks. ``rows``: block -> the ranks that
+    reported it (a set or an array)."""
+    blocks = sorted(b for b, seen in rows.items() if len(seen))
+    if not blocks or world <= 0:
+        return {}
+    seen = np.zeros((len(blocks), world), dtype=bool)
+    for i, b in enumerate(blocks):
+        r = np.fromiter(rows[b], dtype=np.int64) if isinstance(rows[b], (set, frozenset)) else np.asarray(rows[b])
+        r = r.astype(np.int64, copy=False)
+        seen[i, r[(r >= 0) & (r < world)]] = True
+    newest_first = seen[::-1]
+    run = np.where(newest_first.any(axis=0), newest_first.argmax(axis=0), len(blocks))  # blocks missed since
+    lost = np.flatnonzero((run >= at_least) & (run < len(blocks)))  # it reported before: not one never started
+    return {int(r): blocks[len(blocks) - int(run[r])] for r in lost}
+
+
+def lost_rank_of_blocks(rank: int, first_block: int, latest_block: int, every: int) -> Finding:
+    """``rank_lost`` from online detection: ``rank`` posted no summary from ``first_block`` to
+    ``latest_block`` (blocks of ``every`` steps) while its peers went on."""
+    first, last = first_block * every, (latest_block + 1) * every - 1
+    return Finding(
+        kind="rank_lost",
+        ranks=[rank],
+        phase=None,
+        first_step=first,
+        last_step=last,
+        severity="critical",
+        slowdown=1.0,
+        evidence=(
+            f"rank {rank} posted no summary for steps {first}-{last} while its peers "
+            "did (online detection on rank 0): its process died, stopped responding or "
+            "left the job"
+        ),
+        details={"missing_blocks": latest_block - first_block + 1},
     )

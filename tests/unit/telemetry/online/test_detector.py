@@ -1,13 +1,13 @@
-"""Rank 0's online analysis (telemetry/online.py's OnlineDetector) on a store held in a dict: the table
-it builds, its findings, and a failing analysis logged once. Against a real TCPStore with 256
-simulated ranks: tests/integration/test_online_tcpstore.py; on real gloo ranks:
-tests/integration/test_online_gloo.py."""
+"""Rank 0's online analysis (telemetry/online/detector.py's OnlineDetector) on a store held in a
+dict: the table it builds (telemetry/online/table.py), its findings, lost ranks marked as online
+findings, and a failing analysis logged once. Against a real TCPStore with 256 simulated ranks:
+tests/integration/test_online_tcpstore.py; on real gloo ranks: tests/integration/test_online_gloo.py."""
 
 import logging
 
 import numpy as np
 
-from telemetry.online import FIXED
+from telemetry.online.wire import FIXED, Block
 
 
 def test_a_failing_analysis_is_logged_once_and_counted(caplog, monkeypatch):
@@ -15,7 +15,7 @@ def test_a_failing_analysis_is_logged_once_and_counted(caplog, monkeypatch):
 
     det = online.OnlineDetector.__new__(online.OnlineDetector)  # rank != 0 construction needs no thread
     online.OnlineDetector.__init__(det, store=None, rank=1, world=2, every=10, window=8, wait_blocks=3)
-    det._rows[0] = online._Block.of({0: np.zeros(len(FIXED)), 1: np.zeros(len(FIXED))})
+    det._rows[0] = Block.of({0: np.zeros(len(FIXED)), 1: np.zeros(len(FIXED))})
     monkeypatch.setattr(det, "_table", lambda: (_ for _ in ()).throw(ValueError("bad table")))
     with caplog.at_level(logging.WARNING, logger="telemetry"):
         for _ in range(4):
@@ -63,7 +63,7 @@ def test_an_online_findings_numbers_and_its_text_come_from_one_source():
             fwd = 0.010 * (1.5 if r == 2 else 1.0) * (1 + 0.02 * rng.standard_normal())
             comm = 0.020 - (0.005 if r == 2 else 0.0)
             rows[r] = np.array([block, 10, 0.040, fwd + 0.01, comm, 0.0005, fwd])
-        det._rows[block] = online._Block.of(rows)
+        det._rows[block] = Block.of(rows)
     assert det._analyze()
     [result] = det.poll()
     [f] = [d for d in result.findings if d["kind"] == "straggler"]
@@ -87,7 +87,7 @@ def old_table(det):
                     "comm_s": v[4],
                     "data_s": v[5],
                 }
-                for i, p in enumerate(det._phase_names.get(rank, [])[: len(v) - len(FIXED)]):
+                for i, p in enumerate(det.names.by_rank.get(rank, [])[: len(v) - len(FIXED)]):
                     rec[f"{p}_s"] = v[len(FIXED) + i]
                     rec[f"comm.{p}_s"] = 0.0
                 out.append((block, rank, rec))
@@ -127,9 +127,9 @@ def test_the_vectorized_table_is_the_per_row_table():
             if r == 3:
                 v[len(FIXED)] = np.nan  # a phase with no value
             rows[r] = v
-        det._rows[block] = online._Block.of(rows)
+        det._rows[block] = Block.of(rows)
     table = det._table()
-    assert set(det._phase_names) == set(range(11))  # read once each, in a batch
+    assert set(det.names.by_rank) == set(range(11))  # read once each, in a batch
     pd.testing.assert_frame_equal(table, old_table(det))
     assert list(table.columns[:6]) == ["rank", "step", "start_s", "duration_s", "comm_s", "data_s"]
     assert table.loc[table["rank"] == 11, "forward_s"].isna().all()
@@ -140,5 +140,21 @@ def test_an_empty_window_is_an_empty_table():
 
     det = online.OnlineDetector(store=DictStore({}), rank=1, world=4, every=10, window=8, wait_blocks=3)
     assert det._table().empty
-    det._rows[0] = online._Block.of({})
+    det._rows[0] = Block.of({})
     assert det._table().empty
+
+
+def test_a_lost_rank_is_an_online_finding_of_blocks():
+    from telemetry.analysis.detectors.lost import lost_rank_of_blocks
+    from telemetry.online.detector import online_finding
+
+    d = online_finding(lost_rank_of_blocks(2, 5, 8, every=10), 10)
+    assert (d["kind"], d["ranks"], d["first_step"], d["last_step"], d["severity"]) == (
+        "rank_lost",
+        [2],
+        50,
+        89,
+        "critical",
+    )
+    assert d["online"] and d["block_steps"] == 10 and "rank 2 posted no summary for steps 50-89" in d["evidence"]
+    assert list(d)[-3:] == ["block_steps", "online", "time_s"]

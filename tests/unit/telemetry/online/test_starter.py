@@ -1,4 +1,4 @@
-"""OnlineStarter (telemetry/online.py): detection starts on the first tick after the process group
+"""OnlineStarter (telemetry/online/starter.py): detection starts on the first tick after the process group
 appears, or is off with one warning."""
 
 import logging

@@ -1,10 +1,12 @@
 """Lost ranks (telemetry/analysis/detectors/lost.py: a rank that stopped reporting while its peers
-went on) against hangs (every rank alive and stuck), on hand-made heartbeats, and through analyze()."""
+went on) against hangs (every rank alive and stuck), on hand-made heartbeats, and through analyze();
+and online detection's input, blocks a rank stopped posting while its peers went on."""
 
+import numpy as np
 import pandas as pd
 
 from telemetry.analysis.detectors import analyze
-from telemetry.analysis.detectors.lost import LOST_AFTER_S, detect_lost_ranks
+from telemetry.analysis.detectors.lost import LOST_AFTER_S, detect_lost_ranks, lost_rank_of_blocks, missing_streaks
 from tests.helpers.heartbeats import NOW, beat, waiting
 
 
@@ -76,3 +78,27 @@ def test_a_restart_is_lost_time_in_the_uptime_and_the_goodput_split():
     assert abs(up["wall_s"] - (clean["uptime"]["wall_s"] + 300.0)) < 1.0
     assert abs(sum(g.values()) - 1.0) < 0.01 and abs(g["lost"] - 300.0 / up["wall_s"]) < 0.01
     assert "of which 5.0 min lost in 1 restart" in render(analyze(t), "run")
+
+
+# ---- online: the blocks rank 0 received ---------------------------------------------------------
+def test_a_rank_that_stops_posting_while_its_peers_go_on_is_lost_online():
+    rows = {b: {0, 1, 2, 3} for b in range(5)}
+    rows.update({b: {0, 1, 3} for b in range(5, 9)})  # rank 2 gone from block 5
+    assert missing_streaks(rows, 4, at_least=3) == {2: 5}
+    assert missing_streaks(rows, 4, at_least=5) == {}  # not yet long enough
+    rows[9] = {0, 1, 2, 3}  # it came back: a late rank, not a lost one
+    assert missing_streaks(rows, 4, at_least=3) == {}
+    never = {b: {0, 1} for b in range(6)}
+    assert missing_streaks(never, 3, at_least=3) == {}  # rank 2 never reported: not started, not lost
+    f = lost_rank_of_blocks(2, 5, 8, every=10)
+    assert (f.kind, f.ranks, f.first_step, f.last_step, f.severity) == ("rank_lost", [2], 50, 89, "critical")
+    assert "rank 2 posted no summary for steps 50-89" in f.evidence and f.details == {"missing_blocks": 4}
+
+
+def test_missing_streaks_read_sets_or_arrays_alike():
+    rows = {b: {0, 1, 2, 3} for b in range(5)}
+    rows.update({b: {0, 1, 3} for b in range(5, 9)})
+    rows[9] = set()  # a block nobody reported counts for nothing
+    as_arrays = {b: np.array(sorted(s), dtype=np.int64) for b, s in rows.items()}
+    assert missing_streaks(rows, 4, 3) == missing_streaks(as_arrays, 4, 3) == {2: 5}
+    assert missing_streaks({}, 4, 3) == {}

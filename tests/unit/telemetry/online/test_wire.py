@@ -1,9 +1,9 @@
-"""Online detection's wire format (telemetry/online.py): a block summary is a fixed vector of medians,
+"""Online detection's wire format (telemetry/online/wire.py): a block summary is a fixed vector of medians,
 read back from the store only when it is one."""
 
 import numpy as np
 
-from telemetry.online import FIXED, BlockSummarizer, _summary_vector
+from telemetry.online.wire import FIXED, BlockSummarizer, phases_key, rank_of, summary_key, summary_vector
 from telemetry.pipeline.records import StepRecord
 
 
@@ -40,8 +40,13 @@ def test_a_block_summary_is_a_fixed_vector_of_medians():
 def test_a_summary_is_read_back_only_when_it_is_one():
     good = np.arange(len(FIXED) + 2, dtype=np.float64)
     good[0] = 7
-    assert _summary_vector(good.tobytes(), 7).tolist() == good.tolist()
-    assert _summary_vector(good.tobytes()[:-3], 7) is None  # not whole float64s
-    assert _summary_vector(good[:3].tobytes(), 7) is None  # fewer than the fixed fields
-    assert _summary_vector(good.tobytes(), 8) is None  # another block's vector
-    assert _summary_vector(b"", 7) is None and _summary_vector("text", 7) is None
+    assert summary_vector(good.tobytes(), 7).tolist() == good.tolist()
+    assert summary_vector(good.tobytes()[:-3], 7) is None  # not whole float64s
+    assert summary_vector(good[:3].tobytes(), 7) is None  # fewer than the fixed fields
+    assert summary_vector(good.tobytes(), 8) is None  # another block's vector
+    assert summary_vector(b"", 7) is None and summary_vector("text", 7) is None
+
+
+def test_each_key_names_its_rank():
+    assert summary_key(12, 345) == "s/12/345" and phases_key(345) == "phases/345"
+    assert rank_of(summary_key(12, 345)) == rank_of(phases_key(345)) == 345

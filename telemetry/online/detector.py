@@ -1,0 +1,239 @@
+"""The online detector: every rank posts its block summaries to the store; rank 0's online thread
+reads the blocks, builds the window's steps table and runs the offline detectors on it.
+
+Rank 0's thread waits for a block to be complete (or ``online_wait_blocks`` blocks late: the missing
+ranks are named), keeps the latest ``online_window`` blocks, runs
+:func:`telemetry.analysis.detectors.analyze` on them at most every ``online_interval_s``, and hands
+new findings and straggler scores to the sinks as an :class:`~telemetry.pipeline.records.OnlineResult`.
+A rank missing from the latest blocks while its peers go on is ``rank_lost``
+(:mod:`telemetry.analysis.detectors.lost`, from the blocks). Every online finding is marked
+``online`` with ``block_steps`` (K: a step number stands for the K steps from it) and ``time_s``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ..logonce import LogOnce
+from ..pipeline.records import OnlineResult, StepRecord
+from .reads import StoreReads
+from .table import PhaseNames, block_table
+from .wire import BlockSummarizer, decode_phases, encode_phases, parse_block, phases_key, summary_key
+
+if TYPE_CHECKING:
+    from ..analysis.findings import Finding
+
+log = logging.getLogger("telemetry")
+
+
+def online_finding(finding: Finding, every: int) -> dict[str, Any]:
+    """A finding of online detection as a findings-JSON dict: each summary row is a block of K
+    (``every``) steps, numbered by its first step: first_step, last_step and the evidence all use
+    those numbers (one source), and ``block_steps`` says that a step number stands for the K steps
+    from it; ``online`` is True and ``time_s`` when it was found."""
+    d = finding.to_dict()
+    d.update(block_steps=every, online=True, time_s=time.time())
+    return d
+
+
+class OnlineDetector:
+    """A pipeline listener (see :class:`telemetry.pipeline.thread.Listener`): every rank posts its
+    summaries; rank 0 also runs the analysis thread, which reads the store through
+    :class:`~.reads.StoreReads` (batched, see :mod:`telemetry.online.reads`).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        world: int,
+        every: int,
+        window: int,
+        wait_blocks: int,
+        min_interval_s: float = 5.0,
+        busy_bound: float = 0.8,
+    ) -> None:
+        self.store = store
+        self.busy_bound = busy_bound
+        self.rank = rank
+        self.world = world
+        self.every = every
+        self.window = window
+        self.wait_blocks = wait_blocks
+        self.min_interval_s = min_interval_s
+        self.summarizer = BlockSummarizer(every)
+        self._phases_posted = False
+        self.names = PhaseNames(world)
+        self._last_analysis = 0.0
+        self._dirty = False
+        self.posted = 0
+        self.failures = 0
+        self.bad_summaries = 0  # store values that were not a summary vector (skipped)
+        self._once = LogOnce()
+        self.reads = StoreReads(store, world, self._once)
+        self.analyses = 0
+        self.analysis_s = 0.0  # rank 0: seconds spent building tables and analyzing, in all
+        self.analysis_max_s = 0.0
+        self._results: queue.Queue = queue.Queue()  # OnlineResult, for the pipeline to hand on
+        self._inbox: queue.Queue = queue.Queue()
+        self._seen: set[tuple] = set()
+        self._rows: collections.OrderedDict = collections.OrderedDict()  # block -> Block
+        self._stop = threading.Event()
+        self._thread = None
+        if rank == 0:
+            # Import the analyzer (pandas, the detectors: about 0.5 s here) now, inside init, rather
+            # than in the online thread mid-run, where it would hold the GIL against rank 0's
+            # training thread and make rank 0 a straggler of its own telemetry's making.
+            from ..analysis import detectors  # noqa: F401 - imported for its cost, paid here
+
+            self._thread = threading.Thread(target=self._run, name="telemetry-online", daemon=True)
+            self._thread.start()
+
+    # ---- every rank, pipeline thread --------------------------------------------------
+    def poll(self) -> list[OnlineResult]:
+        out = []
+        while True:
+            try:
+                out.append(self._results.get_nowait())
+            except queue.Empty:
+                return out
+
+    def on_records(self, records: Sequence[StepRecord]) -> None:
+        for vec in self.summarizer.add(records):
+            try:
+                if not self._phases_posted:
+                    self.store.set(phases_key(self.rank), encode_phases(self.summarizer.phases))
+                    self._phases_posted = True
+                self.store.set(summary_key(int(vec[0]), self.rank), vec.tobytes())
+                self.posted += 1
+                if self.rank == 0:
+                    self._inbox.put(int(vec[0]))
+            except Exception as exc:  # noqa: BLE001 - a dead store costs only online detection
+                self.failures += 1
+                self._once("post", "telemetry: online summary not posted (%s); further failures counted", exc)
+
+    # ---- rank 0, online thread ----------------------------------------------------------
+    def _run(self) -> None:
+        pending: dict[int, int] = {}  # block -> how many of its chunks are known complete
+        while not self._stop.is_set():
+            try:
+                block = self._inbox.get(timeout=0.5)
+                pending.setdefault(block, 0)
+            except queue.Empty:
+                pass
+            newest = max(pending) if pending else -1
+            ready = []
+            for block in sorted(pending):
+                pending[block] = self.reads.complete_chunks(block, pending[block])
+                if pending[block] == self.reads.n_chunks() or newest - block >= self.wait_blocks:
+                    ready.append(block)
+            for block in ready:
+                self._collect(block, pending.pop(block))
+                self._dirty = True
+            if self._dirty and time.monotonic() - self._last_analysis >= self.min_interval_s:
+                self._dirty = False
+                if self._analyze():  # too few blocks yet: try again with the next, not in 5 s
+                    self._last_analysis = time.monotonic()
+
+    def _collect(self, block: int, complete_chunks: int) -> None:
+        """Read ``block`` (its first ``complete_chunks`` chunks known complete) into the window."""
+        got = self.reads.read_block(block, complete_chunks)
+        self.reads.done(block, got, self.wait_blocks)
+        self._rows[block], rejected = parse_block(block, got)
+        for r, nbytes in rejected:
+            self.bad_summaries += 1
+            self._once(
+                "bad-summary",
+                "telemetry: [online] rank %d's summary of block %d is not a "
+                "summary vector (%d bytes); skipped, further cases counted",
+                r,
+                block,
+                nbytes,
+            )
+        while len(self._rows) > self.window:
+            self._rows.popitem(last=False)
+
+    def _table(self):
+        """The steps table of the window (see :func:`~.table.block_table`); the phase names of ranks
+        not seen before are read first, batched (a rank whose names are not there yet is asked
+        again at the next table)."""
+        blocks = [(b, blk) for b, blk in self._rows.items() if len(blk.ranks)]
+        unnamed = self.names.unnamed(blk for _, blk in blocks)
+        if unnamed:
+            for rank, raw in self.reads.read_phase_names(unnamed):
+                names = decode_phases(raw)
+                if names is not None:
+                    self.names.learn(rank, names)
+        return block_table(blocks, self.names, self.every)
+
+    def _analyze(self) -> bool:
+        """One analysis of the window; False when there were too few blocks to analyze."""
+        from ..analysis.detectors import UtilizationParams, analyze
+        from ..analysis.detectors.lost import lost_rank_of_blocks, missing_streaks
+
+        t0 = time.perf_counter()
+        try:
+            table = self._table()
+            if table.empty or table["step"].nunique() < 4:
+                return False
+            result = analyze(table, step_resolution=False, utilization=UtilizationParams(bound=self.busy_bound))
+            self.analyses += 1
+            took = time.perf_counter() - t0
+            self.analysis_s += took
+            self.analysis_max_s = max(self.analysis_max_s, took)
+            latest = max(self._rows)
+            missing = np.setdiff1d(np.arange(self.world), self._rows[latest].ranks).tolist()
+            new = []
+            for f in result.findings:
+                key = (f.kind, tuple(f.ranks), f.phase)
+                if key in self._seen or f.severity == "info":
+                    continue
+                self._seen.add(key)
+                new.append(online_finding(f, self.every))
+                log.warning("telemetry: [online] %s %s: %s", f.severity, f.kind, f.evidence)
+            if missing:
+                log.warning(
+                    "telemetry: [online] ranks %s did not report steps %d-%d",
+                    missing,
+                    latest * self.every,
+                    (latest + 1) * self.every - 1,
+                )
+            streaks = missing_streaks({b: blk.ranks for b, blk in self._rows.items()}, self.world, self.wait_blocks)
+            for rank, first in streaks.items():
+                if ("rank_lost", (rank,), None) in self._seen:
+                    continue
+                self._seen.add(("rank_lost", (rank,), None))
+                d = online_finding(lost_rank_of_blocks(rank, first, latest, self.every), self.every)
+                new.append(d)
+                log.warning("telemetry: [online] %s rank_lost: %s", d["severity"], d["evidence"])
+            counts = dict(result.summary.get("by_kind", {}))
+            if streaks:
+                counts["rank_lost"] = len(streaks)
+            self._results.put(OnlineResult(new, result.summary.get("straggler_score", {}), counts))
+        except Exception:  # noqa: BLE001 - a failed analysis costs only this analysis (logged once, counted)
+            self.failures += 1
+            self._once("analysis", "telemetry: online analysis failed (further failures counted)", exc_info=True)
+        return True  # a failed analysis waits its interval too: no retry storm
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        self.reads.stop(1.0)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "summaries_posted": self.posted,
+            "analyses": self.analyses,
+            "online_failures": self.failures,
+            "online_bad_summaries": self.bad_summaries,
+            "analysis_s": round(self.analysis_s, 4),
+            "analysis_max_s": round(self.analysis_max_s, 4),
+        }
