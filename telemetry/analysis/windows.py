@@ -12,6 +12,7 @@ Heartbeats (hangs, lost ranks) are analyzed with the last window, where the run 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -173,3 +174,64 @@ def merge_summaries(summaries: list[dict[str, Any]], findings: list[Finding]) ->
     if any("stages" in s for s in ok):
         out["stages"] = max(s.get("stages", 0) for s in ok)
     return out
+
+
+def analyze_path(
+    path: str,
+    hang_after: float | None = None,
+    *,
+    busy_bound: float = 0.8,
+    steps: tuple[int, int] | None = None,
+    last: int | None = None,
+    window_rows: int | None = None,
+):
+    """Open and analyze ``path`` (any input the loader reads), only ``steps`` or the ``last`` N steps
+    when given; a run directory too long to hold at once is analyzed in windows of whole steps and the
+    findings merged. Returns the :class:`~.detectors.Analysis`, the :class:`~.load.RunInput` of the
+    last window read, and a line saying how the run was split (None when it was read whole)."""
+    from ..store.segments import step_range
+    from .detectors import StragglerParams, UtilizationParams, analyze
+    from .load import open_input
+
+    window_rows = window_rows or WINDOW_ROWS
+    util = UtilizationParams(bound=busy_bound)
+    span = step_range(path) if os.path.isdir(path) else None
+    if span is not None and steps is not None:
+        span = (max(span[0], steps[0]), min(span[1], steps[1]), span[2])
+    if span is not None and last is not None:
+        span = (max(span[0], span[1] - last + 1), span[1], span[2])
+    windows = plan(*span, rows=window_rows) if span is not None and span[0] <= span[1] else []
+    if len(windows) > 1:  # too long to hold at once: windows, findings merged
+        opened = {}
+
+        def one(w: tuple[int, int], first: bool, final: bool):
+            opened.pop("run", None)  # the last window's table goes before this one is read
+            run = opened["run"] = open_input(path, w)
+            return analyze(
+                run.table,
+                run.progress if final else None,
+                run.world_size,
+                hang_after,
+                straggler=None if first else StragglerParams(warmup_steps=0),
+                utilization=util,
+            )
+
+        result = analyze_windows(windows, one)
+        note = (
+            f"telemetry analyze: {span[2]:,} ranks x {span[1] - span[0] + 1:,} steps analyzed in {len(windows)} "
+            f"windows of {windows[0][1] - windows[0][0] + 1:,} steps (at most {window_rows:,} rows at once)"
+        )
+        return result, opened["run"], note
+    if steps is None and last is None:
+        window = None  # everything, format 1 lines included
+    elif span is not None:
+        window = (span[0], span[1])
+    else:  # a table (or format 1 lines only): its steps are known once read
+        whole = open_input(path).table
+        hi = int(whole["step"].max()) if len(whole) else 0
+        window = steps or (0, hi)
+        if last is not None:
+            window = (max(window[0], min(window[1], hi) - last + 1), window[1])
+    run = open_input(path, window)
+    result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops)
+    return result, run, None

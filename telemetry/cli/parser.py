@@ -1,0 +1,216 @@
+"""The command line: every subcommand, its flags and their help (``telemetry --help``)."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+from ..analysis.findings import SEVERITIES
+from ..demo.faults import SIMULATED, spec_help
+from ..version import __version__
+from .common import EXIT_CODES
+
+
+def _positive_int(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range; accepted: {lo} to {hi}")
+        return v
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{v} must be above 0")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"{v}; accepted: a fraction above 0 and at most 1 (0.8 = 80%)")
+    return v
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=90)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="telemetry",
+        description=_wrap(
+            "Telemetry for distributed PyTorch training: run the instrumented demo job, analyze a run for "
+            "stragglers, data stalls, slow communication, regressions, memory growth and hangs, compare two "
+            "runs, export a run."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"telemetry {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("demo", help="run a real multi-rank training job, instrumented, then analyze it")
+    d.add_argument("--ranks", type=_positive_int(2, 16), default=4, help="ranks (processes), 2-16 (default 4)")
+    d.add_argument("--steps", type=_positive_int(20, 100000), default=200, help="training steps (default 200)")
+    d.add_argument("--run-dir", help="run directory (default runs/demo-<date>-<time>)")
+    d.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fault: " + spec_help(),
+    )
+    d.add_argument("--overwrite", action="store_true", help="replace an existing --run-dir")
+    d.add_argument(
+        "--hang-after",
+        type=_seconds,
+        help="seconds without a finished step that count as a hang (default: 30x the median step, at least 10)",
+    )
+    d.add_argument("--json", action="store_true", help="print the findings JSON instead of the report")
+    d.add_argument(
+        "--busy-bound",
+        type=_fraction,
+        default=0.8,
+        metavar="FRACTION",
+        help="low_utilization: the busy share of the job's time under which a sustained stretch is "
+        "a finding (default 0.8)",
+    )
+
+    a = sub.add_parser(
+        "analyze",
+        help="find what slows a run: stragglers, stalls, slow communication, regressions, hangs",
+        description=_wrap(
+            "Analyze a run directory, a steps table or a per-operation trace: a per-rank, "
+            "per-phase table, then the findings (stragglers named by rank and phase, data "
+            "stalls, stage and moving imbalance, regressions, slow communication, memory "
+            "growth, hangs), each with its evidence and what-if cost."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    a.add_argument(
+        "path",
+        help="run directory, a steps table or per-operation trace (.csv / .parquet), or "
+        "a directory of per-rank PyTorch profiler traces (.json / .json.gz)",
+    )
+    a.add_argument("--json", action="store_true", help="print the findings JSON")
+    a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
+    a.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a finding reaches this severity")
+    a.add_argument("--steps", metavar="A:B", help="analyze steps A to B only (inclusive; either may be empty)")
+    a.add_argument("--last", type=_positive_int(1, 10**9), metavar="N", help="analyze the last N steps only")
+    a.add_argument(
+        "--window-rows",
+        type=_positive_int(1000, 10**10),
+        metavar="ROWS",
+        help="a run directory larger than this many rows (ranks x steps) is analyzed in windows of "
+        "steps and the findings merged (default 12,000,000: about 3.5 GiB at its peak)",
+    )
+    a.add_argument(
+        "--busy-bound",
+        type=_fraction,
+        default=0.8,
+        metavar="FRACTION",
+        help="low_utilization: the busy share of the job's time (compute, device-timed or wall) under "
+        "which a sustained stretch is a finding (default 0.8)",
+    )
+
+    df = sub.add_parser("diff", help="compare two runs or steps tables: regressions by phase")
+    df.add_argument("base", help="the run to compare against (run directory, .csv, .parquet)")
+    df.add_argument("new", help="the run under test")
+    df.add_argument("--json", action="store_true", help="print the findings JSON")
+    df.add_argument("--min-effect", type=float, default=0.05, help="smallest change reported (default 0.05 = 5%%)")
+    df.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a regression reaches this severity")
+    df.add_argument(
+        "--steps", metavar="A:B", help="compare steps A to B of each run only (inclusive; either may be empty)"
+    )
+
+    ds = sub.add_parser("dashboard", help="open the Streamlit dashboard on a run (no argument: choose among runs/)")
+    ds.add_argument(
+        "path",
+        nargs="?",
+        help="run directory or steps table (default: pick one of the run directories under runs/ in the page)",
+    )
+    ds.add_argument("--port", type=_positive_int(1, 65535), default=8501, help="port (default 8501)")
+    ds.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    ds.add_argument(
+        "--base", metavar="BASE", help="a second run or steps table for the Compare view (PATH against BASE)"
+    )
+    ds.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="show a live job from this Prometheus server's HTTP API "
+        "instead of a run directory (e.g. http://127.0.0.1:9090)",
+    )
+    ds.add_argument("--job", help="with --prometheus: the training job (default: choose in the page)")
+
+    sm = sub.add_parser(
+        "simulate",
+        help="write a simulated run directory (with its ground truth) to try the tools or benchmark them at scale",
+        description=_wrap(
+            "Simulate a synchronous data-parallel job (telemetry.demo.simulate) and write it as a run "
+            "directory through the run store's segment writer, with the injected faults in "
+            "RUN_DIR/truth.json. No spans; eight ranks per node."
+        ),
+    )
+    sm.add_argument("--ranks", type=_positive_int(2, 100000), required=True, help="ranks (2-100000)")
+    sm.add_argument("--steps", type=_positive_int(10, 10_000_000), required=True, help="steps (10-10000000)")
+    sm.add_argument("--out", required=True, metavar="RUN_DIR", help="the run directory to write")
+    sm.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fault, as for demo: " + spec_help(SIMULATED),
+    )
+    sm.add_argument("--seed", type=_positive_int(0, 2**31), default=0, help="random seed (default 0)")
+    sm.add_argument("--overwrite", action="store_true", help="replace an existing run directory at --out")
+
+    e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
+    e.add_argument("run_dir", help="run directory, or a directory of PyTorch profiler traces (steps table only)")
+    e.add_argument(
+        "--to",
+        required=True,
+        metavar="FILE",
+        help="FILE.parquet or FILE.csv (steps table), FILE.json (Chrome/Perfetto trace)",
+    )
+    e.add_argument("--steps", metavar="A:B", help="trace only steps A to B (inclusive; either may be empty)")
+
+    st = sub.add_parser(
+        "stack", help="write the monitoring stack (Prometheus, Alertmanager, Grafana, collector, compose)"
+    )
+    st_sub = st.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
+    si = st_sub.add_parser(
+        "init",
+        help="write the stack's files into DIR",
+        description=_wrap(
+            "Write the monitoring stack for this installed package into DIR: Prometheus (config, recording "
+            "and alert rules, their promtool tests), Alertmanager, Grafana provisioning and dashboards, the "
+            "OpenTelemetry Collector's config, a docker-compose.yml that runs them and the dashboard, and "
+            "the Dockerfile of the dashboard's image. Your training job runs where you run it; the printed "
+            "next steps say how Prometheus reaches its ranks."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    si.add_argument("dir", metavar="DIR", help="a new or empty directory")
+    si.add_argument("--force", action="store_true", help="write into a non-empty DIR, over the stack's files there")
+    si.add_argument(
+        "--wheel",
+        metavar="WHEEL",
+        help="a training_telemetry wheel to copy into DIR/wheels/ for the dashboard's image (default: the wheel "
+        "this package was installed from, when pip recorded one)",
+    )
+    return p
