@@ -125,6 +125,7 @@ def test_records_reach_sinks_on_ticks_and_at_stop():
     run_steps(rec, 5, clock)
     p.tick()
     p.tick()  # a finished step is held for one tick (late events), then delivered
+    assert p.settle()  # each sink has a worker thread of its own: wait for it to deliver
     assert [r.step for r in good.records] == list(range(5))  # delivered while running, before any stop
     for r in good.records:  # the times are the injected clock's, exactly
         assert abs(r.duration_s - 0.010) < 1e-12 and abs(r.phases["forward"] - 0.010) < 1e-12
@@ -182,15 +183,16 @@ def test_a_step_waits_for_its_device_value_at_most_the_pending_timeout():
         clock.advance(0.001)
     p.tick()
     p.tick()
-    assert good.records == []  # step 0's value is still on the device; the others wait behind it
+    assert p.settle() and good.records == []  # step 0's value is still on the device; the others wait behind it
     late.done = True
     p.tick()
-    assert [(r.step, r.scalars) for r in good.records] == [(0, {"loss": 0.5})]
+    assert p.settle() and [(r.step, r.scalars) for r in good.records] == [(0, {"loss": 0.5})]
     mono.t += 9.9
     p.tick()
-    assert len(good.records) == 1  # step 1 still within its 10 s
+    assert p.settle() and len(good.records) == 1  # step 1 still within its 10 s
     mono.t += 0.2
     p.tick()
+    assert p.settle()
     assert [(r.step, r.scalars) for r in good.records[1:]] == [(1, {}), (2, {"loss": 0.125})]
     assert p.stats()["unread_values"] == 1  # given up on, and counted
     assert p.stop(5.0)
@@ -210,16 +212,21 @@ def test_shutdown_is_bounded_when_a_sink_hangs():
     assert elapsed < 2.0
 
 
-def test_training_thread_never_waits_for_a_stuck_pipeline():
-    rec = Recorder(2048)
-    hanging = HangingSink()
-    p = make_pipeline(rec, hanging, interval=0.01, start=True)
+def test_a_stuck_sink_stops_neither_training_nor_the_pipeline_nor_the_other_sinks():
+    rec = Recorder(1 << 16)  # room for every event: what is measured is the sinks, not the buffer
+    hanging, good = HangingSink(), ListSink()
+    p = Pipeline(rec, [GuardedSink(hanging), GuardedSink(good)], 0, to_epoch, 0.01, backlog_records=1000)
+    p.start()
     run_steps(rec, 1)
-    assert hanging.entered.wait(10)  # the pipeline thread is stuck in write() from now on
+    assert hanging.entered.wait(10)  # its worker is stuck in write() from now on
     t0 = time.monotonic()
-    run_steps(rec, 5000)  # the buffer fills; the loop carries on, dropping and counting
-    assert time.monotonic() - t0 < 5.0
-    assert rec.dropped > 0
+    for done in range(501, 5002, 500):  # batches within the backlog: the other sink keeps up
+        run_steps(rec, 500)
+        assert good.wait_for(done, timeout_s=10.0)  # ... and has every step
+    assert time.monotonic() - t0 < 10.0
+    stats = p.stats()
+    assert stats["events_dropped"] == 0
+    stuck = stats["sinks"][hanging.name]
+    assert stuck["backlog"] <= 1000 and stuck["dropped"] == 5001 - 1 - stuck["backlog"]  # bounded, and counted
     hanging.release.set()
     p.stop(2.0)
-    assert p.stats()["events_dropped"] == rec.dropped
