@@ -365,7 +365,8 @@ def test_a_prometheus_that_stops_answering_mid_load_is_a_message_within_a_bound(
     fault_table,
     monkeypatch,
 ):
-    from telemetry.analysis.prometheus import _queries, open_prometheus
+    from telemetry.analysis.prometheus import open_prometheus
+    from telemetry.analysis.prometheus.queries import queries
     from telemetry.analysis.table import TableError
 
     url, _ = backfilled
@@ -396,7 +397,7 @@ def test_a_prometheus_that_stops_answering_mid_load_is_a_message_within_a_bound(
         assert not loader.is_alive(), "the load still reads a trickled answer after 20 s"
         assert said and "timed out" in said[0], said
         assert trickled < 10, trickled  # its answer is read within 3 timeouts
-    n = len(_queries("job='x'", "60s"))
+    n = len(queries("job='x'", "60s"))
     fault_table.add(
         "dashboard",
         f"its Prometheus (through a proxy) answers the job's metadata, then holds all "

@@ -1,4 +1,4 @@
-"""telemetry.analysis.prometheus: a job read back from a real Prometheus server's HTTP API.
+"""telemetry.analysis.prometheus (the package): a job read back from a real Prometheus server's HTTP API.
 
 The deterministic tests read the two jobs tests/helpers/prometheus_backfill.py backfills into a real
 Prometheus; the live test scrapes a real ``telemetry demo`` job."""
@@ -19,6 +19,7 @@ import pytest
 from telemetry.analysis.detectors import analyze
 from telemetry.analysis.prometheus import PROMETHEUS, list_jobs, open_prometheus
 from telemetry.analysis.table import TableError
+from tests.helpers import prometheus_backfill
 from tests.helpers.paths import ROOT
 from tests.helpers.prometheus_backfill import (
     A_RANKS,
@@ -31,6 +32,8 @@ from tests.helpers.prometheus_backfill import (
     WINDOW_S,
 )
 from tests.helpers.servers import free_port_range, prometheus, training_scrape_config
+
+backfilled = prometheus_backfill.backfilled  # the fixture: a real Prometheus serving both backfilled jobs
 
 
 # ---- deterministic: backfilled data -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Reading a live job from Prometheus (telemetry/analysis/prometheus.py) without a server: an
+"""Reading a live job from Prometheus (telemetry/analysis/prometheus/client.py) without a server: an
 unreachable one is named, quickly. Against a real server: tests/integration/test_prometheus_source.py."""
 
 from __future__ import annotations
