@@ -415,7 +415,7 @@ def test_every_panel_query_runs_on_a_live_demo(tmp_path):
     """A 4-rank demo whose rank 2 computes its forward twice as long: every panel's query evaluates, every
     one returns data but for what a CPU run cannot have, and the ranks dashboard names rank 2."""
     from tests.helpers.otlp_receiver import Receiver  # needs opentelemetry-proto (a dev dependency)
-    from tests.test_prometheus_source import stop_demo
+    from tests.helpers.runs import stop_demo
 
     t0 = time.monotonic()
     job = "grafana"

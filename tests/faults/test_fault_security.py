@@ -452,7 +452,7 @@ def test_the_dashboard_opens_only_the_runs_under_its_root(tmp_path, monkeypatch,
     from streamlit.testing.v1 import AppTest
 
     from telemetry.dashboards import data as D
-    from tests.test_dashboard import APP
+    from telemetry.dashboards.serve import APP
 
     root = tmp_path / "runs"
     inside = _a_run(str(root / "mine"), "mine", 12)
@@ -503,7 +503,7 @@ def test_the_dashboard_opens_only_the_runs_under_its_root(tmp_path, monkeypatch,
 def loopback_problems(compose: dict) -> list[str]:
     """Every way a compose file exposes a service beyond this machine: a published port not on
     127.0.0.1 (or on a random host port), host networking."""
-    from test_compose import ports
+    from tests.deploy.test_compose import ports
 
     out = []
     for name, svc in (compose.get("services") or {}).items():

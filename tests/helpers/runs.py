@@ -1,7 +1,11 @@
 """Runs made for a test: steps recorded by a real session into a run directory, a simulated run
-directory (`telemetry simulate`), and `telemetry analyze --json` read back."""
+directory (`telemetry simulate`), `telemetry analyze --json` read back, and a demo process stopped
+with every rank it started."""
 
 import json
+import os
+import signal
+import subprocess
 
 import telemetry
 from telemetry.cli import main as cli
@@ -31,3 +35,22 @@ def analyzed(capsys, *args):
     capsys.readouterr()
     code = cli(["analyze", *args, "--json"])
     return code, json.loads(capsys.readouterr().out)
+
+
+def stop_demo(demo: subprocess.Popen, run_dir) -> None:
+    """Ctrl-C, on which the launcher stops its ranks (it does not on SIGTERM); then any rank
+    still running (each in its own session) is killed by the pid it wrote."""
+    demo.send_signal(signal.SIGINT)
+    try:
+        demo.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        demo.kill()
+        demo.communicate()
+    for path in (run_dir / "ranks").glob("rank-*[0-9].json"):
+        pid = json.loads(path.read_text()).get("pid")
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"telemetry.demo.worker" in f.read():
+                    os.kill(pid, signal.SIGKILL)
+        except (OSError, TypeError):
+            pass

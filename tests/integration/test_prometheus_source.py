@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from tests.helpers.prometheus_backfill import (
     STEP_BYTES,
     WINDOW_S,
 )
+from tests.helpers.runs import stop_demo
 from tests.helpers.servers import free_port_range, prometheus, training_scrape_config
 
 backfilled = prometheus_backfill.backfilled  # the fixture: a real Prometheus serving both backfilled jobs
@@ -205,25 +205,6 @@ def test_an_empty_server_says_what_to_scrape(tmp_path):
 
 
 # ---- live: a real demo job scraped by a real Prometheus -----------------------------------------
-def stop_demo(demo: subprocess.Popen, run_dir) -> None:
-    """Ctrl-C, on which the launcher stops its ranks (it does not on SIGTERM); then any rank
-    still running (each in its own session) is killed by the pid it wrote."""
-    demo.send_signal(signal.SIGINT)
-    try:
-        demo.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        demo.kill()
-        demo.communicate()
-    for path in (run_dir / "ranks").glob("rank-*[0-9].json"):
-        pid = json.loads(path.read_text()).get("pid")
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"telemetry.demo.worker" in f.read():
-                    os.kill(pid, signal.SIGKILL)
-        except (OSError, TypeError):
-            pass
-
-
 def test_a_live_demo_job_shows_every_rank(tmp_path):
     run_dir = tmp_path / "runs" / "live"
     base = free_port_range(4)
