@@ -27,8 +27,9 @@ from .hooks import collectives as _collectives
 from .hooks.ddp import auto_instrument_ddp, undo_auto_instrument_ddp
 from .pipeline.sinks import build_sinks
 from .pipeline.thread import Pipeline
-from .rank import RankContext
+from .rank import RankContext, exchange_hosts, group_may_come, group_rank
 from .recorder import NULL, build_recorder, current
+from .store.claim import RankInUse, claim_rank
 from .version import __version__
 
 log = logging.getLogger("telemetry")
@@ -38,12 +39,22 @@ _process_hooks_installed = False
 
 
 class Session:
-    """One init..shutdown: the recorder, the pipeline thread and the sinks of this rank."""
+    """One init..shutdown: the recorder, the pipeline thread and the sinks of this rank.
 
-    def __init__(self, config: Config, ctx: RankContext) -> None:
+    ``ctx`` None: the rank is not known yet (no launcher variables, a process group on its way:
+    :func:`telemetry.rank.group_may_come`). The recorder and the pipeline run from init; records are
+    held (at most ``sink_backlog_records``) and nothing is written under any rank until the process
+    group appears, at a pipeline tick (:class:`RankWait`); then the sampler and the sinks start as
+    that rank and the held records go to them first. A job that ends with no group is rank 0 of 1.
+    """
+
+    def __init__(self, config: Config, ctx: RankContext | None, env_ctx: RankContext | None = None) -> None:
         self.config = config
-        self.ctx = ctx
+        self.env_ctx = env_ctx or ctx or RankContext.from_env()
+        self.ctx = ctx or self.env_ctx
+        self.pending = ctx is None
         self.closed = False
+        self.off_reason: str | None = None  # why this process records nothing (its rank is taken)
         self.start_time_s = time.time()
         self._anchor_wall_ns = time.time_ns()
         self._anchor_perf_ns = time.perf_counter_ns()
@@ -54,47 +65,70 @@ class Session:
             start_step=config.start_step,
             profiler_ranges=config.profiler_ranges,
         )
-        self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank)
-        peak = (
-            config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(), config.mfu_dtype) or 0.0
-        )
+        self.sampler = None
+        self.sinks: list = []
+        self.claim = None
         self.run_info = {
             "start_time_s": self.start_time_s,
             "session": f"{self._anchor_wall_ns}-{os.getpid()}",
             "versions": _versions(),
-            "device": {
-                **device,
-                "peak_flops": peak or None,
-                "mfu_dtype": config.mfu_dtype,
-                "flops_per_token": config.flops_per_token or None,
-            },
+            "device": {},
             "stats": lambda: self.stats(),  # for sinks that export telemetry's own health
         }
-        self.sinks = build_sinks(config, ctx, self.run_info)
         pool = getattr(self.recorder, "pool", None)
         self.pipeline = Pipeline(
             self.recorder,
-            self.sinks,
-            ctx.rank,
+            [],
+            self.ctx.rank,
             self.to_epoch_s,
             config.flush_interval_s,
             config.flops_per_token,
-            peak,
+            0.0,
             release_events=pool.release if pool is not None else None,
             backlog_records=config.sink_backlog_records,
+            hold=True,
         )
         self._instrumented = False
         self._ddp_auto = False
         self._prev_sigterm: Any = None
+        if not self.pending:
+            self._begin_as(self.ctx)
 
     def to_epoch_s(self, t_ns: int) -> float:
         return (self._anchor_wall_ns + (t_ns - self._anchor_perf_ns)) * 1e-9
 
-    def start(self) -> None:
-        if self.config.online and self.ctx.world_size > 1:
+    def _begin_as(self, ctx: RankContext) -> None:
+        """This process is ``ctx``'s rank: claim the rank's files, start the sampler and the sinks,
+        hand them what was held. At init (rank known then) or on the pipeline thread (RankWait)."""
+        config = self.config
+        self.ctx = ctx
+        self.pending = False
+        if ("store" in config.sinks or "prometheus" in config.sinks) and config.run_dir:
+            try:
+                self.claim = claim_rank(config.run_dir, ctx.rank)
+            except RankInUse as exc:
+                self._turn_off(str(exc))
+                if config.strict:
+                    raise
+                return
+        _check_against_rank(config, ctx)
+        self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank)
+        peak = (
+            config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(), config.mfu_dtype) or 0.0
+        )
+        self.run_info["device"] = {
+            **device,
+            "peak_flops": peak or None,
+            "mfu_dtype": config.mfu_dtype,
+            "flops_per_token": config.flops_per_token or None,
+        }
+        self.pipeline.assembler.peak_flops = peak
+        self.sinks = build_sinks(config, ctx, self.run_info)
+        self.pipeline.attach(self.sinks, ctx.rank)
+        if config.online and ctx.world_size > 1:
             from .online import OnlineDetector, OnlineStarter
 
-            c, ctx = self.config, self.ctx
+            c = config
             # Starts now when the process group exists, else on the first pipeline tick that sees it.
             self.pipeline.add_listener(
                 OnlineStarter(
@@ -110,15 +144,61 @@ class Session:
                     )
                 )
             )
+
+    def _turn_off(self, reason: str) -> None:
+        """Record nothing from here on (another live process writes this rank): said once."""
+        self.off_reason = reason
+        log.error("telemetry: %s", reason)
+        current.set_active(NULL)
+        self.pipeline.held.clear()
+        self.pipeline.holding = False
+
+    def resolve(self, group: tuple[int, int], hosts: list[str | None]) -> None:
+        """The process group is here (RankWait, on the pipeline thread): become its rank."""
+        from .rank import from_group
+
+        ctx = from_group(group[0], group[1], hosts, self.env_ctx)
+        if self.env_ctx.launcher != "none" and (self.env_ctx.rank, self.env_ctx.world_size) != group:
+            log.warning(
+                "telemetry: the launcher's variables say rank %d of %d (%s), the process group says rank %d "
+                "of %d: the group is trusted",
+                self.env_ctx.rank,
+                self.env_ctx.world_size,
+                self.env_ctx.launcher,
+                *group,
+            )
+        log.info("telemetry: rank %d of %d, from torch.distributed's process group", ctx.rank, ctx.world_size)
+        self._begin_as(ctx)
+        if self.config.announce and self.off_reason is None:
+            self._announce()
+
+    def _settle_rank(self) -> None:
+        """At shutdown, a rank still not known: the process group's if there is one now (the job may
+        have ended before a tick saw it), else rank 0 of 1 (what the environment says)."""
+        if not self.pending or self.off_reason is not None:
+            return
+        if not RankWait(self).on_records(()):
+            log.info("telemetry: no process group appeared while telemetry ran: this process was rank 0 of 1")
+            self._begin_as(self.env_ctx)
+
+    def start(self) -> None:
+        if self.pending:
+            self.pipeline.add_listener(RankWait(self))
         self.pipeline.start()
-        current.set_active(self.recorder)
+        if self.off_reason is None:
+            current.set_active(self.recorder)
         if self.config.collectives:
             self._instrumented = _collectives.instrument_collectives()
             self._ddp_auto = auto_instrument_ddp()
         if self.config.handle_sigterm:
             self._install_sigterm()
-        if self.config.announce:
+        if self.config.announce and not self.pending and self.off_reason is None:
             self._announce()
+        elif self.pending:
+            log.info(
+                "telemetry: no launcher variables name this process's rank and no process group exists yet: "
+                "its records are held until torch.distributed's process group appears (init_process_group)"
+            )
 
     def _announce(self) -> None:
         """One line per process: where its data goes. Through the ``telemetry`` logger when the
@@ -160,9 +240,13 @@ class Session:
                     signal.signal(signal.SIGTERM, self._prev_sigterm)
             except (ValueError, OSError):
                 pass
-        self.pipeline.stop(timeout_s)
+        # A job that ended before any process group appeared was one process: rank 0 of 1 (what the
+        # environment says), and what it held is written as that rank's, before the final drain.
+        self.pipeline.stop(timeout_s, before_final=self._settle_rank if self.pending else None)
         for listener in self.pipeline.listeners:
             listener.stop()
+        if self.claim is not None:
+            self.claim.release()
         stats = self.stats()
         if stats["unattributed_events"]:
             log.warning(
@@ -194,6 +278,58 @@ class Session:
         s["rank"] = self.ctx.rank
         s["closed"] = self.closed
         return s
+
+
+def _known_rank(env_ctx: RankContext) -> RankContext | None:
+    """This process's rank if it is known at init, else None (the session waits for the process group).
+    Known: the launcher's variables, unless a process group exists and says otherwise (the group is
+    trusted, and its local ranks come from the hosts: resolved at the first pipeline tick); or no
+    launcher, no group, and none on its way: rank 0 of 1."""
+    group = group_rank(sys.modules.get("torch.distributed"))
+    if group is not None:
+        agrees = env_ctx.launcher != "none" and (env_ctx.rank, env_ctx.world_size) == group
+        return env_ctx if agrees else None
+    if env_ctx.launcher == "none" and group_may_come():
+        return None
+    return env_ctx
+
+
+class RankWait:
+    """A pipeline listener while the rank is not known: at each tick, one cheap look for the default
+    process group; when it is there, the ranks post their hosts to its store (local ranks: the order
+    of the ranks on one host) and the session becomes its rank (:meth:`Session.resolve`)."""
+
+    HOSTS_TIMEOUT_S = 10.0  # how long the hosts of the other ranks are waited for, once
+
+    def __init__(self, session: "Session") -> None:
+        self.session = session
+
+    def on_records(self, records: Any) -> bool:
+        """True once the session has its rank (from the group, now or before)."""
+        if not self.session.pending:
+            return True
+        dist = sys.modules.get("torch.distributed")
+        group = group_rank(dist)
+        if group is None:
+            return False
+        hosts: list[str | None] = [None] * group[1]
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            hosts = exchange_hosts(store, group[0], group[1], self.session.env_ctx.node, self.HOSTS_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a private API; without hosts every rank is counted on its own host
+            log.info("telemetry: the ranks' hosts could not be exchanged (%s); local ranks are guessed", exc)
+            hosts[group[0]] = self.session.env_ctx.node
+        self.session.resolve(group, hosts)
+        return True
+
+    def poll(self) -> list:
+        return []
+
+    def stats(self) -> dict[str, Any]:
+        return {"rank_pending": self.session.pending}
+
+    def stop(self) -> None:
+        pass
 
 
 def _check_against_rank(config: Config, ctx: RankContext) -> None:
@@ -277,9 +413,8 @@ def init(**kwargs: Any) -> Session:
                     "call telemetry.shutdown() first to change them"
                 )
             return _session
-        ctx = RankContext.from_env()
-        _check_against_rank(config, ctx)
-        session = Session(config, ctx)
+        env_ctx = RankContext.from_env()
+        session = Session(config, _known_rank(env_ctx), env_ctx)
         session.start()
         _session = session
         _install_process_hooks()

@@ -52,10 +52,16 @@ class Pipeline:
         peak_flops: float = 0.0,
         release_events: Callable[[list], None] | None = None,
         backlog_records: int = 8192,
+        hold: bool = False,
     ) -> None:
         self.recorder = recorder
         self.sinks = sinks
+        self.backlog_records = backlog_records
         self.workers = [SinkWorker(s, backlog_records, interval_s) for s in sinks]
+        # Until the rank is known (hold): records wait here, at most backlog_records, for attach().
+        self.holding = hold
+        self.held: list[StepRecord] = []
+        self.held_dropped = 0
         self.rank = rank
         self.interval_s = interval_s
         self._to_epoch = to_epoch_s
@@ -92,6 +98,8 @@ class Pipeline:
                     records.extend(self.assembler.flush_waiting())
                 self.records += len(records)
                 self.ticks += 1
+                if self.holding:
+                    self._hold(records)
                 for worker in self.workers:
                     worker.write(records)
                 for listener in self.listeners:
@@ -103,6 +111,24 @@ class Pipeline:
             except Exception:  # noqa: BLE001 - the pipeline must outlive its own bugs
                 self.errors += 1
                 self._once("tick", "telemetry: pipeline tick failed (further failures counted)", exc_info=True)
+
+    def _hold(self, records: list[StepRecord]) -> None:
+        room = max(0, self.backlog_records - len(self.held))
+        self.held.extend(records[:room])
+        self.held_dropped += max(0, len(records) - room)
+
+    def attach(self, sinks: list[GuardedSink], rank: int) -> None:
+        """The rank is known now: this pipeline's records are ``rank``'s from here on, the sinks start
+        receiving them, and what was held for it is handed on first, as ``rank``'s records. Called on
+        the pipeline thread (by a listener) or before the thread starts."""
+        self.rank = rank
+        self.assembler.rank = rank
+        self.sinks = list(sinks)
+        self.workers = [SinkWorker(s, self.backlog_records, self.interval_s) for s in self.sinks]
+        held, self.held, self.holding = self.held, [], False
+        records = [r._replace(rank=rank) for r in held]
+        for worker in self.workers:
+            worker.write(records)
 
     def _listen(self, listener: Listener, records: list[StepRecord]) -> None:
         try:
@@ -138,8 +164,10 @@ class Pipeline:
             device=self.assembler.last_device,
         )
 
-    def stop(self, timeout_s: float) -> bool:
-        """Final drain and close within ``timeout_s``; returns False if the deadline passed."""
+    def stop(self, timeout_s: float, before_final: Callable[[], None] | None = None) -> bool:
+        """Final drain and close within ``timeout_s``; returns False if the deadline passed.
+        ``before_final`` runs once the thread has stopped, before the last drain (the session's last
+        chance to attach the sinks of a rank it was still waiting for)."""
         deadline = time.monotonic() + timeout_s
         self._stop.set()
         if self._thread is not None:
@@ -147,6 +175,11 @@ class Pipeline:
         done = threading.Event()
 
         def final() -> None:
+            if before_final is not None:
+                try:
+                    before_final()
+                except Exception:  # noqa: BLE001 - shutdown goes on: what was held is then counted lost
+                    self._once("before_final", "telemetry: starting the sinks at shutdown failed", exc_info=True)
             self.tick(final=True)
             for worker in self.workers:  # all at once: a sink that blocks costs the others nothing
                 worker.close(deadline)
@@ -175,6 +208,7 @@ class Pipeline:
     def stats(self) -> dict[str, Any]:
         return {
             "records": self.records,
+            "held_dropped": self.held_dropped,
             "ticks": self.ticks,
             "pipeline_errors": self.errors,
             "events_dropped": self.recorder.dropped,

@@ -13,7 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TREES = ("telemetry", "tests", "bench", "examples", "scripts")
 BIN = os.path.dirname(sys.executable)
-# `# noqa: CODE[,CODE] - the reason` (or an em dash): a bare noqa hides a finding without saying why.
+# A noqa comment names its codes, then a dash (or an em dash) and the reason: a bare one hides a finding unexplained.
 NOQA = re.compile(r"#\s*noqa\b(?P<rest>.*)$")
 REASONED = re.compile(r":\s*[A-Z]+[0-9]+(\s*,\s*[A-Z]+[0-9]+)*\s+[-\u2014]\s+\S")
 
@@ -59,16 +59,22 @@ def test_an_import_against_the_flow_breaks_the_contracts(tmp_path):
 
 
 def noqa_without_reason(text: str) -> list[int]:
+    """Lines whose comment is a noqa without a reason (comments only: a string that mentions noqa is
+    not one)."""
+    import io
+    import tokenize
+
     out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        m = NOQA.search(line)
-        if m and not REASONED.match(m.group("rest")):
-            out.append(i)
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            m = NOQA.search(tok.string)
+            if m and not REASONED.match(m.group("rest")):
+                out.append(tok.start[0])
     return out
 
 
 def test_every_noqa_names_its_reason():
-    planted = "x = 1  # noqa: E501\ny = 2  # noqa\nz = 3  # noqa: E402 - after the path set-up\n"
+    planted = 'x = 1  # noqa: E501\ny = 2  # noqa\nz = 3  # noqa: E402 - after the path set-up\ns = "# noqa"\n'
     assert noqa_without_reason(planted) == [1, 2]
     bare = []
     for tree in TREES:

@@ -67,6 +67,7 @@ def workers_record_nothing(run_dir, tmp_path, context):
     assert len(states) == 2 and set(states) == {"off"}  # two workers, telemetry off in both
     assert sorted(os.listdir(os.path.join(run_dir, "ranks"))) == [
         "rank-00000.json",
+        "rank-00000.lock",  # the session's claim on rank 0's files (telemetry.store.claim)
         "rank-00000.progress.json",
         "rank-00000.seg-000001.parquet",
         "rank-00000.spans-000001.parquet",

@@ -34,8 +34,10 @@ def test_rank_from_slurm_with_compressed_tasks_per_node():
     assert ctx.launcher == "slurm"
 
 
-def test_torchrun_wins_over_slurm():
+def test_the_rank_variables_win_over_slurm():  # srun starting torchrun: the ranks are torchrun's
     ctx = RankContext.from_env({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
+    assert ctx.rank == 1 and ctx.launcher == "env"
+    ctx = RankContext.from_env({"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x", "SLURM_PROCID": "0"})
     assert ctx.rank == 1 and ctx.launcher == "torchrun"
 
 
@@ -131,3 +133,78 @@ def test_a_pod_s_labels_reach_its_prometheus_target_and_the_run_store(tmp_path, 
     assert entry["labels"]["pod"] == "trainer-worker-0" and entry["labels"]["namespace"] == "research"
     meta = json.load(open(os.path.join(run_dir, "ranks", "rank-00000.json")))
     assert (meta["pod"], meta["namespace"]) == ("trainer-worker-0", "research")
+
+
+# Each launcher's own variables, as its documentation and source set them (docs/integrations.md's table).
+LAUNCHES = {
+    "mpich": (
+        {"PMI_RANK": "5", "PMI_SIZE": "8", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"},
+        (5, 1, 8, 4, 1),
+    ),
+    "deepspeed": (
+        {"RANK": "6", "LOCAL_RANK": "2", "WORLD_SIZE": "8", "LOCAL_SIZE": "4", "CROSS_RANK": "1", "CROSS_SIZE": "2"},
+        (6, 2, 8, 4, 1),
+    ),
+    "ray": (
+        {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "NODE_RANK": "1"},
+        (5, 1, 8, 4, 1),
+    ),
+    "kubeflow": (
+        {"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "KUBERNETES_PORT": "x"},
+        (3, 0, 4, 1, 3),
+    ),
+    "torchrun": (  # also what `accelerate launch` runs for several processes
+        {
+            "RANK": "5",
+            "LOCAL_RANK": "1",
+            "WORLD_SIZE": "8",
+            "LOCAL_WORLD_SIZE": "4",
+            "GROUP_RANK": "1",
+            "TORCHELASTIC_RUN_ID": "none",
+        },
+        (5, 1, 8, 4, 1),
+    ),
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHES))
+def test_each_launcher_is_read_from_its_own_variables(launcher):
+    env, expected = LAUNCHES[launcher]
+    ctx = RankContext.from_env(env)
+    assert (ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size, ctx.node_rank) == expected
+    assert ctx.launcher == launcher
+
+
+def test_a_pod_under_torchrun_is_not_taken_for_one_process_per_pod():
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "MASTER_ADDR": "m", "KUBERNETES_SERVICE_HOST": "k"}
+    ctx = RankContext.from_env(env)
+    assert ctx.launcher == "env" and ctx.local_rank == 1
+
+
+def test_the_group_numbers_the_ranks_of_one_host_in_rank_order():
+    from telemetry.rank import from_group
+
+    base = RankContext.from_env({})
+    hosts = ["a", "b", "a", "b", "a"]
+    got = [from_group(r, 5, hosts, base._replace(node=hosts[r])) for r in range(5)]
+    assert [(c.local_rank, c.local_world_size, c.node_rank) for c in got] == [
+        (0, 3, 0),
+        (0, 2, 1),
+        (1, 3, 0),
+        (1, 2, 1),
+        (2, 3, 0),
+    ]
+    assert {c.launcher for c in got} == {"process_group"}
+    lonely = from_group(1, 3, [None, "a", None], base._replace(node="a"))  # peers that never posted
+    assert (lonely.rank, lonely.local_rank, lonely.local_world_size) == (1, 0, 1)
+
+
+def test_a_group_may_come_when_started_by_multiprocessing_or_given_a_rendezvous(monkeypatch):
+    from telemetry.rank import group_may_come
+
+    assert group_may_come({}) is False
+    assert group_may_come({"MASTER_ADDR": "127.0.0.1"}) is True
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())
+    assert group_may_come({}) is True
