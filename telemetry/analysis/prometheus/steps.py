@@ -113,7 +113,10 @@ def build(
         if has_data:
             add("data_s", _per_step(g["data"].get((r,)), idx, c, 0.0))
         for p in phases:
-            add(f"{p}_s", _per_step(g["phase"].get((r, p)), idx, c, 0.0))
+            # A phase this rank never ran: 0. A window before its series was scraped twice (the series
+            # appears with the phase's first step): not known, NaN, never a false 0.
+            a = g["phase"].get((r, p))
+            add(f"{p}_s", np.zeros(len(idx)) if a is None else _per_step(a, idx, c))
         comm = _per_step(g["comm"].get((r,)), idx, c)
         if has["comm"]:
             add("comm_s", comm)
