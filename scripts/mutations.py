@@ -205,6 +205,95 @@ MUTATIONS = [
             ),
         ),
     ),
+    Mutation(
+        name="cause-failure-silent",
+        proves='detectors/causes.py turned any exception into "no causes", silently: now counted '
+        "(summary.cause_failures) and said once",
+        tests=(
+            "tests/unit/telemetry/analysis/detectors/test_cause_failures.py::"
+            "test_a_failing_cause_rule_is_counted_said_once_and_shown",
+        ),
+        edits=(
+            Replace(
+                "telemetry/analysis/detectors/causes.py",
+                "            failed += 1\n",
+                "            pass  # mutation: a failing cause rule is not counted\n",
+            ),
+        ),
+    ),
+    Mutation(
+        name="export-error-traceback",
+        proves="a plug-in export that raised ExportError crashed `telemetry export` with a traceback",
+        tests=("tests/unit/telemetry/cli/test_export_errors.py::test_an_export_error_is_a_sentence_and_exit_2",),
+        edits=(
+            Replace(
+                "telemetry/cli/export.py",
+                "except (TableError, ExportError, OSError) as exc:",
+                "except (TableError, OSError) as exc:  # mutation: ExportError escapes",
+            ),
+        ),
+    ),
+    Mutation(
+        name="metric-renamed",
+        proves="tests/test_rules.py called a metric exported when its name appeared anywhere in the exporter's "
+        "source: now the rules and the Grafana panels are held to telemetry.metrics.names",
+        tests=(
+            "tests/deploy/test_rules.py::test_the_rules_only_read_metrics_the_exporter_writes",
+            "tests/deploy/test_grafana.py::test_every_metric_a_panel_reads_is_exported_or_recorded",
+        ),
+        edits=(
+            Replace(
+                "telemetry/metrics/names.py",
+                'STEPS = Metric("train_steps", "counter", "Completed steps")',
+                'STEPS = Metric("train_steps_completed", "counter", "Completed steps")  # mutation: renamed',
+            ),
+        ),
+    ),
+    Mutation(
+        name="sinks-share-one-thread",
+        proves="one pipeline thread served every sink: a sink that blocked stopped the others (issue 22)",
+        tests=(
+            "tests/integration/test_blocking_sinks.py::"
+            "test_a_store_blocked_in_the_kernel_stops_neither_metrics_nor_training_nor_shutdown",
+        ),
+        edits=(
+            Replace(
+                "telemetry/pipeline/workers.py",
+                "                self._queue.append((_WRITE, taken))\n",
+                "                self.sink.write(taken)  # mutation: the caller's thread writes, and waits\n"
+                "                self._queue.append((_WRITE, taken[:0]))\n",
+            ),
+        ),
+    ),
+    Mutation(
+        name="clean-up-interruptible",
+        proves="a second signal during the launcher's clean-up interrupted it (issue 22)",
+        tests=("tests/unit/telemetry/test_children.py::test_a_signal_during_the_clean_up_waits_until_it_is_done",),
+        edits=(
+            Replace(
+                "telemetry/children.py",
+                "    arrived: list[int] = []\n",
+                "    yield  # mutation: nothing is held\n    return\n    arrived: list[int] = []\n",
+            ),
+        ),
+    ),
+    Mutation(
+        name="spawned-ranks-guess-rank-0",
+        proves="with no launcher variables every process was rank 0 of 1 (issue 31): mp.spawn's two ranks wrote as one",
+        tests=("tests/integration/test_launches.py::test_the_tutorials_mp_spawn_gives_two_ranks_with_every_step",),
+        edits=(
+            Replace(
+                "telemetry/api.py",
+                '    group = group_rank(sys.modules.get("torch.distributed"))\n    if group is not None:',
+                "    group = None  # mutation: the process group is not asked\n    if group is not None:",
+            ),
+            Replace(
+                "telemetry/api.py",
+                "        group = group_rank(dist)\n        if group is None:\n            return False",
+                "        group = None  # mutation\n        if group is None:\n            return False",
+            ),
+        ),
+    ),
 ]
 
 

@@ -60,7 +60,9 @@ def claim_rank(run_dir: str, rank: int) -> Claim | None:
     path = lock_path(run_dir, rank)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Held read-only: a file open for writing would keep its file system from being remounted
+        # read-only (an flock needs no write access); the label is written through a short-lived one.
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
     except OSError:
         return None
     try:
@@ -78,13 +80,10 @@ def claim_rank(run_dir: str, rank: int) -> Claim | None:
     except OSError:  # a file system without flock: no lock, as on one that cannot be written
         os.close(fd)
         return None
+    label = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "start_time_s": time.time()})
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(
-            fd,
-            json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "start_time_s": time.time()}).encode(),
-            0,
-        )
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(label)
     except OSError:
         pass  # the lock holds; only its label is missing
     return Claim(fd, path)
