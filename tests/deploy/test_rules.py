@@ -42,6 +42,7 @@ def test_promtool_checks_the_rule_files(path):
     assert "SUCCESS" in out.stdout
 
 
+@pytest.mark.slow  # promtool evaluates every test series: seconds each
 @pytest.mark.parametrize("name", ["recording.test.yml", "alerts.test.yml"])
 def test_promtool_unit_tests_pass(name):
     promtool = require("promtool", "prometheus")
@@ -49,6 +50,7 @@ def test_promtool_unit_tests_pass(name):
     assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
 
 
+@pytest.mark.slow  # promtool, as above
 def test_the_unit_tests_can_fail(tmp_path):
     """A rule changed under the tests makes them fail: they check values, not only syntax."""
     promtool = require("promtool", "prometheus")

@@ -144,6 +144,7 @@ def test_promtool_check_rules(stack_dir):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # promtool evaluates every test series: seconds
 def test_promtool_test_rules_the_rules_own_tests_pass(stack_dir):
     """The written tests name the rule files relative to themselves (../*.rules.yml): they pass in place."""
     promtool = require("promtool", "prometheus")

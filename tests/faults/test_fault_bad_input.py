@@ -806,6 +806,7 @@ def test_a_per_operation_trace_with_bad_values_is_counted_not_a_crash(tmp_path, 
     )
 
 
+@pytest.mark.slow  # 2,020,000 rows: seconds of CPU
 def test_two_million_rows_with_bad_and_duplicate_rows(tmp_path, capsys, fault_table):
     from telemetry.demo.simulate import Scenario, simulate
 

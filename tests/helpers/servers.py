@@ -20,30 +20,37 @@ import urllib.request
 
 import pytest
 
+# Ports for tests come from below the kernel's ephemeral range (32768-60999 here: outgoing connections
+# take their local ports there), from a block of their own per pytest-xdist worker, handed out in turn:
+# two workers never pick the same port, and a worker does not pick one it just gave out.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_SLOT = int(_WORKER[2:]) + 1 if _WORKER[2:].isdigit() else 0
+_SPAN = 3000
+_BASE = 11000 + _SPAN * (_SLOT % 7)
+_next = [_BASE + os.getpid() % _SPAN]
 
-def free_port() -> int:
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def free_port_range(n: int) -> int:
-    """A base port such that base..base+n-1 are all free on 127.0.0.1 now."""
-    for _ in range(200):
-        base = free_port()
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", base + i))
-                socks.append(s)
+    """A base port such that base..base+n-1 are all free on 127.0.0.1 now, from this worker's block."""
+    for _ in range(_SPAN):
+        base = _next[0]
+        _next[0] = _BASE + (base + n - _BASE) % _SPAN
+        if base + n <= _BASE + _SPAN and all(_bindable(base + i) for i in range(n)):
             return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
+    raise RuntimeError(f"no {n} free ports in {_BASE}-{_BASE + _SPAN - 1}")
+
+
+def free_port() -> int:
+    return free_port_range(1)
 
 
 def require(binary: str, package: str) -> str:

@@ -2,6 +2,7 @@
 sync and async, DDP, FSDP."""
 
 import os
+import statistics
 
 import pytest
 import torch.multiprocessing as mp
@@ -89,7 +90,10 @@ def test_waiting_ranks_show_the_stragglers_excess(tmp_path):
             by_rank.setdefault(r["rank"], []).append(r["comm_s"])
     for rank in (0, 2):
         assert min(by_rank[rank]) > 0.04  # they waited for rank 1's 50 ms
-    assert max(by_rank[1]) < 0.03  # rank 1 arrived last and hardly waited
+    # rank 1 arrived last and hardly waited: its wait is the others' less most of its 50 ms (the all-reduce's
+    # own time, longer on a busy machine, is in everyone's)
+    for rank in (0, 2):
+        assert statistics.median(by_rank[rank]) - statistics.median(by_rank[1]) > 0.025, by_rank
 
 
 def test_ddp_gradient_allreduce_is_seen_through_the_comm_hook(tmp_path):
