@@ -1,6 +1,7 @@
 # make demo   bootstrap .venv, install, run the demo job on the embedded default sinks
 # make test   bootstrap and run the whole suite
 # make test-fast  the suite without the multi-process tests (marked slow): under a minute
+# make test-stress  the suite under a CPU hog on one core, and the fast suite with clocks sped and slowed
 # make faults the fault suite (tests/faults, also part of make test); its table goes into docs/faults-table.md
 # make bench  benchmarks; results go to bench/RESULTS.md
 PYTHON ?= python3
@@ -9,7 +10,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXTRAS := dev,otel,dashboard,gpu,hf,lightning
 
-.PHONY: demo test test-fast faults bench clean system-deps
+.PHONY: demo test test-fast test-stress faults bench clean system-deps
 
 # pip runs quietly; these lines say what it is doing (the first set-up takes about a minute).
 $(STAMP): pyproject.toml constraints-cpu.txt
@@ -38,6 +39,11 @@ test: $(STAMP) system-deps
 test-fast: $(STAMP)
 	@$(PY) -m pytest -n $(WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The suite as a busy machine runs it: a CPU hog on one core, then the fast suite with the clocks sped
+# and slowed (scripts/stress.sh; its figures go in bench/RESULTS.md, "Stress").
+test-stress: $(STAMP) system-deps
+	@scripts/stress.sh
 
 # The fault suite alone; it prints the table of faults and what they cost, and writes the manual's page of it.
 faults: $(STAMP) system-deps

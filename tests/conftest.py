@@ -7,6 +7,11 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLOCK_SCALE = os.environ.get("TELEMETRY_TEST_CLOCK_SCALE")  # the stress mode's: clocks read 2x or 0.5x
+if CLOCK_SCALE:
+    from tests.helpers.clock import scale_clocks
+
+    scale_clocks(float(CLOCK_SCALE))
 TESTS = os.path.join(ROOT, "tests")
 UNIT = os.path.join(TESTS, "unit")
 
@@ -49,6 +54,11 @@ def pytest_collection_modifyitems(config, items):
     if problems:
         raise pytest.UsageError("the tests' layout:\n  " + "\n  ".join(sorted(problems)))
     _group_for_workers(items)
+    if CLOCK_SCALE:
+        skip = pytest.mark.skip(reason=f"real_clock: its claim is about real time (clocks scaled x{CLOCK_SCALE})")
+        for item in items:
+            if item.get_closest_marker("real_clock"):
+                item.add_marker(skip)
 
 
 # Session fixtures that run a real job: every test that reads one runs on the same worker, so the job

@@ -134,6 +134,7 @@ def test_grpc_protocol(run_dir):
     assert got.count("train.rank_step") == 2
 
 
+@pytest.mark.real_clock  # the shutdown bound is on real elapsed time
 @pytest.mark.parametrize("kind", ["refused", "blackhole", "error503"])
 def test_dead_collector_never_slows_training_and_is_counted(run_dir, kind, caplog):
     if kind == "refused":

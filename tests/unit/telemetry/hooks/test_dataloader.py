@@ -12,6 +12,7 @@ from telemetry.analysis.load import open_input
 from tests.helpers.loader_datasets import SleepyMap, SleepyStream, watched, workers_record_nothing
 
 
+@pytest.mark.real_clock  # a measured wait against a sleep of known real length
 def test_measured_wait_matches_a_known_delay_within_10_percent(run_dir):
     # num_workers=0: each next() builds a batch of 4 items at 25 ms each, 100 ms in all
     t = watched(run_dir, torch.utils.data.DataLoader(SleepyMap(40, 0.025), batch_size=4))

@@ -4,6 +4,8 @@ costs only itself; a value still on the device is waited for, within a bound."""
 import threading
 import time
 
+import pytest
+
 from telemetry.pipeline.assembler import Assembler
 from telemetry.pipeline.sinks import GuardedSink, Sink
 from telemetry.pipeline.thread import Pipeline
@@ -198,6 +200,7 @@ def test_a_step_waits_for_its_device_value_at_most_the_pending_timeout():
     assert p.stop(5.0)
 
 
+@pytest.mark.real_clock  # the bound is on real elapsed time
 def test_shutdown_is_bounded_when_a_sink_hangs():
     rec = Recorder(4096)
     hanging = HangingSink()

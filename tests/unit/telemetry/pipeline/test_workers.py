@@ -136,7 +136,8 @@ def test_a_stuck_sink_is_said_once_and_abandoned_at_the_deadline_with_its_backlo
     deadline = time.monotonic() + 10
     while w.busy_call is None and time.monotonic() < deadline:
         time.sleep(0.001)
-    time.sleep(0.06)  # past stall_after_s (0.05 s): the call has now run that long
+    while time.monotonic() - w.busy_since < 0.06:  # past stall_after_s (0.05 s), on the worker's own clock
+        time.sleep(0.005)
     with caplog.at_level(logging.WARNING, logger="telemetry"):
         w.check_stalled()
         w.check_stalled()

@@ -110,6 +110,7 @@ def test_cuda_strategy_marks_events_and_opens_ranges():
     assert rec.pool.created == 4
 
 
+@pytest.mark.real_clock  # the profiler's clock against telemetry's
 def test_a_real_profiler_trace_holds_the_ranges_and_reads_back(tmp_path):
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile

@@ -23,6 +23,7 @@ def train(n, fail_at=None):
             pass
 
 
+@pytest.mark.real_clock  # a phase measured against a sleep of known real length
 def test_round_trip_through_the_store(run_dir):
     telemetry.init(run_dir=run_dir, job="rt", sinks=["store"])
     train(6, fail_at=3)
