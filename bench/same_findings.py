@@ -62,6 +62,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="the source tree to compare against (a git worktree)")
     ap.add_argument("--runs", nargs="*", default=[], help="run directories to analyze too")
+    ap.add_argument("--out", default=None, help="write the result as the section of bench/RESULTS.md")
     args = ap.parse_args()
     different: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,6 +77,20 @@ def main() -> int:
             if run(ROOT, job) != run(args.base, job):
                 different.append(" ".join(job[2:]))
         print(json.dumps({"inputs": len(inputs), "commands": len(jobs), "different": different}, indent=1))
+    if args.out:
+        sys.path.insert(0, HERE)
+        from results import update_section
+
+        base = subprocess.run(["git", "-C", args.base, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        update_section(
+            args.out,
+            "Same findings before and after (bench/same_findings.py)",
+            f"`python bench/same_findings.py --base <worktree at {base.stdout.strip() or '?'}> --runs ...` at "
+            f"{head.stdout.strip() or '?'}: {len(inputs)} inputs ({len(args.runs)} real demo runs, the simulated "
+            f"scenarios, the corpus), {len(jobs)} commands (`analyze --json`, `analyze`, `diff --json`): "
+            + (f"{len(different)} differ: {', '.join(different)}." if different else "every output byte-identical."),
+        )
     return 1 if different else 0
 
 
