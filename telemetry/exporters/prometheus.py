@@ -82,6 +82,7 @@ class _FindingsCollector(Collector):
     def __init__(self, labels: dict[str, str]) -> None:
         self.base = [labels[k] for k in BASE_LABELS]
         self.scores: dict[int, float] = {}
+        self.costs: dict[int, float] = {}
         self.counts: dict[str, int] = {}
 
     def collect(self):
@@ -89,6 +90,12 @@ class _FindingsCollector(Collector):
             m = N.STRAGGLER_SCORE
             fam = GaugeMetricFamily(m.name, m.help, labels=list(m.all_labels))
             for scored, v in sorted(self.scores.items()):
+                fam.add_metric(self.base + [str(scored)], v)
+            yield fam
+        if self.costs:
+            m = N.STRAGGLER_COST
+            fam = GaugeMetricFamily(m.name, m.help, labels=list(m.all_labels))
+            for scored, v in sorted(self.costs.items()):
                 fam.add_metric(self.base + [str(scored)], v)
             yield fam
         fam = GaugeMetricFamily(N.FINDINGS.name, N.FINDINGS.help, labels=list(N.FINDINGS.all_labels))
@@ -408,6 +415,7 @@ class PrometheusSink(Sink):
 
     def findings(self, result: OnlineResult) -> None:
         self._findings.scores = dict(result.straggler_scores)
+        self._findings.costs = dict(result.straggler_costs or {})
         # Once online detection has analyzed, every kind it reports has a sample (0 when none), so
         # "nothing found" reads apart from "detection not running" (no train_findings at all).
         self._findings.counts = {**{k: 0 for k in ONLINE_KINDS}, **result.counts}

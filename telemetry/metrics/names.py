@@ -176,6 +176,14 @@ STRAGGLER_SCORE = Metric(
     ("scored_rank",),
     "online",
 )
+STRAGGLER_COST = Metric(
+    "train_straggler_cost_ratio",
+    "gauge",
+    "What the scored rank costs the job: the share of the step time its straggler finding's healing would save "
+    "(0: no straggler finding names it), from online detection on rank 0",
+    ("scored_rank",),
+    "online",
+)
 FINDINGS = Metric(
     "train_findings", "gauge", "Findings of online detection in the current window, by kind", ("kind",), "online"
 )
@@ -278,6 +286,7 @@ ALL: tuple[Metric, ...] = (
     STEP_IN_PROGRESS,
     BLOCKED_IN_COLLECTIVE,
     STRAGGLER_SCORE,
+    STRAGGLER_COST,
     FINDINGS,
     DROPPED,
     BUILD_INFO,

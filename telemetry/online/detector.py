@@ -216,7 +216,8 @@ class OnlineDetector:
             counts = dict(result.summary.get("by_kind", {}))
             if streaks:
                 counts["rank_lost"] = len(streaks)
-            self._results.put(OnlineResult(new, result.summary.get("straggler_score", {}), counts))
+            scores = result.summary.get("straggler_score", {})
+            self._results.put(OnlineResult(new, scores, counts, straggler_costs(result.findings, scores)))
         except Exception:  # noqa: BLE001 - a failed analysis costs only this analysis (logged once, counted)
             self.failures += 1
             self._once("analysis", "telemetry: online analysis failed (further failures counted)", exc_info=True)
@@ -237,3 +238,16 @@ class OnlineDetector:
             "analysis_s": round(self.analysis_s, 4),
             "analysis_max_s": round(self.analysis_max_s, 4),
         }
+
+
+def straggler_costs(findings: list, scores: dict[int, float]) -> dict[int, float]:
+    """Per scored rank, the what-if of the straggler finding naming it in this window (the share of the
+    covered steps' time its healing would save; a slow node's finding counts for each of its ranks; at
+    any severity: the alert, not the finding, decides what pages), 0 for the rest. The largest, when
+    several findings name a rank."""
+    out = {int(r): 0.0 for r in scores}
+    for f in findings:
+        if f.kind == "straggler":
+            for r in f.ranks:
+                out[int(r)] = max(out.get(int(r), 0.0), float(f.slowdown))
+    return out

@@ -78,3 +78,6 @@ class OnlineResult(NamedTuple):
     findings: list[dict[str, Any]]  # new findings, as findings-JSON dicts (with "online": true)
     straggler_scores: dict[int, float]  # per scored rank
     counts: dict[str, int]  # findings in the analyzed window, by kind
+    # per scored rank: what it costs the job, the what-if share of the step time of its straggler finding
+    # in the analyzed window (0 for a rank no straggler finding names)
+    straggler_costs: dict[int, float] | None = None

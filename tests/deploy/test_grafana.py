@@ -283,9 +283,9 @@ def test_template_variables_and_every_query_filters_by_them():
             assert 'job="$job"' in expr, f"{name}: {title!r} does not filter by job: {expr}"
             # Per-rank series are filtered by the node and rank selection; job-wide records and what
             # only rank 0 exports (online detection) cannot be, and say so in their description.
-            if re.search(r"\btrain_(?!findings|straggler_score)\w+\{", expr) or "job_rank" in expr:
+            if re.search(r"\btrain_(?!findings|straggler_score|straggler_cost)\w+\{", expr) or "job_rank" in expr:
                 assert 'node=~"$node"' in expr and 'rank=~"$rank"' in expr, f"{name}: {title!r}: {expr}"
-            if "train_straggler_score" in expr:
+            if "train_straggler_score" in expr or "train_straggler_cost" in expr:
                 assert 'scored_rank=~"$rank"' in expr, f"{name}: {title!r}: {expr}"
 
 

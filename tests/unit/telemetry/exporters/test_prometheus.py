@@ -397,3 +397,21 @@ def test_a_taken_port_fails_init_when_strict(run_dir):
         blocker.close()
     telemetry.init(run_dir=run_dir, job="strictport", sinks=["store"])  # nothing half-started is left behind
     telemetry.shutdown()
+
+
+def test_straggler_costs_are_exported_per_scored_rank(run_dir):
+    from telemetry.pipeline.records import OnlineResult
+
+    port = free_port()
+    session = telemetry.init(
+        run_dir=run_dir, job="costs", sinks=["prometheus"], prometheus_port=port, flush_interval_s=NEVER
+    )
+    [sink] = session.sinks
+    sink.findings(OnlineResult([], {0: 0.0, 1: 0.3}, {"straggler": 1}, {0: 0.0, 1: 0.062}))
+    costs = sorted(line for line in series(scrape(port)) if line.startswith("train_straggler_cost_ratio{"))
+    assert [c.split('scored_rank="')[1].split('"')[0] + " " + c.rsplit(" ", 1)[1] for c in costs] == [
+        "0 0.0",
+        "1 0.062",
+    ]
+    sink.findings(OnlineResult([], {0: 0.0}, {}))  # an older producer without costs: no cost series, no error
+    assert "train_straggler_cost_ratio{" not in scrape(port)

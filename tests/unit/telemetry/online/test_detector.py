@@ -158,3 +158,15 @@ def test_a_lost_rank_is_an_online_finding_of_blocks():
     )
     assert d["online"] and d["block_steps"] == 10 and "rank 2 posted no summary for steps 50-89" in d["evidence"]
     assert list(d)[-3:] == ["block_steps", "online", "time_s"]
+
+
+def test_each_scored_rank_has_the_cost_of_the_straggler_finding_naming_it():
+    from telemetry.analysis.findings import Finding
+    from telemetry.online.detector import straggler_costs
+
+    def f(kind, ranks, cost):
+        return Finding(kind, ranks, "forward", 0, 9, "warning", cost, "e")
+
+    findings = [f("straggler", [2], 0.07), f("straggler", [4, 5], 0.03), f("data_stall", [1], 0.2)]
+    costs = straggler_costs(findings, {r: 0.0 for r in range(6)})
+    assert costs == {0: 0.0, 1: 0.0, 2: 0.07, 3: 0.0, 4: 0.03, 5: 0.03}  # a stall is not a straggler's cost
