@@ -56,6 +56,7 @@ class Session:
         self.closed = False
         self.off_reason: str | None = None  # why this process records nothing (its rank is taken)
         self.start_time_s = time.time()
+        self.thread_id = threading.get_native_id()  # the training thread: its run-queue delay is sampled
         self._anchor_wall_ns = time.time_ns()
         self._anchor_perf_ns = time.perf_counter_ns()
         self.recorder = build_recorder(
@@ -112,7 +113,7 @@ class Session:
                     raise
                 return
         _check_against_rank(config, ctx)
-        self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank)
+        self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank, self.thread_id)
         peak = (
             config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(), config.mfu_dtype) or 0.0
         )

@@ -35,10 +35,19 @@ SIGNALS: dict[str, tuple[str, str, float]] = {
     "process_cpu_ratio": ("process CPU", "% of one core", 100.0),
     "process_cpu_seconds": ("process CPU time", "s", 1.0),
     "process_resident_memory_bytes": ("process resident memory", "GiB", 2.0**-30),
+    "cpu_running_ratio": ("training thread on a CPU", "% of the time", 100.0),
+    "cpu_runqueue_wait_ratio": ("training thread waiting for a CPU (run-queue delay)", "% of the time", 100.0),
+    "cpu_runqueue_wait_seconds": ("run-queue wait (since start)", "s", 1.0),
+    "cpu_throttled_ratio": ("cgroup throttled by its CPU quota", "ms/s", 1e3),
+    "cpu_throttled_seconds": ("cgroup throttled (since start)", "s", 1.0),
+    "cpu_throttled_periods_ratio": ("CPU quota periods throttled", "%", 100.0),
+    "cpu_throttled_periods": ("CPU quota periods throttled (since start)", "count", 1.0),
+    "cpu_quota_cores": ("cgroup CPU quota", "cores", 1.0),
+    "cpu_pressure_some_ratio": ("host CPU pressure (PSI some)", "% of the time", 100.0),
 }
 THROTTLE_PREFIX = "gpu_clock_event_"  # 1 while NVML reports the clock-event (throttle) reason
 # What a CPU run shows first, and a GPU run first.
-HOST_FIRST = ("process_cpu_ratio", "process_resident_memory_bytes")
+HOST_FIRST = ("process_cpu_ratio", "cpu_runqueue_wait_ratio", "cpu_throttled_ratio", "process_resident_memory_bytes")
 GPU_FIRST = (
     "gpu_utilization_ratio",
     "gpu_sm_activity_ratio",

@@ -1,4 +1,6 @@
-"""The device sampler: a thread that reads the host, the GPU (NVML) and CUDA memory at an interval.
+"""The device sampler: a thread that reads the host, the scheduler's account of the training
+thread (:mod:`.sched`: run-queue delay, cgroup CPU throttling, CPU pressure), the GPU (NVML) and
+CUDA memory at an interval.
 
 Each reading is one event in the recorder's buffer; the pipeline attaches the latest reading to
 every step record (columns ``dev.<name>``) and to the progress heartbeat (so Prometheus shows the
@@ -17,6 +19,7 @@ from typing import Any
 
 from ..logonce import LogOnce
 from ..recorder import events as ev
+from .sched import build_sched_sources
 
 log = logging.getLogger("telemetry")
 
@@ -141,8 +144,12 @@ class Sampler:
                     pass
 
 
-def build_sampler(recorder: Any, config: Any, local_rank: int) -> tuple[Sampler | None, dict[str, Any]]:
-    """The sampler for this rank and what it found (GPU name and label, for MFU and labels)."""
+def build_sampler(
+    recorder: Any, config: Any, local_rank: int, thread_id: int | None = None
+) -> tuple[Sampler | None, dict[str, Any]]:
+    """The sampler for this rank and what it found (GPU name and label, for MFU and labels).
+    ``thread_id``: the training thread's native id (the one that called init), whose run-queue
+    delay is read; None: not read."""
     if config.device_interval_s <= 0:
         return None, {}
     sources: list[Any] = []
@@ -151,6 +158,7 @@ def build_sampler(recorder: Any, config: Any, local_rank: int) -> tuple[Sampler 
         sources.append(HostSource())
     except Exception as exc:  # noqa: BLE001 - psutil missing or restricted
         log.info("telemetry: host sampling off (%s)", exc)
+    sources += build_sched_sources(thread_id, lambda why: log.info("telemetry: %s", why))
     if config.gpu:
         from .nvml import cuda_index, open_nvml
 

@@ -232,6 +232,40 @@ DEVICE: dict[str, Metric] = {
     "process_resident_memory_bytes": _device(
         "train_process_resident_memory_bytes", "gauge", "Resident memory of this rank"
     ),
+    # the scheduler's account (devices/sched.py): the training thread, its cgroup's CPU quota, host PSI
+    "cpu_running_ratio": _device(
+        "train_cpu_running_ratio", "gauge", "Seconds per second the training thread ran on a CPU (schedstat)"
+    ),
+    "cpu_runqueue_wait_ratio": _device(
+        "train_cpu_runqueue_wait_ratio",
+        "gauge",
+        "Seconds per second the training thread was runnable but waited for a CPU (schedstat run-queue delay)",
+    ),
+    "cpu_runqueue_wait_seconds": _device(
+        "train_cpu_runqueue_wait_seconds", "counter", "The training thread's time waiting for a CPU on a run queue"
+    ),
+    "cpu_throttled_ratio": _device(
+        "train_cpu_throttled_ratio",
+        "gauge",
+        "Seconds per second the rank's cgroup was throttled by its CPU quota (summed over CPUs)",
+    ),
+    "cpu_throttled_seconds": _device(
+        "train_cpu_throttled_seconds", "counter", "Time the rank's cgroup was throttled by its CPU quota"
+    ),
+    "cpu_throttled_periods_ratio": _device(
+        "train_cpu_throttled_periods_ratio",
+        "gauge",
+        "Share of the CPU quota's periods in which the cgroup was throttled",
+    ),
+    "cpu_throttled_periods": _device(
+        "train_cpu_throttled_periods", "counter", "CPU quota periods in which the rank's cgroup was throttled"
+    ),
+    "cpu_quota_cores": _device(
+        "train_cpu_quota_cores", "gauge", "The rank's cgroup CPU quota, in cores (quota/period)"
+    ),
+    "cpu_pressure_some_ratio": _device(
+        "train_cpu_pressure_some_ratio", "gauge", "Share of time some task on the host waited for a CPU (PSI)"
+    ),
     "cuda_memory_allocated_bytes": _device(
         "train_cuda_memory_allocated_bytes", "gauge", "CUDA memory allocated by tensors"
     ),
