@@ -17,17 +17,33 @@ gpu_hw_slowdown    HwSlowdown active, as above
 gpu_clocks         SM clock at least 5% under its peers' with no reason flag to explain it
 gpu_errors         ECC errors, PCIe replays or XID errors that grew during the steps (and not on
                    its peers)
-cpu_contention     the training thread switched out involuntarily at least 3x as often as its
-                   peers' (and 20/s or more), or at least 5 points more CPU steal on its host, or
-                   it got at most 80% of its peers' CPU time
+cpu_throttled      its cgroup throttled by its CPU quota: in at least 10% of the quota's periods
+                   (10 points more than its peers), or at least 50 ms per second (50 ms more);
+                   peers with no throttling counters at all count as never throttled. The
+                   run-queue delay the quota makes is said in its evidence, not as a second cause
+cpu_contention     its training thread waited for a CPU (schedstat run-queue delay) at least 5% of
+                   the time, 5 points more than its peers' and twice as much; or it switched out
+                   involuntarily at least 3x as often as its peers' (and 20/s or more); or at
+                   least 5 points more CPU steal on its host; or it got at most 80% of its peers'
+                   CPU time. Where its quota throttled it, only the steal rule speaks (the wait,
+                   the switches and the lower CPU share are the quota's doing)
 memory_pressure    major page faults at least 3x its peers' (and 5/s or more), or swap in use
                    that grew during the steps
-data_loader        a finding in the data phase, or the culprit's data wait is at least half of
-                   its excess: the input pipeline, not the device
+data_loader        a data stall, or a finding in the data phase, whose wait stands out
+                   (:class:`.stall.DataWait`: the mean wait per step at least 1.2x its peers', and
+                   at least a quarter of its excess in compute); or the culprit's data wait is at
+                   least half of its excess: the input pipeline, not the device
 =================  ==========================================================================
 
 Job-wide findings (``regression``, ``slow_comm``, job-wide ``data_stall``) compare the median over
-ranks after the onset with before: clocks that fell, throttle reasons that appeared, CPU steal.
+ranks after the onset with before: clocks that fell, throttle reasons that appeared, CPU steal,
+run-queue delay, quota throttling.
+
+Each cause's evidence is the numbers its rule fired on, and only those: a rule that did not fire
+says nothing. The run-queue delay is the scheduler's own account of a thread kept from running
+(``/proc/<pid>/task/<tid>/schedstat``); involuntary switches and the CPU share miss a neighbour that
+takes part of a core (the switches grow less than 3x; the straggler's CPU share is higher than its
+peers', who wait for it in the collectives).
 """
 
 from __future__ import annotations
@@ -39,6 +55,7 @@ import numpy as np
 
 from ..findings import Finding
 from .matrix import StepMatrix, even_sample, nanmedian
+from .stall import DataWait
 
 THERMAL = ("HwThermalSlowdown", "SwThermalSlowdown")
 POWER = ("SwPowerCap", "HwPowerBrakeSlowdown")
@@ -119,6 +136,15 @@ class _Pair:
         with _quiet():
             a, b = float(np.nanmedian(v[0])), float(np.nanmedian(v[1]))
         return (a, b) if np.isfinite(a) and np.isfinite(b) else None
+
+    def own(self, name: str) -> float | None:
+        """The culprit's level alone (after the change, job-wide), whether or not its peers have it."""
+        v = self.values(name)
+        if v is None:
+            return None
+        with _quiet():
+            a = float(np.nanmedian(v[0]))
+        return a if np.isfinite(a) else None
 
     def share(self, name: str) -> tuple[float, float] | None:
         """Share of steps the flag was on: the culprit's (its worst rank) and its peers' (median rank)."""
@@ -217,25 +243,54 @@ def _device(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]
     return out
 
 
+# cpu_contention from the scheduler's run-queue delay: the culprit's training thread waits for a CPU
+# at least RUNQ_MIN of the time, RUNQ_POINTS more than its peers' and RUNQ_TIMES as much
+RUNQ_MIN, RUNQ_POINTS, RUNQ_TIMES = 0.05, 0.05, 2.0
+# cpu_throttled: its cgroup throttled in THROTTLED_PERIODS of the quota's periods (that many more
+# than its peers'), or THROTTLED_RATIO seconds per second (that much more than its peers')
+THROTTLED_PERIODS, THROTTLED_RATIO = 0.10, 0.05
+
+
 def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
     out = []
-    sw = p.level("process_involuntary_switches_per_second")
+    job = p.before is not None
+    wait = p.level("cpu_runqueue_wait_ratio")
+    waits = bool(wait and wait[0] >= RUNQ_MIN and wait[0] - wait[1] >= RUNQ_POINTS and wait[0] >= RUNQ_TIMES * wait[1])
+    waited = ""
+    if waits:
+        whose = "the median rank's" if job else "its"
+        with _quiet():
+            step = float(np.nanmedian(p.m.step_time()[p.cols]))
+        per_step = f", about {(wait[0] - wait[1]) * step * 1e3:.1f} ms more of each step" if np.isfinite(step) else ""
+        waited = (
+            f"{whose} training thread waited {wait[0]:.0%} of the time "
+            f"for a CPU (run-queue delay {wait[0] * 1e3:.0f} ms/s) against {wait[1]:.0%} "
+            f"{peers if job else 'for ' + peers}{per_step}"
+        )
+    throttled = _throttled(p, who, peers, waited)
+    if throttled:
+        out.append(throttled)
     steal = p.level("host_cpu_steal_ratio")
+    sw = p.level("process_involuntary_switches_per_second")
     cpu = p.level("process_cpu_ratio")
     why = []
-    if sw and sw[0] >= 20 and sw[0] >= 3 * max(sw[1], 1.0):
-        why.append(
-            f"its training thread was switched out involuntarily {sw[0]:.0f}/s against {sw[1]:.0f}/s for {peers}"
-        )
+    if waits and not throttled:  # a quota makes the thread wait too: then it is the quota's doing
+        why.append(waited)
     if steal and steal[0] - steal[1] >= 0.05:
         why.append(f"its host's CPU steal is {steal[0]:.0%} against {steal[1]:.0%}")
-    if cpu and cpu[1] > 0 and cpu[0] <= 0.8 * cpu[1]:
-        why.append(
-            f"{'it' if p.before is None else 'the median rank'} got {cpu[0]:.2f} cores against "
-            f"{cpu[1]:.2f} {'for ' + peers if p.before is None else peers}"
-        )
+    if not throttled:
+        if sw and sw[0] >= 20 and sw[0] >= 3 * max(sw[1], 1.0):
+            why.append(
+                f"its training thread was switched out involuntarily {sw[0]:.0f}/s against {sw[1]:.0f}/s for {peers}"
+            )
+        if cpu and cpu[1] > 0 and cpu[0] <= 0.8 * cpu[1]:
+            why.append(
+                f"{'the median rank' if job else 'it'} got {cpu[0]:.2f} cores against "
+                f"{cpu[1]:.2f} {peers if job else 'for ' + peers}"
+            )
     if why:
-        out.append((0.85 + 0.05 * len(why), {"kind": "cpu_contention", "evidence": f"{who}: " + "; ".join(why)}))
+        score = (0.9 if waits and not throttled else 0.85) + 0.05 * len(why)
+        out.append((score, {"kind": "cpu_contention", "evidence": f"{who}: " + "; ".join(why)}))
     faults = p.level("process_major_faults_per_second")
     swap = p.growth("host_swap_used_bytes")
     why = []
@@ -248,28 +303,72 @@ def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
     return out
 
 
+def _throttled(p: _Pair, who: str, peers: str, waited: str) -> tuple[float, dict[str, str]] | None:
+    """cpu_throttled: the culprit's cgroup throttled by its CPU quota (its share of the quota's
+    periods throttled, or its throttled seconds per second, clearly above its peers')."""
+    periods, secs = _or_unthrottled(p, "cpu_throttled_periods_ratio"), _or_unthrottled(p, "cpu_throttled_ratio")
+    by_periods = bool(periods and periods[0] >= THROTTLED_PERIODS and periods[0] - periods[1] >= THROTTLED_PERIODS)
+    by_time = bool(secs and secs[0] >= THROTTLED_RATIO and secs[0] - secs[1] >= THROTTLED_RATIO)
+    if not (by_periods or by_time):
+        return None
+    quota = p.own("cpu_quota_cores")
+    whose = "the median rank's cgroup" if p.before is not None else "its cgroup"
+    what = []
+    against = peers if p.before is not None else "for " + peers
+    if periods:
+        what.append(f"in {periods[0]:.0%} of the quota's periods against {periods[1]:.0%} {against}")
+    if secs:
+        what.append(f"{secs[0] * 1e3:.0f} ms per second against {secs[1] * 1e3:.0f} ms {against}")
+    limit = f" (quota {quota:.2f} cores)" if quota else ""
+    evidence = f"{who}: {whose} was throttled by its CPU quota{limit} " + ", ".join(what)
+    if waited:
+        evidence += f"; {waited}"
+    return 0.95 + 0.04 * min(max(periods[0] if periods else 0.0, secs[0] if secs else 0.0), 1.0), {
+        "kind": "cpu_throttled",
+        "evidence": evidence,
+    }
+
+
+def _or_unthrottled(p: _Pair, name: str) -> tuple[float, float] | None:
+    """The culprit's level against its peers'; peers with no throttling counters at all (a cgroup v2
+    root has none: no quota applies there) count as never throttled."""
+    level = p.level(name)
+    if level is not None or p.before is not None:
+        return level
+    mine, counters = p.own(name), p.m.extra("dev.cpu_throttled_seconds")
+    if mine is None or counters is None or np.isfinite(counters[p.b_rows][:, p.cols]).any():
+        return None
+    return mine, 0.0
+
+
 def _data(
     m: StepMatrix, f: Finding, culprits: np.ndarray, cols: np.ndarray, who: str
 ) -> list[tuple[float, dict[str, str]]]:
     if f.kind == "data_stall" or f.phase == "data":
-        d = m.data
-        with _quiet():
-            a = float(np.nanmedian(d[culprits][:, cols]))
-            b = float(np.nanmedian(d[~culprits][:, cols]))
-        if np.isfinite(a) and np.isfinite(b):
-            return [
-                (
-                    0.7,
-                    {
-                        "kind": "data_loader",
-                        "evidence": (
-                            f"{who} waits {a * 1e3:.1f} ms per step for its next batch against {b * 1e3:.1f} ms for its peers: "
-                            "its input pipeline, not its device"
-                        ),
-                    },
-                )
-            ]
-        return []
+        w = DataWait.of(m, culprits, cols)
+        if not (np.isfinite(w.mean_s) and np.isfinite(w.peer_mean_s) and w.stands_out()):
+            return []  # its wait does not stand out over these steps: no input cause to name
+        some = ""
+        if w.median_s < 0.5 * w.mean_s:  # the time comes from long waits on some steps
+            some = f" (a median of {w.median_s * 1e3:.1f} ms: long waits on some steps)"
+        return [
+            (
+                0.7,
+                {
+                    "kind": "data_loader",
+                    "evidence": (
+                        f"{who} waits {w.mean_s * 1e3:.1f} ms per step for its next batch on average{some} against "
+                        f"{w.peer_mean_s * 1e3:.1f} ms for its peers, and its compute is "
+                        + (
+                            f"{w.compute_excess_s * 1e3:.1f} ms per step above theirs"
+                            if w.compute_excess_s > 0.0005
+                            else "no slower than theirs"
+                        )
+                        + ": its input pipeline, not its device"
+                    ),
+                },
+            )
+        ]
     mine = np.flatnonzero(culprits)
     peers = even_sample(np.flatnonzero(~culprits))  # the peers' centre needs no more than 64 of them
 

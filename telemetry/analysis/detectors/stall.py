@@ -4,18 +4,70 @@ A rank whose data-loader wait is above its peers' (the same scan as for straggle
 series, all ranks as peers) delays the step for everyone: its peers wait for it in the collective.
 What-if: its wait at the peers' level. A job whose every rank waits (median wait at least
 ``min_job_fraction`` of the step) is input-bound: what-if, no wait at all.
+
+A rank's data stall is named only where its wait really stands out over the steps it covers
+(:class:`DataWait`): its mean wait per step at least ``STANDS_OUT`` times its peers', and the excess
+at least ``OWN_SHARE`` of its excess in compute over those steps. A rank slowed in everything (a
+CPU it shares with another process) also takes longer to fetch its batch on some steps; that is
+part of its straggling, not its input pipeline, and its straggler finding names the cause.
 """
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..findings import Finding, severity_for
-from .matrix import StepMatrix, nanmedian, rank_median
+from .matrix import StepMatrix, even_sample, nanmedian, rank_median
 from .straggler import StragglerParams, scan
 from .whatif import slowdown
 
 MIN_JOB_FRACTION = 0.05
+STANDS_OUT = 1.2  # a rank's mean data wait over a stall's steps: at least this many times its peers'
+OWN_SHARE = 0.25  # and its excess at least this share of its own excess in compute over those steps
+
+
+@dataclass(frozen=True)
+class DataWait:
+    """The data wait of some ranks against their peers' over some steps (seconds per step): the
+    means (a burst of long waits counts by its time, which a median would hide), the culprits'
+    median, and their excess in compute over the same steps."""
+
+    mean_s: float  # the culprits' mean wait per step (the median over culprit ranks)
+    median_s: float  # the culprits' median wait
+    peer_mean_s: float  # the peers' mean wait per step (the median over peer ranks)
+    compute_excess_s: float  # the culprits' mean compute minus their peers' (the same medians)
+
+    @property
+    def excess_s(self) -> float:
+        return self.mean_s - self.peer_mean_s
+
+    def stands_out(self) -> bool:
+        """The wait is the rank's own trouble: clearly above its peers', and not a small part of a
+        slowness that hits its compute as much (or more)."""
+        return (
+            self.excess_s > 0
+            and self.mean_s >= STANDS_OUT * self.peer_mean_s
+            and self.excess_s >= OWN_SHARE * max(self.compute_excess_s, 0.0)
+        )
+
+    @classmethod
+    def of(cls, m: StepMatrix, culprits: np.ndarray, cols: np.ndarray) -> "DataWait":
+        """``culprits``: (R,) bool; ``cols``: (S,) bool, the steps."""
+        mine, peers = np.flatnonzero(culprits), even_sample(np.flatnonzero(~culprits))
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a rank with no steps there: NaN, silently
+            d = m.data[:, cols]
+            mean = d.mean(axis=1)  # (R,) m.data has no NaN (a missing step waited 0)
+            comp = np.nanmean(m.compute[:, cols], axis=1)
+            return cls(
+                mean_s=float(np.median(mean[mine])),
+                median_s=float(np.median(np.median(d[mine], axis=1))),
+                peer_mean_s=float(np.median(mean[peers])),
+                compute_excess_s=float(nanmedian(comp[mine]) - nanmedian(comp[peers])),
+            )
 
 
 def detect_data_stalls(
@@ -38,9 +90,19 @@ def detect_data_stalls(
         cost = slowdown(m, shift + out_shift + one, mask) - slowdown(m, shift + out_shift, mask)
         if cost < p.min_slowdown:
             continue
-        out_shift += one
         first, last = np.flatnonzero(mask)[[0, -1]]
+        span = np.zeros(m.n_steps, dtype=bool)
+        span[first : last + 1] = True
+        culprit = np.zeros(m.n_ranks, dtype=bool)
+        culprit[r] = True
+        wait = DataWait.of(m, culprit, span)
+        if not wait.stands_out():
+            continue
+        out_shift += one
         rank_id = int(m.ranks[r])
+        steps = f"{int(m.steps[first])}-{int(m.steps[last])}"
+        hot = int(mask.sum())
+        where = f"over steps {steps}" if hot == last - first + 1 else f"on {hot} of steps {steps}"
         findings.append(
             Finding(
                 kind="data_stall",
@@ -52,11 +114,17 @@ def detect_data_stalls(
                 slowdown=cost,
                 evidence=(
                     f"rank {rank_id} waits {hit.excess_s * 1e3:.1f} ms more for its next batch than its peers "
-                    f"({hit.base_s * 1e3:.1f} ms) over steps {int(m.steps[first])}-{int(m.steps[last])}; the "
-                    f"other ranks wait for it in the collective; a data loader as fast as its peers' would "
-                    f"make those steps {cost:.1%} faster"
+                    f"({hit.base_s * 1e3:.1f} ms) {where} ({wait.mean_s * 1e3:.1f} ms per step on average "
+                    f"against {wait.peer_mean_s * 1e3:.1f} ms); the other ranks wait for it in the collective; "
+                    f"a data loader as fast as its peers' would make those steps {cost:.1%} faster"
                 ),
-                details={"excess_s": hit.excess_s, "peer_s": hit.base_s, "mode": hit.mode},
+                details={
+                    "excess_s": hit.excess_s,
+                    "peer_s": hit.base_s,
+                    "mode": hit.mode,
+                    "mean_s": wait.mean_s,
+                    "peer_mean_s": wait.peer_mean_s,
+                },
             )
         )
     # input-bound job: every rank waits

@@ -116,3 +116,93 @@ def test_a_regression_reads_in_tokens_per_second_mfu_and_busy_share_before_and_a
     ba = f.details["before_after"]
     assert ba["mfu"] == [0.4, 0.35] and ba["tokens_per_s"][1] < 0.9 * ba["tokens_per_s"][0]
     assert "MFU 40.0% -> 35.0%" in f.evidence and "tokens/s " in f.evidence and "of the step" in f.evidence
+
+
+# ---- the scheduler's account: run-queue delay and the cgroup's CPU quota ----------------------------
+
+
+def test_a_noisy_neighbour_is_cpu_contention_from_the_run_queue_delay_where_the_old_signals_miss_it():
+    """Issue 23's measured run: involuntary switches 2x (under the 3x rule), a CPU share higher than
+    its peers' (they wait for it); the run-queue delay is what shows the neighbour."""
+    t = straggler_table(
+        **{
+            "dev.cpu_runqueue_wait_ratio": (0.31, 0.04),
+            "dev.process_involuntary_switches_per_second": (218.0, 108.0),
+            "dev.process_cpu_ratio": (0.67, 0.60),
+        }
+    )
+    f = the_straggler(t)
+    assert [c["kind"] for c in f.causes] == ["cpu_contention"]
+    ev = f.causes[0]["evidence"]
+    assert ev.startswith(
+        "rank 5: its training thread waited 31% of the time for a CPU (run-queue delay 310 ms/s) against 4% for its peers"
+    )
+    assert "switched out" not in ev and "cores" not in ev  # the rules that did not fire say nothing
+    # the wait in time per step: its 27 points more of the job's median step over the finding's steps
+    steps = t[(t["step"] >= f.first_step) & (t["step"] <= f.last_step)]
+    step_s = (steps["duration_s"] + steps["data_s"]).groupby(steps["step"]).median().median()
+    assert f", about {0.27 * step_s * 1e3:.1f} ms more of each step" in ev
+
+
+@pytest.mark.parametrize(
+    "culprit, peers",
+    [(0.30, 0.20), (0.06, 0.02), (0.04, 0.0)],
+    ids=["shared by its peers (1.5x)", "4 points more", "under 5% of the time"],
+)
+def test_a_run_queue_wait_that_does_not_stand_out_is_no_cause(culprit, peers):
+    f = the_straggler(straggler_table(**{"dev.cpu_runqueue_wait_ratio": (culprit, peers)}))
+    assert f.causes == []
+
+
+def test_a_cpu_quota_is_cpu_throttled_and_the_wait_it_makes_is_its_evidence_not_a_second_cause():
+    f = the_straggler(
+        straggler_table(
+            **{
+                "dev.cpu_throttled_periods_ratio": (0.6, 0.0),
+                "dev.cpu_throttled_ratio": (0.3, 0.0),
+                "dev.cpu_throttled_seconds": (5.0, 0.0),
+                "dev.cpu_quota_cores": (0.5, np.nan),  # its peers have no quota
+                "dev.cpu_runqueue_wait_ratio": (0.4, 0.03),
+                "dev.process_involuntary_switches_per_second": (400.0, 5.0),
+            }
+        )
+    )
+    assert [c["kind"] for c in f.causes] == ["cpu_throttled"]
+    ev = f.causes[0]["evidence"]
+    assert ev.startswith("rank 5: its cgroup was throttled by its CPU quota (quota 0.50 cores) in 60% of the quota's")
+    assert "300 ms per second against 0 ms for its peers" in ev and "waited 40% of the time for a CPU" in ev
+
+
+def test_peers_without_throttling_counters_count_as_unthrottled_and_a_quota_alone_is_no_cause():
+    """A cgroup v2 root has no throttling counters; a quota that never throttles explains nothing."""
+    f = the_straggler(
+        straggler_table(
+            **{
+                "dev.cpu_throttled_periods_ratio": (0.5, np.nan),
+                "dev.cpu_throttled_ratio": (0.2, np.nan),
+                "dev.cpu_throttled_seconds": (3.0, np.nan),
+            }
+        )
+    )
+    assert [c["kind"] for c in f.causes] == ["cpu_throttled"] and "against 0% for its peers" in f.causes[0]["evidence"]
+    f = the_straggler(
+        straggler_table(
+            **{
+                "dev.cpu_throttled_periods_ratio": (0.0, 0.0),
+                "dev.cpu_throttled_ratio": (0.0, 0.0),
+                "dev.cpu_quota_cores": (2.0, np.nan),
+            }
+        )
+    )
+    assert f.causes == []
+
+
+def test_a_job_wide_regression_names_a_run_queue_wait_that_came_with_it():
+    t = simulate(Scenario(ranks=8, steps=400, faults=(Fault("regression", phase="backward", factor=1.3, start=200),)))
+    t["dev.cpu_runqueue_wait_ratio"] = np.where(t["step"] >= 200, 0.25, 0.02)
+    [f] = [f for f in analyze(t).findings if f.kind == "regression"]
+    assert [c["kind"] for c in f.causes] == ["cpu_contention"]
+    assert f.causes[0]["evidence"].startswith(
+        "after the change: the median rank's training thread waited 25% of the time for a CPU "
+        "(run-queue delay 250 ms/s) against 2% before the change"
+    )
