@@ -30,9 +30,12 @@ the move gives no rates). A quota set on an ancestor cgroup only is not seen.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Callable
+
+log = logging.getLogger("telemetry")
 
 
 class Unavailable(Exception):
@@ -72,6 +75,7 @@ class ThreadSchedSource:
             run, wait, _ = self._fields()
         except FileNotFoundError:  # the training thread ended: nothing left to say about it
             self.gone = True
+            log.info("telemetry: the thread that called telemetry.init ended: no more run-queue delay readings")
             return {}
         now = self.clock()
         t0, run0, wait0 = self._last
