@@ -22,7 +22,8 @@ cpu_throttled      its cgroup throttled by its CPU quota: in at least 10% of the
                    peers with no throttling counters at all count as never throttled. The
                    run-queue delay the quota makes is said in its evidence, not as a second cause
 cpu_contention     its training thread waited for a CPU (schedstat run-queue delay) at least 5% of
-                   the time, 5 points more than its peers' and twice as much; or it switched out
+                   the time it was ready to run (waiting + on a CPU), 5 points more than its
+                   peers' and twice as much; or it switched out
                    involuntarily at least 3x as often as its peers' (and 20/s or more); or at
                    least 5 points more CPU steal on its host; or it got at most 80% of its peers'
                    CPU time. Where its quota throttled it, only the steal rule speaks (the wait,
@@ -121,15 +122,16 @@ class _Pair:
     def __init__(self, m: StepMatrix, a_rows, b_rows, cols, before=None) -> None:
         self.m, self.a_rows, self.b_rows, self.cols, self.before = m, a_rows, b_rows, cols, before
 
-    def values(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
-        g = self.m.extra("dev." + name)
+    def values(self, name: str | np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``name``: a ``dev.`` signal, or an (R, S) grid made from some."""
+        g = self.m.extra("dev." + name) if isinstance(name, str) else name
         if g is None:
             return None
         if self.before is None:
             return g[self.a_rows][:, self.cols], g[self.b_rows][:, self.cols]
         return nanmedian(g[:, self.cols], axis=0), nanmedian(g[:, self.before], axis=0)
 
-    def level(self, name: str) -> tuple[float, float] | None:
+    def level(self, name: str | np.ndarray) -> tuple[float, float] | None:
         v = self.values(name)
         if v is None:
             return None
@@ -243,29 +245,55 @@ def _device(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]
     return out
 
 
-# cpu_contention from the scheduler's run-queue delay: the culprit's training thread waits for a CPU
-# at least RUNQ_MIN of the time, RUNQ_POINTS more than its peers' and RUNQ_TIMES as much
+# cpu_contention from the scheduler's run-queue delay: of the time the culprit's training thread was
+# ready to run, it waited for a CPU at least RUNQ_MIN, RUNQ_POINTS more than its peers and RUNQ_TIMES
+# as much (a share of its runnable time, not of the wall clock: a victim blocked in a collective is
+# not runnable, and must not look less contended than the straggler for that)
 RUNQ_MIN, RUNQ_POINTS, RUNQ_TIMES = 0.05, 0.05, 2.0
 # cpu_throttled: its cgroup throttled in THROTTLED_PERIODS of the quota's periods (that many more
 # than its peers'), or THROTTLED_RATIO seconds per second (that much more than its peers')
 THROTTLED_PERIODS, THROTTLED_RATIO = 0.10, 0.05
 
 
+def _runnable_wait(p: _Pair) -> np.ndarray | None:
+    """(R, S) the training thread's run-queue wait as a share of the time it was ready to run
+    (waiting + running); the wait per second alone where its time on a CPU is not known."""
+    wait, run = p.m.extra("dev.cpu_runqueue_wait_ratio"), p.m.extra("dev.cpu_running_ratio")
+    if wait is None or run is None:
+        return wait
+    with _quiet():
+        return np.where(wait + run > 0, wait / (wait + run), np.nan)
+
+
 def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
     out = []
     job = p.before is not None
+    share_grid = _runnable_wait(p)
+    share = p.level(share_grid) if share_grid is not None else None
     wait = p.level("cpu_runqueue_wait_ratio")
-    waits = bool(wait and wait[0] >= RUNQ_MIN and wait[0] - wait[1] >= RUNQ_POINTS and wait[0] >= RUNQ_TIMES * wait[1])
+    waits = bool(
+        share
+        and wait
+        and share[0] >= RUNQ_MIN
+        and share[0] - share[1] >= RUNQ_POINTS
+        and share[0] >= RUNQ_TIMES * share[1]
+    )
     waited = ""
     if waits:
         whose = "the median rank's" if job else "its"
         with _quiet():
             step = float(np.nanmedian(p.m.step_time()[p.cols]))
-        per_step = f", about {(wait[0] - wait[1]) * step * 1e3:.1f} ms more of each step" if np.isfinite(step) else ""
+        per_step = (
+            f", about {wait[0] * step * 1e3:.1f} ms of each {step * 1e3:.1f} ms step" if np.isfinite(step) else ""
+        )
+        of = (
+            "of the time it was ready to run"
+            if share_grid is not p.m.extra("dev.cpu_runqueue_wait_ratio")
+            else "of the time"
+        )
         waited = (
-            f"{whose} training thread waited {wait[0]:.0%} of the time "
-            f"for a CPU (run-queue delay {wait[0] * 1e3:.0f} ms/s) against {wait[1]:.0%} "
-            f"{peers if job else 'for ' + peers}{per_step}"
+            f"{whose} training thread waited for a CPU {share[0]:.0%} {of} (run-queue delay "
+            f"{wait[0] * 1e3:.0f} ms/s) against {share[1]:.0%} {peers if job else 'for ' + peers}{per_step}"
         )
     throttled = _throttled(p, who, peers, waited)
     if throttled:

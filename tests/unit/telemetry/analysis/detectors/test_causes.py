@@ -126,7 +126,8 @@ def test_a_noisy_neighbour_is_cpu_contention_from_the_run_queue_delay_where_the_
     its peers' (they wait for it); the run-queue delay is what shows the neighbour."""
     t = straggler_table(
         **{
-            "dev.cpu_runqueue_wait_ratio": (0.31, 0.04),
+            "dev.cpu_runqueue_wait_ratio": (0.30, 0.03),
+            "dev.cpu_running_ratio": (0.60, 0.57),
             "dev.process_involuntary_switches_per_second": (218.0, 108.0),
             "dev.process_cpu_ratio": (0.67, 0.60),
         }
@@ -135,22 +136,31 @@ def test_a_noisy_neighbour_is_cpu_contention_from_the_run_queue_delay_where_the_
     assert [c["kind"] for c in f.causes] == ["cpu_contention"]
     ev = f.causes[0]["evidence"]
     assert ev.startswith(
-        "rank 5: its training thread waited 31% of the time for a CPU (run-queue delay 310 ms/s) against 4% for its peers"
+        "rank 5: its training thread waited for a CPU 33% of the time it was ready to run "
+        "(run-queue delay 300 ms/s) against 5% for its peers"
     )
     assert "switched out" not in ev and "cores" not in ev  # the rules that did not fire say nothing
-    # the wait in time per step: its 27 points more of the job's median step over the finding's steps
+    # the wait in time per step: its share of the job's median step over the finding's steps
     steps = t[(t["step"] >= f.first_step) & (t["step"] <= f.last_step)]
     step_s = (steps["duration_s"] + steps["data_s"]).groupby(steps["step"]).median().median()
-    assert f", about {0.27 * step_s * 1e3:.1f} ms more of each step" in ev
+    assert f", about {0.30 * step_s * 1e3:.1f} ms of each {step_s * 1e3:.1f} ms step" in ev
 
 
 @pytest.mark.parametrize(
     "culprit, peers",
-    [(0.30, 0.20), (0.06, 0.02), (0.04, 0.0)],
-    ids=["shared by its peers (1.5x)", "4 points more", "under 5% of the time"],
+    [((0.30, 0.60), (0.12, 0.28)), ((0.06, 0.94), (0.02, 0.98)), ((0.04, 0.96), (0.0, 1.0))],
+    ids=[
+        "a victim runnable less of the time: less wait per second, as much per runnable second",
+        "4 points more",
+        "under 5% of its runnable time",
+    ],
 )
 def test_a_run_queue_wait_that_does_not_stand_out_is_no_cause(culprit, peers):
-    f = the_straggler(straggler_table(**{"dev.cpu_runqueue_wait_ratio": (culprit, peers)}))
+    f = the_straggler(
+        straggler_table(
+            **{"dev.cpu_runqueue_wait_ratio": (culprit[0], peers[0]), "dev.cpu_running_ratio": (culprit[1], peers[1])}
+        )
+    )
     assert f.causes == []
 
 
@@ -163,6 +173,7 @@ def test_a_cpu_quota_is_cpu_throttled_and_the_wait_it_makes_is_its_evidence_not_
                 "dev.cpu_throttled_seconds": (5.0, 0.0),
                 "dev.cpu_quota_cores": (0.5, np.nan),  # its peers have no quota
                 "dev.cpu_runqueue_wait_ratio": (0.4, 0.03),
+                "dev.cpu_running_ratio": (0.4, 0.57),
                 "dev.process_involuntary_switches_per_second": (400.0, 5.0),
             }
         )
@@ -170,7 +181,8 @@ def test_a_cpu_quota_is_cpu_throttled_and_the_wait_it_makes_is_its_evidence_not_
     assert [c["kind"] for c in f.causes] == ["cpu_throttled"]
     ev = f.causes[0]["evidence"]
     assert ev.startswith("rank 5: its cgroup was throttled by its CPU quota (quota 0.50 cores) in 60% of the quota's")
-    assert "300 ms per second against 0 ms for its peers" in ev and "waited 40% of the time for a CPU" in ev
+    assert "300 ms per second against 0 ms for its peers" in ev
+    assert "waited for a CPU 50% of the time it was ready to run (run-queue delay 400 ms/s)" in ev
 
 
 def test_peers_without_throttling_counters_count_as_unthrottled_and_a_quota_alone_is_no_cause():
@@ -200,9 +212,17 @@ def test_peers_without_throttling_counters_count_as_unthrottled_and_a_quota_alon
 def test_a_job_wide_regression_names_a_run_queue_wait_that_came_with_it():
     t = simulate(Scenario(ranks=8, steps=400, faults=(Fault("regression", phase="backward", factor=1.3, start=200),)))
     t["dev.cpu_runqueue_wait_ratio"] = np.where(t["step"] >= 200, 0.25, 0.02)
+    t["dev.cpu_running_ratio"] = 0.5
     [f] = [f for f in analyze(t).findings if f.kind == "regression"]
     assert [c["kind"] for c in f.causes] == ["cpu_contention"]
     assert f.causes[0]["evidence"].startswith(
-        "after the change: the median rank's training thread waited 25% of the time for a CPU "
-        "(run-queue delay 250 ms/s) against 2% before the change"
+        "after the change: the median rank's training thread waited for a CPU 33% of the time it was ready "
+        "to run (run-queue delay 250 ms/s) against 4% before the change"
+    )
+
+
+def test_without_the_time_on_a_cpu_the_wait_is_a_share_of_the_wall_clock():
+    f = the_straggler(straggler_table(**{"dev.cpu_runqueue_wait_ratio": (0.30, 0.02)}))
+    assert f.causes[0]["evidence"].startswith(
+        "rank 5: its training thread waited for a CPU 30% of the time (run-queue delay 300 ms/s) against 2%"
     )
