@@ -3,7 +3,8 @@
 
 A :class:`Fault` is the ground truth a detector should find, for the demo job here and for the
 simulator (:mod:`.simulate`, which knows more kinds: ``imbalance``, ``stage_imbalance``,
-``memory_growth``, intermittent and bounded faults). In the demo every fault is real work or real
+``memory_growth``, ``host_overhead`` and ``host_gap`` (host work per step, ``delay_s``, in the step
+outside any phase or between steps), intermittent and bounded faults). In the demo every fault is real work or real
 delay inside the training job, on the named rank and phase, so the detectors see what a real job
 would show:
 
@@ -68,14 +69,14 @@ class InjectError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # straggler, data_stall, slow_comm, regression, hang, kill, cpu_hog; simulated also: imbalance, stage_imbalance, memory_growth
+    kind: str  # straggler, data_stall, slow_comm, regression, hang, kill, cpu_hog; simulated also: imbalance, stage_imbalance, memory_growth, host_overhead, host_gap
     ranks: tuple[int, ...] = ()  # the culprit ranks; empty: every rank (job-wide kinds)
     phase: str | None = None  # None: the kind's default phases
     factor: float = 1.5  # how many times slower (straggler, regression, slow_comm, stage_imbalance)
     start: int = 0  # first step affected (hang: the step the rank hangs in)
     end: int | None = None  # last step (inclusive); None: to the end
     probability: float = 1.0  # < 1: intermittent, slow on that fraction of steps
-    delay_s: float = 0.0  # data_stall: extra wait per step
+    delay_s: float = 0.0  # data_stall: extra wait per step; host_overhead, host_gap: extra host work per step
     stage: int | None = None  # stage_imbalance: the slow stage
     cause: str | None = None  # simulated: the signals behind it (simulate.CAUSE_SIGNALS), for cause finding
 

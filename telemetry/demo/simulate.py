@@ -17,8 +17,20 @@ checkpoint steps that hit every rank, static rank differences, heavy jitter, lar
 between steps (``gap_s``).
 Faults (each a :class:`Fault`, the ground truth): straggler (persistent, from/to a step, or
 intermittent with a probability per step), data_stall, slow_comm, regression, moving imbalance
-(per-step work factors shared by a rank's phases), stage imbalance (pipeline groups), memory growth.
-The true cost of a fault is measured by simulating the same random draws without it.
+(per-step work factors shared by a rank's phases), stage imbalance (pipeline groups), memory growth,
+host overhead in the step (``host_overhead``: host work outside any phase, before the all-reduce:
+Python, launches; the device idles in it) and between steps (``host_gap``: work outside
+``telemetry.step``). The true cost of a fault is measured by simulating the same random draws without it.
+
+Device signals (``gpu_signals=True``; off by default, so the tables of scenarios without them stay as
+they were): per rank, NVML's GPU utilization (any kernel running: the phases' compute and the
+collective's kernel, which spins while it waits for the last rank), SM activity (compute kernels keep
+85% of the SMs busy, the collective's kernel 6%) and MFU (42% of peak while computing), each over the
+rank's time from one step's start to the next (data wait and host gaps idle), with 1% noise, then
+sampled every ``sample_s`` seconds of job time: each step carries the time-weighted mean of the sample
+window its end falls in, as the device sampler's readings are attributed to steps by time. A job whose
+ranks compute 60-80% of the time (the common case) is a healthy scenario with a larger ``comm_s``
+(exposed communication), ``data_s`` or ``gap_s``: ``Scenario(comm_s=0.012)`` computes about 70%.
 
 >>> table = simulate(Scenario(ranks=8, steps=100, faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.5),)))
 """
@@ -53,6 +65,8 @@ class Scenario:
     gap_s: float = 0.0  # host work between steps (outside telemetry.step): the next step starts this much later
     stages: int = 1
     ranks_per_node: int = 0  # > 0: a node column (node0, node1, ...), consecutive ranks per node
+    gpu_signals: bool = False  # add dev.gpu_utilization_ratio, dev.gpu_sm_activity_ratio and mfu (see above)
+    sample_s: float = 1.0  # the device signals' sampling period, seconds of job time
     faults: tuple[Fault, ...] = field(default_factory=tuple)
 
     def healthy(self) -> "Scenario":
@@ -90,6 +104,8 @@ def simulate_chunks(sc: Scenario, chunk_steps: int | None = None):
         draws["coins"] = rng.random(size=(len(sc.faults), n))
         draws["work"] = rng.lognormal(0, 0.25, size=(n, R))  # per-step work factors (imbalance faults)
         table = _steps(sc, lo, n, static, stage_of, draws, state)
+        if sc.gpu_signals:
+            _device_signals(table, sc, lo)
         if any(f.cause for f in sc.faults):
             _signals(table, sc, draws["coins"], lo)
         yield table
@@ -112,6 +128,7 @@ def _steps(
             comp = {p: v * sc.warmup_factor for p, v in comp.items()}
         data = sc.data_s * draws["data"][i]
         own_comm = sc.comm_s * draws["comm"][i]
+        host, gap = np.zeros(R), sc.gap_s
         for fi, f in enumerate(sc.faults):
             if not _active(f, s, draws["coins"][fi, i]):
                 continue
@@ -134,24 +151,28 @@ def _steps(
                     comp[p][stage_of == f.stage] *= f.factor
             elif f.kind == "memory_growth":
                 mem[list(f.ranks) if f.ranks else slice(None)] += 4 * 2**20
+            elif f.kind == "host_overhead":
+                host[idx] += f.delay_s
+            elif f.kind == "host_gap":
+                gap += f.delay_s
         for r, step, sec in sc.spikes:
             if step == s:
                 comp["forward"][r] += sec
         if sc.checkpoint_every and s > 0 and s % sc.checkpoint_every == 0:
             comp["optimizer"] = comp["optimizer"] + sc.checkpoint_s
         start = t + prev_opt
-        arrival = start + data + comp["forward"] + comp["backward"]
+        arrival = start + data + comp["forward"] + comp["backward"] + host
         end = arrival.max() + own_comm
         comm = end - arrival
         cols["start_s"][i] = start + data
-        cols["duration_s"][i] = comp["forward"] + comp["backward"] + comm + comp["optimizer"]
+        cols["duration_s"][i] = comp["forward"] + comp["backward"] + comm + comp["optimizer"] + host
         cols["data_s"][i] = data
         cols["forward_s"][i] = comp["forward"]
         cols["backward_s"][i] = comp["backward"] + comm
         cols["optimizer_s"][i] = comp["optimizer"]
         cols["comm_s"][i] = comm
         cols["mem"][i] = mem
-        t = end + sc.gap_s
+        t = end + gap
         prev_opt = comp["optimizer"]
     state.update(t=t, prev_opt=prev_opt, mem=mem)
     table = pd.DataFrame(
@@ -177,6 +198,44 @@ def _steps(
     if sc.ranks_per_node:
         table["node"] = [f"node{r // sc.ranks_per_node}" for r in table["rank"]]
     return table
+
+
+GPU_BUSY = {"sm_compute": 0.85, "sm_comm": 0.06, "mfu_compute": 0.42, "kernel_gaps": 0.99}
+
+
+def _device_signals(table: pd.DataFrame, sc: Scenario, lo: int) -> None:
+    """GPU utilization, SM activity and MFU per rank and step (see the module doc), sampled every
+    ``sc.sample_s`` seconds of job time within this piece of the table (steps lo..)."""
+    R = sc.ranks
+    n = len(table) // R
+
+    def grid(col: str) -> np.ndarray:  # rows are step-major: (steps, ranks)
+        return table[col].to_numpy(dtype=float).reshape(n, R)
+
+    data, dur, comm = grid("data_s"), grid("duration_s"), grid("comm_s")
+    begin = grid("start_s") - data  # when the rank's step began (before its data wait)
+    phases = grid("forward_s") + grid("backward_s") + grid("optimizer_s")  # kernels, the collective's included
+    compute = phases - comm
+    wall = np.empty((n, R))
+    wall[:-1] = begin[1:] - begin[:-1]  # to the next step's beginning: the host gap after it included
+    wall[-1] = data[-1] + dur[-1] + sc.gap_s
+    wall = np.maximum(wall, data + dur)
+    rng = np.random.default_rng([sc.seed, 7, lo])  # its own draws: the steps' draws stay as they were
+    noise = rng.lognormal(0, 0.01, size=(3, n, R))
+    busy = {
+        "dev.gpu_utilization_ratio": np.minimum(1.0, GPU_BUSY["kernel_gaps"] * phases / wall * noise[0]),
+        "dev.gpu_sm_activity_ratio": np.minimum(
+            1.0, (GPU_BUSY["sm_compute"] * compute + GPU_BUSY["sm_comm"] * comm) / wall * noise[1]
+        ),
+        "mfu": GPU_BUSY["mfu_compute"] * compute / wall * noise[2],
+    }
+    end = (begin + wall).max(axis=1)
+    window = np.floor((end - end[0]) / sc.sample_s).astype(int)  # the sample each step's end falls in
+    counts = np.bincount(window)
+    weight = np.stack([np.bincount(window, wall[:, r], minlength=len(counts)) for r in range(R)], axis=1)
+    for col, x in busy.items():
+        sums = np.stack([np.bincount(window, x[:, r] * wall[:, r], minlength=len(counts)) for r in range(R)], axis=1)
+        table[col] = (sums / weight)[window].ravel()
 
 
 # What each cause looks like in the sampled signals: column -> (the culprit's value, everyone else's).
