@@ -142,6 +142,7 @@ class Session:
                         c.online_wait_blocks,
                         c.online_interval_s,
                         c.busy_bound,
+                        c.busy_warn_bound,
                     )
                 )
             )

@@ -92,7 +92,8 @@ class Config:
     online_window: int = 200  # blocks kept for analysis
     online_wait_blocks: int = 3  # how many blocks late a rank may be before it is named missing
     online_interval_s: float = 5.0  # rank 0 analyzes at most this often
-    busy_bound: float = 0.8  # low_utilization: busy share of the job's time under which a stretch is a finding
+    busy_bound: float = 0.8  # low_utilization: busy share of the job's time under which a stretch is a finding (info)
+    busy_warn_bound: float = 0.6  # low_utilization: busy share under which it is a warning, critical under half (<= busy_bound; 0.6 or busy_bound if lower)
     # Prometheus endpoint (one per rank on prometheus_port + local rank)
     prometheus_host: str = "127.0.0.1"  # address the /metrics endpoints bind (0.0.0.0: every interface)
     prometheus_port: int = 9464  # first port: a rank serves on this + its local rank (a taken one: the next own port)
@@ -139,6 +140,10 @@ class Config:
         values.update({k: v for k, v in kwargs.items() if v is not None})
         from_env -= set(kwargs)
         sinks_given = "sinks" in values
+        bound = values.get("busy_bound")
+        if "busy_warn_bound" not in values and isinstance(bound, numbers.Real) and not isinstance(bound, bool):
+            if bound < cls.busy_warn_bound:  # the default follows a lower bound (a bad one is named below)
+                values["busy_warn_bound"] = bound
         cfg = cls(**values)
         try:
             cfg._validate()
@@ -222,6 +227,12 @@ class Config:
         self._set("online_wait_blocks", _check_int("online_wait_blocks", self.online_wait_blocks, 1, 1000))
         self._set("online_interval_s", _check_number("online_interval_s", self.online_interval_s, 0.05, 3600.0))
         self._set("busy_bound", _check_number("busy_bound", self.busy_bound, 0.01, 1.0))
+        self._set("busy_warn_bound", _check_number("busy_warn_bound", self.busy_warn_bound, 0.01, 1.0))
+        if self.busy_warn_bound > self.busy_bound:
+            raise ConfigError(
+                f"busy_warn_bound={self.busy_warn_bound} is above busy_bound={self.busy_bound}; accepted: "
+                "busy_warn_bound <= busy_bound (a busy share under busy_warn_bound is a warning, under busy_bound info)"
+            )
         for name in ("strict", "collectives", "handle_sigterm", "online", "announce", "profiler_ranges"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")

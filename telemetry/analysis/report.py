@@ -14,6 +14,7 @@ import numpy as np
 
 from .detectors import Analysis, covered_seconds
 from .detectors.matrix import StepMatrix, nanmedian
+from .detectors.utilization import PARTS
 from .findings import Finding
 
 MAX_RANK_ROWS = 16
@@ -132,6 +133,9 @@ def render(
         out.append(
             f"warning: the causes of {failed['findings']} finding(s) could not be worked out ({failed['first']})\n"
         )
+    busy = busy_line(s.get("utilization"))
+    if busy:
+        out.append(busy)
     if not analysis.findings:
         out.append("Findings: none (no straggler, no hang detected).\n")
         if online:
@@ -156,9 +160,40 @@ def render(
             )
     if online:
         out.append("\n" + online_section(online, analysis.findings).rstrip())
+    gaps = [f for f in analysis.findings if f.kind == "low_utilization"]
+    left_out = ""
+    if gaps and analysis.matrix is not None:
+        share = sum(_share_of_run(analysis.matrix, f) for f in gaps)
+        left_out = (
+            f" Not in it: low_utilization's {share:.1%} of the run, the share of the largest idle part, which "
+            "the job spends as it is built (removing that part would save at most that); no culprit's healing "
+            "gives it back."
+        )
     out.append(
         f"\nEstimated slowdown from all findings together: {s['slowdown']:.1%} of the whole run's step time "
         f"(steps {s['first_step']}-{s['last_step']}; each finding above is over its own steps, and its "
-        "share of the run in brackets).\n"
+        f"share of the run in brackets).{left_out}\n"
     )
     return "\n".join(out)
+
+
+def busy_line(u: dict | None) -> str:
+    """The run's busy share after warm-up, its band and its idle parts (the summary's utilization)."""
+    if not u:
+        return ""
+    band = {
+        "ok": f"at or above the {u['bound']:.0%} bound",
+        "info": f"info: under the {u['bound']:.0%} bound, above the {u['warn_bound']:.0%} warning bound",
+        "warning": f"under the {u['warn_bound']:.0%} warning bound",
+        "critical": f"under half the {u['warn_bound']:.0%} warning bound",
+    }[u["band"]]
+    idle = ", ".join(f"{PARTS[k].split(' (')[0]} {v:.0%}" for k, v in list(u.get("idle", {}).items())[:4] if v >= 0.005)
+    return (
+        textwrap.fill(
+            f"Busy: the ranks compute {u['busy_fraction']:.0%} of the job's time after warm-up ({band})"
+            + (f"; idle: {idle}." if idle else "."),
+            width=100,
+            subsequent_indent="  ",
+        )
+        + "\n"
+    )

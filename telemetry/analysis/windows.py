@@ -171,6 +171,20 @@ def merge_summaries(summaries: list[dict[str, Any]], findings: list[Finding]) ->
                 if len(vals) == len(ok)
                 else float(np.median(vals))
             )
+    util = [s.get("utilization") for s in ok]
+    if all(util):  # the busy share and idle parts of the whole run: weighted by each window's time
+        busy = float(np.dot(w, [u["busy_fraction"] for u in util]))
+        parts = sorted({k for u in util for k in u["idle"]})
+        idle = {k: round(float(np.dot(w, [u["idle"].get(k, 0.0) for u in util])), 4) for k in parts}
+        bound, warn = util[0]["bound"], util[0]["warn_bound"]
+        band = "ok" if busy >= bound else "info" if busy >= warn else "warning" if busy >= warn / 2 else "critical"
+        out["utilization"] = {
+            "busy_fraction": round(busy, 4),
+            "bound": bound,
+            "warn_bound": warn,
+            "band": band,
+            "idle": dict(sorted(idle.items(), key=lambda kv: -kv[1])),
+        }
     if any("stages" in s for s in ok):
         out["stages"] = max(s.get("stages", 0) for s in ok)
     return out
@@ -184,17 +198,26 @@ def analyze_path(
     steps: tuple[int, int] | None = None,
     last: int | None = None,
     window_rows: int | None = None,
+    busy_warn_bound: float | None = None,
+    base: str | None = None,
 ):
     """Open and analyze ``path`` (any input the loader reads), only ``steps`` or the ``last`` N steps
     when given; a run directory too long to hold at once is analyzed in windows of whole steps and the
-    findings merged. Returns the :class:`~.detectors.Analysis`, the :class:`~.load.RunInput` of the
-    last window read, and a line saying how the run was split (None when it was read whole)."""
+    findings merged. ``busy_warn_bound``: default 0.6, or ``busy_bound`` when lower. ``base``: a
+    baseline run (any input the loader reads) whose utilization this run's is held against (each
+    window against the whole base). Returns the :class:`~.detectors.Analysis`, the
+    :class:`~.load.RunInput` of the last window read, and a line saying how the run was split (None
+    when it was read whole)."""
     from ..store.segments import step_range
     from .detectors import StragglerParams, UtilizationParams, analyze
     from .load import open_input
 
     window_rows = window_rows or WINDOW_ROWS
-    util = UtilizationParams(bound=busy_bound)
+    warn = min(UtilizationParams.warn_bound, busy_bound) if busy_warn_bound is None else busy_warn_bound
+    util = UtilizationParams(bound=busy_bound, warn_bound=warn)
+    against = {}
+    if base is not None:
+        against = {"base": open_input(base).table, "base_name": f"the base run {base}"}
     span = step_range(path) if os.path.isdir(path) else None
     if span is not None and steps is not None:
         span = (max(span[0], steps[0]), min(span[1], steps[1]), span[2])
@@ -214,6 +237,7 @@ def analyze_path(
                 hang_after,
                 straggler=None if first else StragglerParams(warmup_steps=0),
                 utilization=util,
+                **against,
             )
 
         result = analyze_windows(windows, one)
@@ -233,5 +257,5 @@ def analyze_path(
         if last is not None:
             window = (max(window[0], min(window[1], hi) - last + 1), window[1])
     run = open_input(path, window)
-    result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops)
+    result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops, **against)
     return result, run, None

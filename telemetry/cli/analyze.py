@@ -8,6 +8,8 @@ import sys
 
 from .common import EXIT_USAGE, exit_code, step_range
 
+BUSY_WARN_BOUND = 0.6  # the default of --busy-warn-bound (Config.busy_warn_bound's)
+
 
 def print_analysis(
     path: str,
@@ -18,16 +20,25 @@ def print_analysis(
     steps: tuple[int, int] | None = None,
     last: int | None = None,
     window_rows: int | None = None,
+    busy_warn_bound: float | None = None,
+    base: str | None = None,
 ):
-    """Analyze ``path`` (in windows when long: analysis.windows.analyze_path) and print the report or
-    the findings JSON; returns the analysis."""
+    """Analyze ``path`` (in windows when long: analysis.windows.analyze_path; against the baseline run
+    ``base`` when given) and print the report or the findings JSON; returns the analysis."""
     from ..analysis.detectors import StragglerParams
     from ..analysis.findings import compare_online
     from ..analysis.report import render
     from ..analysis.windows import analyze_path
 
     result, run, note = analyze_path(
-        path, hang_after, busy_bound=busy_bound, steps=steps, last=last, window_rows=window_rows
+        path,
+        hang_after,
+        busy_bound=busy_bound,
+        busy_warn_bound=busy_warn_bound,
+        steps=steps,
+        last=last,
+        window_rows=window_rows,
+        base=base,
     )
     if note:
         print(note, file=sys.stderr)
@@ -47,11 +58,25 @@ def print_analysis(
     return result
 
 
+def busy_warn_bound(args: argparse.Namespace) -> float:
+    """--busy-warn-bound, or its default: 0.6, or --busy-bound when that is lower. ValueError when it is
+    above --busy-bound."""
+    if args.busy_warn_bound is None:
+        return min(BUSY_WARN_BOUND, args.busy_bound)
+    if args.busy_warn_bound > args.busy_bound:
+        raise ValueError(
+            f"--busy-warn-bound {args.busy_warn_bound} is above --busy-bound {args.busy_bound}; accepted: "
+            "a warning bound at most the info bound (default 0.6 and 0.8)"
+        )
+    return args.busy_warn_bound
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from ..analysis.table import TableError
 
     try:
         steps = step_range(args.steps)
+        warn = busy_warn_bound(args)
     except ValueError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -64,6 +89,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             steps=steps,
             last=args.last,
             window_rows=args.window_rows,
+            busy_warn_bound=warn,
+            base=args.base,
         )
     except TableError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)

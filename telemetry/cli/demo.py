@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from .analyze import print_analysis
+from .analyze import busy_warn_bound, print_analysis
 from .common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_JOB_HUNG, EXIT_OK, EXIT_USAGE
 
 
@@ -18,7 +18,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         faults = [parse_inject(s) for s in args.inject]
         check_against_job(faults, args.ranks, args.steps)
-    except InjectError as exc:
+        warn = busy_warn_bound(args)
+    except (InjectError, ValueError) as exc:
         print(f"telemetry demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
     run_dir = args.run_dir or os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
@@ -56,6 +57,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         result.hang_bound_s or args.hang_after,
         extra={"demo": {"outcome": result.outcome, "injected": args.inject, "run_dir": run_dir}},
         busy_bound=args.busy_bound,
+        busy_warn_bound=warn,
     )
     code = {"failed": EXIT_JOB_FAILED, "hang": EXIT_JOB_HUNG}.get(result.outcome, EXIT_OK)
     if code:

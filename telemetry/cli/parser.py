@@ -86,7 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.8,
         metavar="FRACTION",
         help="low_utilization: the busy share of the job's time under which a sustained stretch is "
-        "a finding (default 0.8)",
+        "a finding, at info (default 0.8)",
+    )
+    d.add_argument(
+        "--busy-warn-bound",
+        type=_fraction,
+        metavar="FRACTION",
+        help="low_utilization: the busy share under which it is a warning, critical under half of it "
+        "(default 0.6, or --busy-bound when lower; at most --busy-bound)",
     )
 
     a = sub.add_parser(
@@ -124,7 +131,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.8,
         metavar="FRACTION",
         help="low_utilization: the busy share of the job's time (compute, device-timed or wall) under "
-        "which a sustained stretch is a finding (default 0.8)",
+        "which a sustained stretch is a finding, at info (default 0.8)",
+    )
+    a.add_argument(
+        "--busy-warn-bound",
+        type=_fraction,
+        metavar="FRACTION",
+        help="low_utilization: the busy share under which it is a warning, critical under half of it "
+        "(default 0.6, or --busy-bound when lower; at most --busy-bound)",
+    )
+    a.add_argument(
+        "--base",
+        metavar="BASE",
+        help="a baseline run (run directory or steps table) of the same job: a busy share, MFU, GPU "
+        "utilization or SM activity lower here than there is a utilization_regression",
     )
 
     df = sub.add_parser("diff", help="compare two runs or steps tables: regressions by phase")

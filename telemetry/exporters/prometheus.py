@@ -70,6 +70,7 @@ ONLINE_KINDS = (
     "stage_imbalance",
     "memory_growth",
     "low_utilization",
+    "utilization_regression",
     "hang",
     "rank_lost",
 )

@@ -59,9 +59,11 @@ class OnlineDetector:
         wait_blocks: int,
         min_interval_s: float = 5.0,
         busy_bound: float = 0.8,
+        busy_warn_bound: float = 0.6,
     ) -> None:
         self.store = store
         self.busy_bound = busy_bound
+        self.busy_warn_bound = min(busy_warn_bound, busy_bound)
         self.rank = rank
         self.world = world
         self.every = every
@@ -183,7 +185,8 @@ class OnlineDetector:
             table = self._table()
             if table.empty or table["step"].nunique() < 4:
                 return False
-            result = analyze(table, step_resolution=False, utilization=UtilizationParams(bound=self.busy_bound))
+            util = UtilizationParams(bound=self.busy_bound, warn_bound=self.busy_warn_bound)
+            result = analyze(table, step_resolution=False, utilization=util)
             self.analyses += 1
             took = time.perf_counter() - t0
             self.analysis_s += took

@@ -3,7 +3,8 @@
 Order matters, because each stage explains part of the time and passes on what is left: stragglers
 first, then ranks stalled on data, then stage imbalance and moving imbalance, then lasting
 changes (regression, slow communication, data stalls that begin), memory growth, low utilization (with
-what the findings before it explain), lost ranks, hangs
+what the findings before it explain), utilization regressions (a drop within the run, or against a
+baseline run), lost ranks, hangs
 (a hang whose culprits are all lost ranks is the lost ranks' finding, not a second one). Every
 finding's ``slowdown`` is a what-if over the steps it covers; the summary's is for all findings
 together, with a goodput split of the run's time.
@@ -34,7 +35,8 @@ from .regression import RegressionParams, detect_regressions
 from .replay import reprice
 from .stall import detect_data_stalls
 from .straggler import StragglerParams, detect_stragglers, straggler_scores
-from .utilization import UtilizationParams, detect_low_utilization
+from .utilization import UtilizationParams, detect_low_utilization, parts_per_step
+from .utilization_drop import detect_utilization_regression
 from .whatif import slowdown, step_savings
 
 log = logging.getLogger("telemetry")
@@ -61,13 +63,16 @@ def analyze(
     step_resolution: bool = True,
     utilization: UtilizationParams | None = None,
     ops: pd.DataFrame | None = None,
+    base: pd.DataFrame | None = None,
+    base_name: str = "the base run",
 ) -> Analysis:
     """``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
     moving imbalance is then not looked for, since a block's median averages away the work that
     moves from step to step and what is left between blocks is noise, not imbalance; nor are the
     gaps between steps (a block's rows carry no start time). ``ops``: the per-operation trace the
     table was made from; its findings are then costed by replaying the trace's dependencies
-    (:mod:`.replay`)."""
+    (:mod:`.replay`). ``base``: a baseline run's steps table (``analyze RUN --base BASE``), whose busy
+    share and device signals this run's are held against (``utilization_regression``)."""
     m = from_table(table) if len(table) else None
     findings: list[Finding] = []
     shift = None
@@ -90,6 +95,14 @@ def analyze(
         findings += detect_regressions(m, live, shift, regression)
         findings += detect_memory_growth(m, live)
         findings += detect_low_utilization(m, live, shift, utilization, gaps=step_resolution)
+        mb = from_table(base) if base is not None and len(base) else None
+        b_live = None
+        if mb is not None:
+            b_live = np.zeros(mb.n_steps, dtype=bool)
+            b_live[sp.warmup(mb.n_steps) :] = True
+        findings += detect_utilization_regression(
+            m, live, shift, findings, utilization, gaps=step_resolution, base=mb, base_live=b_live, base_name=base_name
+        )
     if progress:
         first = float(table["start_s"].min()) if len(table) else None
         lost = detect_lost_ranks(progress, first)
@@ -98,7 +111,7 @@ def analyze(
             detect_hang(progress, m, world_size, hang_bound_s, explained={r for f in lost for r in f.ranks})
         )
     failed_causes = attach_causes(m, findings) if m is not None and m.n_steps else (0, None)
-    summary = _summary(m, findings, shift)
+    summary = _summary(m, findings, shift, utilization, step_resolution)
     if failed_causes[0]:  # counted in the summary, said once per analysis; never silently "no causes"
         summary["cause_failures"] = {"findings": failed_causes[0], "first": failed_causes[1]}
         log.warning(
@@ -112,18 +125,25 @@ def analyze(
     return Analysis(findings, summary, m)
 
 
-def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | None) -> dict[str, Any]:
+def _summary(
+    m: StepMatrix | None,
+    findings: list[Finding],
+    shift: np.ndarray | None,
+    utilization: UtilizationParams | None = None,
+    gaps: bool = True,
+) -> dict[str, Any]:
     if m is None or m.n_steps == 0:
         return {"ranks": 0, "steps": 0, "findings": 0, "slowdown": 0.0, "severity": None}
     t = m.step_time()
     total = slowdown(m, shift) if shift is not None else 0.0
-    regressed = sum(
-        f.slowdown * covered_seconds(m, f)
+    lasting = [
+        f
         for f in findings
         if f.kind in ("regression", "slow_comm")
         or (f.kind == "data_stall" and not f.ranks and f.details.get("before_s") is not None)
-    )
-    total = min(1.0, total + regressed / max(float(np.nansum(t)), 1e-12))
+    ]
+    regressed = sum(f.slowdown * covered_seconds(m, f) for f in lasting)
+    total = min(1.0, total + (regressed + _dropped_seconds(m, findings, lasting)) / max(float(np.nansum(t)), 1e-12))
     up = uptime(m)
     out: dict[str, Any] = {
         "ranks": m.n_ranks,
@@ -139,6 +159,9 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
         "uptime": up,
         "straggler_score": straggler_scores(m),
     }
+    busy = _busy(m, shift, utilization or UtilizationParams(), gaps)
+    if busy:
+        out["utilization"] = busy
     if m.has_layout:
         out["stages"] = int(len(np.unique(m.groups)))
     if m.tokens is not None:
@@ -150,6 +173,48 @@ def _summary(m: StepMatrix | None, findings: list[Finding], shift: np.ndarray | 
     if any(f.kind == "hang" for f in findings):
         out["slowdown"] = 1.0
     return out
+
+
+def _dropped_seconds(m: StepMatrix, findings: list[Finding], lasting: list[Finding]) -> float:
+    """Seconds the utilization regressions that no other finding accounts for (warnings) would give
+    back, beyond what the lasting changes' what-if already counts on the same steps (the larger of the
+    two per step: never counted twice). A low_utilization finding is not in the total: its slowdown is
+    the share of an idle part the job spends as it is built, not a culprit to heal."""
+    drops = [f for f in findings if f.kind == "utilization_regression" and f.severity != "info"]
+    if not drops:
+        return 0.0
+    t = nan_to_zero(m.step_time())
+
+    def per_step(group: list[Finding], combine) -> np.ndarray:
+        out = np.zeros(m.n_steps)
+        for f in group:
+            mask = (m.steps >= f.first_step) & (m.steps <= f.last_step)
+            out = np.where(mask, combine(out, f.slowdown * t), out)
+        return out
+
+    saved = per_step(drops, np.maximum)
+    counted = per_step(lasting, np.add)
+    return float(np.clip(saved - counted, 0.0, None).sum())
+
+
+def _busy(m: StepMatrix, shift: np.ndarray | None, p: UtilizationParams, gaps: bool) -> dict[str, Any]:
+    """The run's busy share after warm-up (low_utilization's measure), its bounds and its idle parts:
+    the summary's ``utilization``, shown whether or not it is a finding."""
+    from .straggler import StragglerParams
+
+    if not np.isfinite(m.compute).any():
+        return {}
+    wall, parts = parts_per_step(m, shift, gaps)
+    live = slice(StragglerParams().warmup(m.n_steps), None)
+    total = float(np.nansum(wall[live]))
+    if total <= 0:
+        return {}
+    shares = {k: float(np.nansum(v[live])) / total for k, v in parts.items()}
+    busy = shares.pop("busy")
+    idle = {k: round(v, 4) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0}
+    band = "ok" if busy >= p.bound else "info" if busy >= p.warn_bound else "warning"
+    band = "critical" if busy < p.warn_bound / 2 else band
+    return {"busy_fraction": round(busy, 4), "bound": p.bound, "warn_bound": p.warn_bound, "band": band, "idle": idle}
 
 
 def covered_seconds(m: StepMatrix, f: Finding) -> float:

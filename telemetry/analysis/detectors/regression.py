@@ -80,12 +80,13 @@ def change_points(v: np.ndarray, p: RegressionParams, lo: int = 0, hi: int | Non
     return change_points(v, p, lo, k, depth + 1) + [k] + change_points(v, p, k, hi, depth + 1)
 
 
-def find_change(x: np.ndarray, p: RegressionParams) -> Change | None:
-    """The largest lasting rise of x above its first level (NaNs dropped), or None.
+def find_change(x: np.ndarray, p: RegressionParams, direction: int = +1) -> Change | None:
+    """The largest lasting rise of x above its first level (NaNs dropped), or None; with
+    ``direction=-1`` the largest lasting fall under it (a utilization drop: utilization.py).
 
     Segments between change points whose level is at least ``min_effect`` above the first
-    segment's, and that hold it (``persist_fraction`` above the midpoint), are the regression;
-    adjacent raised segments merge; the one costing most time wins.
+    segment's (below it, falling), and that hold it (``persist_fraction`` beyond the midpoint), are
+    the change; adjacent such segments merge; the one costing most (level moved x steps) wins.
     """
     ok = np.isfinite(x)
     if ok.sum() < 2 * p.min_segment:
@@ -96,9 +97,10 @@ def find_change(x: np.ndarray, p: RegressionParams) -> Change | None:
     base = float(np.median(v[cuts[0] : cuts[1]]))
     if base <= 0:
         return None
-    raised = [(a, b) for a, b in zip(cuts, cuts[1:]) if np.median(v[a:b]) >= base * (1 + p.min_effect)]
+    bar = base * (1 + direction * p.min_effect)
+    moved = [(a, b) for a, b in zip(cuts, cuts[1:]) if direction * (np.median(v[a:b]) - bar) >= 0]
     merged: list[list[int]] = []
-    for a, b in raised:
+    for a, b in moved:
         if merged and merged[-1][1] == a:
             merged[-1][1] = b
         else:
@@ -108,11 +110,11 @@ def find_change(x: np.ndarray, p: RegressionParams) -> Change | None:
         post = v[a:b]
         after = float(np.median(post))
         mid = (base + after) / 2.0
-        if len(post) < p.min_persist_steps or np.mean(post > mid) < p.persist_fraction:
+        if len(post) < p.min_persist_steps or np.mean(direction * (post - mid) > 0) < p.persist_fraction:
             continue
-        cost = (after - base) * len(post)
+        cost = direction * (after - base) * len(post)
         if best is None or cost > best[0]:
-            z = _rank_split(v, 0, b, +1, min(p.min_segment, a))[1] if a >= p.min_segment else p.z_min
+            z = _rank_split(v, 0, b, direction, min(p.min_segment, a))[1] if a >= p.min_segment else p.z_min
             best = (cost, Change(int(idx[a]), int(idx[b - 1]), base, after, z))
     return best[1] if best else None
 

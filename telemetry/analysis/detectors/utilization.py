@@ -23,10 +23,21 @@ The idle rest is split into what a user can act on, each a share of the stretch'
   pipeline-parallel trace, the bubbles).
 
 The largest part is named. ``slowdown`` is that part's share (what removing it would save, an
-upper bound); severity: ``warning``, ``critical`` under half the bound, ``info`` when the largest
-part is what other findings already explain (see those).
-GPU utilization, SM activity, MFU and tokens/s, where the table has them, go in ``details``: NVML's
-utilization counts a collective's kernel spinning as busy, so it is reported beside, not decided on.
+upper bound; not a culprit healed, so the summary's total leaves it out). Severity says what to do:
+
+- ``info``: the share is between ``warn_bound`` (0.6) and ``bound`` (0.8): common for data-parallel
+  jobs (exposed communication, data wait); the split says where the time goes, nothing is broken;
+- ``warning``: under ``warn_bound``: the accelerators idle over 40% of the time; remove the largest part;
+- ``critical``: under half of ``warn_bound`` (30%): the job mostly waits, fix it before scaling out;
+- ``info`` too whenever the largest part is what other findings already explain (see those).
+
+A stretch under ``warn_bound`` is found as a stretch under ``bound`` is (a running window, a point's
+margin, a quarter of the steps); the rest of a stretch under ``bound`` is one ``info`` finding when
+it is long enough on its own. GPU utilization, SM activity, MFU and tokens/s, where the table has them,
+go in ``details`` and the evidence, which says how they differ from the compute share when they
+disagree by 10 points or more: NVML's utilization counts a collective's kernel spinning while it waits
+as busy (it reads higher), and time in a step outside any phase counts as compute for telemetry while
+the GPU may idle in it (the device reads lower). They are reported beside, never decided on.
 """
 
 from __future__ import annotations
@@ -43,19 +54,29 @@ from .whatif import step_savings
 
 @dataclass(frozen=True)
 class UtilizationParams:
-    bound: float = 0.8  # busy share of the job's time under which a sustained stretch is a finding
+    bound: float = 0.8  # busy share of the job's time under which a sustained stretch is a finding (info)
+    warn_bound: float = 0.6  # ... under which it is a warning (critical under half of it)
     window: int = 51  # steps in the running window (at most half the shortest stretch)
     min_fraction: float = 0.25  # a stretch covers at least this share of the steps after warm-up ...
     min_steps: int = 20  # ... and at least this many steps
     margin: float = (
         0.01  # the running share must be this far under the bound (a job at the bound is not flagged by its noise)
     )
+    min_drop: float = 0.05  # utilization_regression: the smallest drop reported, relative to the level before
+    z_min: float = 6.0  # ... and how certain the change point must be (rank test, as regression's)
+    alpha: float = 1e-3  # ... against a baseline run: Mann-Whitney p bound on blocks of 10 steps
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.bound, (int, float)) and 0.0 < self.bound <= 1.0):
+        for name in ("bound", "warn_bound"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
+                raise ValueError(
+                    f"utilization {name}={v!r}; accepted: a fraction above 0 and at most 1 (0.8 = busy 80% of the step)"
+                )
+        if self.warn_bound > self.bound:
             raise ValueError(
-                f"utilization bound={self.bound!r}; accepted: a fraction above 0 and at most 1 "
-                "(0.8 = busy 80% of the step)"
+                f"utilization warn_bound={self.warn_bound!r} is above bound={self.bound!r}; accepted: "
+                "warn_bound <= bound (a share under warn_bound is a warning, under bound info)"
             )
 
 
@@ -136,16 +157,66 @@ def detect_low_utilization(
     need = max(p.min_steps, int(np.ceil(p.min_fraction * len(idx))))
     w = max(5, min(p.window, need // 2))
     with np.errstate(all="ignore"):
-        low = running_sum(parts["busy"][idx], w) < (p.bound - p.margin) * running_sum(wall[idx], w)
-    runs = hot_mask(low, need)
-    if not runs.any():
-        return []
-    findings = []
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], runs.astype(np.int8), [0]))))
-    for a, b in zip(edges[::2], edges[1::2]):
-        steps = idx[a:b]
-        findings.append(_finding(m, steps, wall, parts, p))
-    return findings
+        busy, time = running_sum(parts["busy"][idx], w), running_sum(wall[idx], w)
+        low = hot_mask(busy < (p.bound - p.margin) * time, need)
+        warn = hot_mask(busy < (p.warn_bound - p.margin) * time, need) if p.warn_bound < p.bound else low
+    # under the warning bound: warning stretches; the rest of a stretch under the bound, long enough
+    # on its own: info stretches
+    runs = [(a, b) for a, b in _edges(warn)] + [(a, b) for a, b in _edges(hot_mask(low & ~warn, need))]
+    return [_finding(m, idx[a:b], wall, parts, p) for a, b in sorted(runs)]
+
+
+def _edges(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of True, end exclusive."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
+
+
+def severity_of(busy: float, largest: str, p: UtilizationParams) -> str:
+    """The severity rule of a busy share (docs/detectors.md, low_utilization)."""
+    if largest == "findings" or busy >= p.warn_bound:
+        return "info"
+    return "critical" if busy < p.warn_bound / 2 else "warning"
+
+
+SIGNALS = (
+    ("gpu_utilization", "dev.gpu_utilization_ratio", "GPU utilization"),
+    ("sm_activity", "dev.gpu_sm_activity_ratio", "SM activity"),
+    ("mfu", "mfu", "MFU"),
+)
+
+
+def device_levels(m: StepMatrix, steps: np.ndarray) -> dict[str, float]:
+    """The median over ranks and ``steps`` of each device signal the table has (see :data:`SIGNALS`)."""
+    out = {}
+    for name, col, _ in SIGNALS:
+        g = m.extra(col)
+        if g is not None and np.isfinite(g[:, steps]).any():
+            out[name] = float(np.nanmedian(g[:, steps]))
+    return out
+
+
+def how_they_differ(busy: float, levels: dict[str, float]) -> str:
+    """A sentence on why the device's own counters and telemetry's compute share disagree, when they
+    do by 10 points or more ('' otherwise)."""
+    high = [n for n in ("gpu_utilization", "sm_activity") if levels.get(n, busy) >= busy + 0.10]
+    low = [n for n in ("gpu_utilization", "sm_activity") if levels.get(n, busy) <= busy - 0.10]
+    label = {"gpu_utilization": "GPU utilization", "sm_activity": "SM activity"}
+    out = []
+    if high:
+        out.append(
+            f"{' and '.join(label[n] for n in high)} read{'s' if len(high) == 1 else ''} higher than the compute "
+            "share because they measure something else: NVML's utilization counts any kernel running, a "
+            "collective's kernel spinning while it waits for peers included; the compute share is telemetry's, "
+            "the time in phases not blocked in collectives"
+        )
+    if low:
+        out.append(
+            f"{' and '.join(label[n] for n in low)} read{'s' if len(low) == 1 else ''} lower than the compute "
+            "share: time in a step outside any phase (host work, launches) counts as compute for telemetry, "
+            "while the device idles in it"
+        )
+    return "; ".join(out)
 
 
 def _finding(
@@ -156,30 +227,22 @@ def _finding(
     busy = shares.pop("busy")
     idle = {k: round(v, 4) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0}
     largest = next(iter(idle), "host_overhead")
-    if largest == "findings":
-        severity = "info"
-    else:
-        severity = "critical" if busy < p.bound / 2 else "warning"
+    severity = severity_of(busy, largest, p)
     first, last = int(m.steps[steps[0]]), int(m.steps[steps[-1]])
     details: dict = {
         "busy_fraction": round(busy, 4),
         "bound": p.bound,
+        "warn_bound": p.warn_bound,
         "idle": idle,
         "largest": largest,
         "measured_by": "compute over the job's time (median over ranks)",
     }
+    levels = device_levels(m, steps)
     seen = []
-    for name, col in (
-        ("gpu_utilization", "dev.gpu_utilization_ratio"),
-        ("sm_activity", "dev.gpu_sm_activity_ratio"),
-        ("mfu", "mfu"),
-    ):
-        g = m.extra(col)
-        if g is not None:
-            v = float(np.nanmedian(g[:, steps])) if np.isfinite(g[:, steps]).any() else float("nan")
-            if np.isfinite(v):
-                details[name] = round(v, 4)
-                seen.append(f"{name.replace('_', ' ').replace('mfu', 'MFU').replace('gpu', 'GPU')} {v:.0%}")
+    for name, _, label in SIGNALS:
+        if name in levels:
+            details[name] = round(levels[name], 4)
+            seen.append(f"{label} {levels[name]:.0%}")
     if m.tokens is not None:
         secs = float(wall[steps].sum())
         if secs > 0 and np.nansum(m.tokens[steps]) > 0:
@@ -187,11 +250,23 @@ def _finding(
     top = list(idle.items())[:3]
     split = "; ".join(f"{PARTS[k]} {v:.0%}" for k, v in top)
     also = f" ({', '.join(seen)})" if seen else ""
+    if busy >= p.warn_bound:
+        band = (
+            f"under the {p.bound:.0%} bound and above the {p.warn_bound:.0%} warning bound: common in "
+            "data-parallel training, nothing is broken; the split says where the rest goes"
+        )
+    elif busy < p.warn_bound / 2:
+        band = f"under {p.warn_bound / 2:.0%}, half the {p.warn_bound:.0%} warning bound: the job mostly waits"
+    else:
+        band = f"under the {p.warn_bound:.0%} warning bound"
+    differ = how_they_differ(busy, levels)
     evidence = (
-        f"over steps {first}-{last} the ranks compute {busy:.0%} of the job's time{also}, under the "
-        f"{p.bound:.0%} bound; the idle {1 - busy:.0%} is {split}; the largest part, "
-        f"{PARTS[largest]}, is {idle.get(largest, 0.0):.0%} of the time"
+        f"over steps {first}-{last} the ranks compute {busy:.0%} of the job's time{also}, {band}; the idle "
+        f"{1 - busy:.0%} is {split}; the largest part, {PARTS[largest]}, is {idle.get(largest, 0.0):.0%} of the "
+        "time" + (" (the other findings' culprits: see those)" if largest == "findings" else "")
     )
+    if differ:
+        evidence += f". {differ[0].upper()}{differ[1:]}"
     return Finding(
         kind="low_utilization",
         ranks=[],

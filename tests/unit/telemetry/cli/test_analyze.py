@@ -98,3 +98,18 @@ def test_analyze_bad_path(tmp_path, capsys, arg, message):
     (tmp_path / "notes.txt").write_text("hello")
     assert cli(["analyze", str(tmp_path / arg)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_analyze_against_a_base_run(tmp_path, capsys):
+    base, run = tmp_path / "base.csv", tmp_path / "run.parquet"
+    simulate(Scenario(ranks=4, steps=200, gpu_signals=True)).to_csv(base, index=False)
+    simulate(Scenario(ranks=4, steps=200, seed=1, gpu_signals=True, gap_s=0.008)).to_parquet(run)
+    assert cli(["analyze", str(run), "--base", str(base), "--json", "--fail-on", "warning"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    [f] = [f for f in doc["findings"] if f["kind"] == "utilization_regression"]
+    assert f["severity"] == "warning" and f["details"]["base"] == f"the base run {base}"
+    assert f["details"]["grew"] == "between_steps" and f"against the base run {base}" in f["evidence"]
+    assert cli(["analyze", str(run)]) == 0  # alone, the run is a healthy job at about 70% busy: info
+    assert "utilization_regression" not in capsys.readouterr().out
+    assert cli(["analyze", str(run), "--base", str(tmp_path / "missing.csv")]) == 2
+    assert "missing.csv" in capsys.readouterr().err
