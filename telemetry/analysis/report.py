@@ -162,12 +162,15 @@ def render(
         out.append("\n" + online_section(online, analysis.findings).rstrip())
     gaps = [f for f in analysis.findings if f.kind == "low_utilization"]
     left_out = ""
-    if gaps and analysis.matrix is not None:
-        share = sum(_share_of_run(analysis.matrix, f) for f in gaps)
+    if gaps:
+        share = (
+            f"'s {sum(_share_of_run(analysis.matrix, f) for f in gaps):.1%} of the run"
+            if analysis.matrix is not None
+            else ""
+        )
         left_out = (
-            f" Not in it: low_utilization's {share:.1%} of the run, the share of the largest idle part, which "
-            "the job spends as it is built (removing that part would save at most that); no culprit's healing "
-            "gives it back."
+            f" Not in it: low_utilization{share}, the share of the largest idle part, which the job spends as "
+            "it is built (removing that part would save at most that); no culprit's healing gives it back."
         )
     out.append(
         f"\nEstimated slowdown from all findings together: {s['slowdown']:.1%} of the whole run's step time "

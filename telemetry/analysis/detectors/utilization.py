@@ -199,9 +199,8 @@ def device_levels(m: StepMatrix, steps: np.ndarray) -> dict[str, float]:
 def how_they_differ(busy: float, levels: dict[str, float]) -> str:
     """A sentence on why the device's own counters and telemetry's compute share disagree, when they
     do by 10 points or more ('' otherwise)."""
-    high = [n for n in ("gpu_utilization", "sm_activity") if levels.get(n, busy) >= busy + 0.10]
-    low = [n for n in ("gpu_utilization", "sm_activity") if levels.get(n, busy) <= busy - 0.10]
     label = {"gpu_utilization": "GPU utilization", "sm_activity": "SM activity"}
+    high = [n for n in label if levels.get(n, busy) >= busy + 0.10]
     out = []
     if high:
         out.append(
@@ -210,11 +209,15 @@ def how_they_differ(busy: float, levels: dict[str, float]) -> str:
             "collective's kernel spinning while it waits for peers included; the compute share is telemetry's, "
             "the time in phases not blocked in collectives"
         )
-    if low:
+    if levels.get("gpu_utilization", busy) <= busy - 0.10:
         out.append(
-            f"{' and '.join(label[n] for n in low)} read{'s' if len(low) == 1 else ''} lower than the compute "
-            "share: time in a step outside any phase (host work, launches) counts as compute for telemetry, "
-            "while the device idles in it"
+            "GPU utilization reads lower than the compute share: time in a step outside any phase (host work, "
+            "launches) counts as compute for telemetry, while the device idles in it"
+        )
+    if levels.get("sm_activity", busy) <= busy - 0.10:
+        out.append(
+            "SM activity reads lower: it is the share of the GPU's multiprocessors busy, and kernels seldom "
+            "fill them all"
         )
     return "; ".join(out)
 
