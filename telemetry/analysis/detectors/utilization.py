@@ -101,7 +101,17 @@ def running_sum(x: np.ndarray, w: int) -> np.ndarray:
 
 
 def parts_per_step(m: StepMatrix, shift: np.ndarray | None, gaps: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(S,) the job's time per step and (S,) each part of it: ``busy`` and the idle parts above."""
+    """(S,) the job's time per step and (S,) each part of it: ``busy`` and the idle parts above.
+    Cached for the same ``shift`` (low_utilization, utilization_regression and the summary ask alike)."""
+    cached = m.cache.get(("parts", gaps))
+    if cached is not None and cached[0] is shift:
+        return cached[1]
+    out = _parts_per_step(m, shift, gaps)
+    m.cache[("parts", gaps)] = (shift, out)
+    return out
+
+
+def _parts_per_step(m: StepMatrix, shift: np.ndarray | None, gaps: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     t = nan_to_zero(m.step_time())
     med = float(np.median(t[t > 0])) if (t > 0).any() else 0.0
     spike = t > 3 * med
