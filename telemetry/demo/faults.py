@@ -3,8 +3,8 @@
 
 A :class:`Fault` is the ground truth a detector should find, for the demo job here and for the
 simulator (:mod:`.simulate`, which knows more kinds: ``imbalance``, ``stage_imbalance``,
-``memory_growth``, ``host_overhead`` and ``host_gap`` (host work per step, ``delay_s``, in the step
-outside any phase or between steps), intermittent and bounded faults). In the demo every fault is real work or real
+``memory_growth``, ``host_overhead`` (host work per step, ``delay_s``, in the step outside any phase),
+intermittent and bounded faults). In the demo every fault is real work or real
 delay inside the training job, on the named rank and phase, so the detectors see what a real job
 would show:
 
@@ -18,6 +18,9 @@ would show:
 - ``slow_comm:factor=F[,start=S]``: every gradient all-reduce does F times the communication work
   for its payload (inside the call, beneath telemetry's wrapper), as over a link F times slower.
 - ``hang:rank=R,step=S``: rank R stops inside the forward phase of step S and never returns.
+- ``host_gap:delay_ms=D[,start=S]``: from step S every rank does D ms more host work between steps,
+  outside ``telemetry.step`` (a sleep after the step: logging, a synchronizing ``.item()``, evaluation
+  in the loop): the step time is unchanged and the job's busy share falls (a utilization regression).
 - ``cpu_hog:rank=R[,start=S]``: from step S a competing process spins on rank R's CPU, and rank R is
   pinned to that CPU with it: it gets about half a core (a noisy neighbour, a runaway data worker).
 - ``kill:rank=R,step=S``: rank R's process is killed (SIGKILL, as by the OOM killer or a lost pod)
@@ -43,9 +46,10 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "hang": (("rank", "step"), ()),
     "kill": (("rank", "step"), ()),
     "cpu_hog": (("rank",), ("start",)),
+    "host_gap": (("delay_ms",), ("start",)),
 }
 _TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str}
-SIMULATED = ("straggler", "data_stall", "regression", "slow_comm")  # the kinds `telemetry simulate` models
+SIMULATED = ("straggler", "data_stall", "regression", "slow_comm", "host_gap")  # the kinds `telemetry simulate` models
 _PLACEHOLDERS = {"rank": "R", "phase": "P", "factor": "F", "start": "S", "step": "S", "delay_ms": "D"}
 
 
@@ -69,7 +73,7 @@ class InjectError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # straggler, data_stall, slow_comm, regression, hang, kill, cpu_hog; simulated also: imbalance, stage_imbalance, memory_growth, host_overhead, host_gap
+    kind: str  # straggler, data_stall, slow_comm, regression, hang, kill, cpu_hog, host_gap; simulated also: imbalance, stage_imbalance, memory_growth, host_overhead
     ranks: tuple[int, ...] = ()  # the culprit ranks; empty: every rank (job-wide kinds)
     phase: str | None = None  # None: the kind's default phases
     factor: float = 1.5  # how many times slower (straggler, regression, slow_comm, stage_imbalance)
@@ -203,6 +207,10 @@ class FaultPlan:
             if f.kind == "slow_comm" and step >= f.start:
                 factor *= f.factor
         return factor
+
+    def host_gap_s(self, step: int) -> float:
+        """Seconds of host work after this step, outside it (every rank)."""
+        return sum(f.delay_s for f in self.faults if f.kind == "host_gap" and step >= f.start)
 
     def hangs_at(self, step: int) -> bool:
         return any(f.kind == "hang" and self.rank in f.ranks and f.start == step for f in self.faults)

@@ -3,7 +3,7 @@ the job."""
 
 import pytest
 
-from telemetry.demo.faults import InjectError, check_against_job, parse_inject
+from telemetry.demo.faults import FaultPlan, InjectError, check_against_job, parse_inject
 
 
 @pytest.mark.parametrize(
@@ -34,3 +34,13 @@ def test_inject_checked_against_the_job():
         check_against_job([parse_inject("hang:rank=7,step=3")], ranks=4, steps=100)
     with pytest.raises(InjectError, match=r"start=500 but the job runs --steps 100"):
         check_against_job([parse_inject("regression:factor=2,start=500")], ranks=4, steps=100)
+
+
+def test_host_work_between_steps_from_a_step_on():
+    f = parse_inject("host_gap:delay_ms=10,start=100")
+    assert (f.kind, f.ranks, f.delay_s, f.start) == ("host_gap", (), 0.01, 100)
+    plan = FaultPlan([f], rank=3)  # every rank
+    assert plan.host_gap_s(99) == 0.0 and plan.host_gap_s(100) == plan.host_gap_s(150) == 0.01
+    with pytest.raises(InjectError, match="host_gap needs delay_ms"):
+        parse_inject("host_gap:start=100")
+    check_against_job([f], ranks=4, steps=200)

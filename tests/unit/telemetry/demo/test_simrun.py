@@ -23,3 +23,12 @@ def test_simulate_writes_a_run_directory_that_analyze_reads(tmp_path, capsys):
     assert stragglers == [([5], "forward")]
     run = open_input(out)
     assert set(run.table["node"]) == {"node0", "node1"}  # eight ranks a node
+
+
+def test_simulate_injects_host_work_between_steps(tmp_path, capsys):
+    out = simulated(tmp_path, "host_gap:delay_ms=10,start=300")  # 16 ranks x 600 steps
+    capsys.readouterr()
+    code, doc = analyzed(capsys, out)
+    [f] = [f for f in doc["findings"] if f["kind"] == "utilization_regression"]
+    assert f["severity"] == "warning" and abs(f["first_step"] - 300) <= 3 and f["details"]["grew"] == "between_steps"
+    assert json.load(open(os.path.join(out, "truth.json")))["faults"][0]["delay_s"] == 0.01
