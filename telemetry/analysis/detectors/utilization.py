@@ -215,7 +215,7 @@ def how_they_differ(busy: float, levels: dict[str, float]) -> str:
     if high:
         out.append(
             f"{' and '.join(label[n] for n in high)} read{'s' if len(high) == 1 else ''} higher than the compute "
-            "share because they measure something else: NVML's utilization counts any kernel running, a "
+            "share because the two measure different things: NVML's utilization counts any kernel running, a "
             "collective's kernel spinning while it waits for peers included; the compute share is telemetry's, "
             "the time in phases not blocked in collectives"
         )
