@@ -200,8 +200,6 @@ def _dropped_seconds(m: StepMatrix, findings: list[Finding], lasting: list[Findi
 def _busy(m: StepMatrix, shift: np.ndarray | None, p: UtilizationParams, gaps: bool) -> dict[str, Any]:
     """The run's busy share after warm-up (low_utilization's measure), its bounds and its idle parts:
     the summary's ``utilization``, shown whether or not it is a finding."""
-    from .straggler import StragglerParams
-
     if not np.isfinite(m.compute).any():
         return {}
     wall, parts = parts_per_step(m, shift, gaps)
