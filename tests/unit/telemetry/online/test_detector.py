@@ -170,3 +170,32 @@ def test_each_scored_rank_has_the_cost_of_the_straggler_finding_naming_it():
     findings = [f("straggler", [2], 0.07), f("straggler", [4, 5], 0.03), f("data_stall", [1], 0.2)]
     costs = straggler_costs(findings, {r: 0.0 for r in range(6)})
     assert costs == {0: 0.0, 1: 0.0, 2: 0.07, 3: 0.0, 4: 0.03, 5: 0.03}  # a stall is not a straggler's cost
+
+
+def test_the_busy_bounds_reach_online_detection():
+    from telemetry import online
+
+    def kinds(**bounds):
+        det = online.OnlineDetector(
+            store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
+            rank=1,
+            world=4,
+            every=10,
+            window=50,
+            wait_blocks=3,
+            min_interval_s=0,
+            **bounds,
+        )
+        rng = np.random.default_rng(0)
+        for block in range(30):  # every rank computes about half of its 40 ms step, blocked in the other half
+            rows = {
+                r: np.array([block, 10, 0.040, 0.020 * (1 + 0.02 * rng.standard_normal()), 0.020, 0.0, 0.020])
+                for r in range(4)
+            }
+            det._rows[block] = Block.of(rows)
+        assert det._analyze()
+        return [d["kind"] for result in det.poll() for d in result.findings]
+
+    assert kinds() == ["low_utilization"]  # 50% busy: under the 60% warning bound, reported
+    assert kinds(busy_warn_bound=0.4) == []  # info between 40% and 80%: online detection reports from warning up
+    assert kinds(busy_bound=0.45) == []  # the warning bound follows a lower bound: 50% is above both
