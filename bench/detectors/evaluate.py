@@ -241,6 +241,26 @@ SCENARIOS = [
         steps=500,
         faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.3, start=150, end=350),),
     ),
+    # Intermittent stragglers at several duty cycles, among 16 ranks, starting off the blocks of 10
+    # steps online detection summarizes: the onset is where the slow steps begin to come often.
+    *(
+        S(
+            f"intermittent straggler, {duty:.0%} of steps from step {start}, {factor}x forward, 16 ranks",
+            [Expect("straggler", (6,), "forward", start)],
+            ranks=16,
+            steps=600,
+            seed=seed,
+            faults=(Fault("straggler", ranks=(6,), phase="forward", factor=factor, probability=duty, start=start),),
+        )
+        for duty, factor, start, seed in (
+            (0.1, 2.0, 157, 0),
+            (0.1, 2.0, 203, 1),
+            (0.2, 1.6, 203, 0),
+            (0.3, 1.4, 311, 0),
+            (0.3, 1.4, 157, 1),
+            (0.5, 1.4, 157, 0),
+        )
+    ),
     S(
         "straggler steps 100-250",
         [Expect("straggler", (2,), "backward", 100, end=250)],

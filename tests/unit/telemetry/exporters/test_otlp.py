@@ -105,6 +105,7 @@ def test_endpoint_from_the_standard_variable_turns_the_sink_on(run_dir, monkeypa
         assert any(s["name"] == "train.rank_step" for s in rcv.spans)
 
 
+@pytest.mark.real_clock  # gRPC sets its deadline from Python's clock and keeps it on the real one
 def test_grpc_protocol(run_dir):
     grpc = pytest.importorskip("grpc")
     from concurrent import futures

@@ -3,6 +3,7 @@ instrumentation on and off, and a process-group cache that never mistakes a new 
 destroyed one. Real gloo ranks: tests/integration/test_collectives_gloo.py."""
 
 import gc
+import weakref
 
 import pytest
 
@@ -54,23 +55,18 @@ class FakeDist:
 
 
 def test_a_group_at_a_destroyed_groups_address_is_read_afresh():
+    """CPython hands a freed group's address to a later object: the cache, keyed by address, must not
+    give the new group the old one's size and name. The old group's entry is planted at the new
+    group's address (as the allocator would leave it), dead and alive."""
     collectives.forget_groups()
-    old = Group(8, "old")
-    assert collectives._group_info(FakeDist, old) == (8, "old")
-    old_id = id(old)
-    del old
-    gc.collect()
-    # CPython hands freed memory to later objects of the same size: make groups (keeping each
-    # alive, so each takes a new slot) until one sits at the old address.
-    made = []
-    for _ in range(100000):
-        made.append(Group(2, "new"))
-        if id(made[-1]) == old_id:
-            break
-    else:
-        raise AssertionError("could not place a new group at the old address")
-    new = made[-1]
+    old, new = Group(8, "old"), Group(2, "new")
+    collectives._group_cache[id(new)] = (weakref.ref(old), (8, "old"))  # the old group still alive
     assert collectives._group_info(FakeDist, new) == (2, "new")
+    collectives._group_cache[id(new)] = (weakref.ref(old), (8, "old"))
+    del old
+    gc.collect()  # ... and destroyed: its weak reference is dead
+    assert collectives._group_info(FakeDist, new) == (2, "new")
+    assert collectives._group_info(FakeDist, new) == (2, "new")  # now cached as itself
 
 
 def test_the_default_group_is_read_again_after_a_new_init():
