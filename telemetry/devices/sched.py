@@ -36,6 +36,9 @@ import time
 from typing import Callable
 
 log = logging.getLogger("telemetry")
+# A rate needs an interval this long: the sampler's first reading comes right after the sources are
+# built, and a share of a few microseconds is noise, not a reading.
+MIN_INTERVAL_S = 0.01
 
 
 class Unavailable(Exception):
@@ -82,7 +85,7 @@ class ThreadSchedSource:
         self._last = (now, run, wait)
         out = {"cpu_runqueue_wait_seconds": wait * 1e-9}
         dt = now - t0
-        if dt > 0:
+        if dt >= MIN_INTERVAL_S:
             out["cpu_running_ratio"] = (run - run0) * 1e-9 / dt
             out["cpu_runqueue_wait_ratio"] = (wait - wait0) * 1e-9 / dt
         return out
@@ -216,7 +219,7 @@ class CgroupCpuSource:
         periods, throttled, secs = counters
         out = {"cpu_throttled_seconds": secs, "cpu_throttled_periods": float(throttled)}
         last, self._last = self._last, (self.dir, now, counters)
-        if last is not None and last[0] == self.dir and now > last[1]:
+        if last is not None and last[0] == self.dir and now - last[1] >= MIN_INTERVAL_S:
             dt = now - last[1]
             p0, n0, s0 = last[2]
             out["cpu_throttled_ratio"] = max(secs - s0, 0.0) / dt
@@ -253,7 +256,9 @@ class PressureSource:
         total, now = self._total(), self.clock()
         t0, total0 = self._last
         self._last = (now, total)
-        return {"cpu_pressure_some_ratio": max(total - total0, 0.0) / (now - t0)} if now > t0 else {}
+        if now - t0 < MIN_INTERVAL_S:
+            return {}
+        return {"cpu_pressure_some_ratio": max(total - total0, 0.0) / (now - t0)}
 
 
 def build_sched_sources(tid: int | None, say: Callable[[str], None]) -> list[object]:
