@@ -241,6 +241,27 @@ SCENARIOS = [
         steps=500,
         faults=(Fault("straggler", ranks=(6,), phase="forward", factor=2.0, probability=0.3, start=150, end=350),),
     ),
+    # Healthy jobs whose ranks compute 60-80% of the time (most real data-parallel jobs): no warning.
+    S("healthy, 77% busy (exposed communication)", comm_s=0.008),
+    S("healthy, 71% busy", comm_s=0.012),
+    S("healthy, 65% busy", comm_s=0.016),
+    S("healthy, 62% busy", comm_s=0.019),
+    S("healthy, 72% busy, host work between steps, GPU signals", gap_s=0.006, gpu_signals=True),
+    S("healthy, 63% busy, GPU signals, 20% jitter", comm_s=0.012, gpu_signals=True, jitter=0.2),
+    # Utilization drops within a run: host work between steps from step S, the devices idle for it
+    S(
+        "utilization drop: 10 ms of host work between steps from step 150, GPU signals",
+        [Expect("utilization_regression", None, None, 150)],
+        gpu_signals=True,
+        faults=(Fault("host_gap", delay_s=0.01, start=150),),
+    ),
+    S(
+        "utilization drop: 8 ms of host work between steps from step 203, 16 ranks",
+        [Expect("utilization_regression", None, None, 203)],
+        ranks=16,
+        steps=500,
+        faults=(Fault("host_gap", delay_s=0.008, start=203),),
+    ),
     # Intermittent stragglers at several duty cycles, among 16 ranks, starting off the blocks of 10
     # steps online detection summarizes: the onset is where the slow steps begin to come often.
     *(
@@ -278,14 +299,14 @@ SCENARIOS = [
     ),
     # utilization gaps, each with its largest idle part
     S(
-        "utilization gap: input-bound (every rank waits 15 ms for data)",
+        "utilization gap: input-bound (every rank waits 25 ms for data, 51% busy)",
         [Expect("data_stall", None, "data"), Expect("low_utilization", cause="data_wait")],
-        data_s=0.015,
+        data_s=0.025,
     ),
     S(
-        "utilization gap: exposed communication (20 ms all-reduce)",
+        "utilization gap: exposed communication (30 ms all-reduce, 52% busy)",
         [Expect("low_utilization", cause="exposed_comm")],
-        comm_s=0.02,
+        comm_s=0.03,
     ),
     S(
         "utilization gap: a checkpoint every 3 steps",
@@ -294,19 +315,25 @@ SCENARIOS = [
         checkpoint_s=0.2,
     ),
     S(
-        "utilization gap: 15 ms of host work between steps",
+        "utilization gap: 30 ms of host work between steps (48% busy)",
         [Expect("low_utilization", cause="between_steps")],
-        gap_s=0.015,
+        gap_s=0.03,
     ),
     S(
-        "utilization gap: waiting for ranks under heavy jitter (30%)",
+        "utilization gap: waiting for ranks under heavy jitter (60%, 50% busy)",
         [Expect("low_utilization", cause="waiting_for_ranks")],
-        jitter=0.3,
+        jitter=0.6,
         seed=3,
+    ),
+    S(
+        "61% busy, 20 ms all-reduce exposed: low_utilization at info, its largest part named",
+        [Expect("low_utilization", cause="exposed_comm", info=True)],
+        comm_s=0.02,
     ),
 ]
 
-BUSY_BOUND = 0.8  # the low_utilization default
+BUSY_BOUND = 0.8  # low_utilization: under it, info (shown, not reported)
+BUSY_WARN_BOUND = 0.6  # ... under this, a warning: the only low_utilization a scenario may hold unsaid
 
 
 def true_busy(sc: Scenario, table) -> float:
@@ -323,11 +350,13 @@ def true_busy(sc: Scenario, table) -> float:
 
 
 def implied(sc: Scenario, table, expect: tuple[Expect, ...]) -> tuple[Expect, ...]:
-    """A job whose true busy share is under the bound has a utilization gap whatever else it has: a
-    low_utilization finding there is right (not counted in recall: not what the scenario is about);
-    within 3 points above the bound it is accepted too (the detector measures stretches, the truth
-    the whole run); above that it is a false positive."""
-    if any(e.kind == "low_utilization" for e in expect) or true_busy(sc, table) >= BUSY_BOUND + 0.03:
+    """A warning counts as a false positive unless the scenario holds that fault. The one fault a
+    scenario may hold without saying it is its own busy share: a job whose true busy share (from the
+    simulation's own columns) is under the warning bound has a utilization gap whatever else it has, so
+    a low_utilization warning there is right (not counted in recall: not what the scenario is about);
+    within 3 points above that bound it is accepted too (the detector measures stretches, the truth
+    the whole run). Between the bounds low_utilization is info: never reported, never a false positive."""
+    if any(e.kind == "low_utilization" for e in expect) or true_busy(sc, table) >= BUSY_WARN_BOUND + 0.03:
         return ()
     return (Expect("low_utilization", info=True),)
 
@@ -539,7 +568,7 @@ def render(sim, demos, corpus, scale) -> str:
     exp = sum(r["expected"] for r in sim)
     got = sum(r["found"] for r in sim)
     fps = sum(len(r["false_positives"]) for r in sim)
-    errs = [r["whatif"][0] for r in sim if r["whatif"]]
+    errs = [r["whatif"][0] for r in sim if r["whatif"] and r["whatif"][0] is not None]
     delays = [d for r in sim for d in r["delay"]]
     lines = [
         f"Measured {time.strftime('%Y-%m-%d')} (`python bench/detectors/evaluate.py`). Counted: findings at "
@@ -552,14 +581,18 @@ def render(sim, demos, corpus, scale) -> str:
         f"{', '.join(str(o) for r in sim for o in r['onset']) or '-'} steps; end error (last step found against "
         f"the fault's, for faults that end before the run) {', '.join(str(o) for r in sim for o in r['end']) or '-'} "
         "steps. A `low_utilization` finding is also right in any scenario whose simulated busy share (compute over "
-        f"the job's time, after warm-up) is under {BUSY_BOUND:.0%}: there it is neither counted in recall nor a "
-        "false positive; elsewhere it is a false positive.",
+        f"the job's time, after warm-up) is under the warning bound, {BUSY_WARN_BOUND:.0%}: there it is neither "
+        "counted in recall nor a false positive; elsewhere a warning is a false positive unless its scenario holds "
+        f"that fault (between {BUSY_WARN_BOUND:.0%} and {BUSY_BOUND:.0%} busy, low_utilization is info: not reported).",
         "",
         "| scenario | ranks x steps | expected | found | false positives | delay (steps) | onset error (steps) | end error (steps) | what-if: ours / true (error) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sim:
-        w = f"{r['whatif'][1]:.3f} / {r['whatif'][2]:.3f} ({r['whatif'][0]:.0%})" if r["whatif"] else "-"
+        w = "-"
+        if r["whatif"]:
+            err = "-" if r["whatif"][0] is None else f"{r['whatif'][0]:.0%}"
+            w = f"{r['whatif'][1]:.3f} / {r['whatif'][2]:.3f} ({err})"
         fp = ", ".join(f"{k} {rk} {sv}" for k, rk, sv in r["false_positives"]) or "0"
         lines.append(
             f"| {r['name']} | {r['ranks']} x {r['steps']} | {r['expected']} | {r['found']} | {fp} | "
@@ -627,7 +660,19 @@ def main() -> None:
 
         sys.path.insert(0, HERE)
         scale = run_scale(1024, 10000)
+    from online_phase import score_online
+
+    online = score_online(SCENARIOS)
     text = render(sim, demos, corpus, scale)
+    text += (
+        f"\n\n**Online phase attribution** (bench/detectors/online_phase.py: each simulated straggler scenario "
+        "through online detection's own code path, block summaries of 10 steps and rank 0's table): online "
+        f"detection names the same phase as offline analysis for {online['same']} of the {online['compared']} "
+        f"stragglers both find (target: 95%); {sum(r['online'] == 'not found' for r in online['rows'])} of "
+        f"{len(online['rows'])} are not found online ("
+        + ", ".join(f"{r['scenario']}" for r in online["rows"] if r["online"] == "not found")
+        + ")."
+    )
     print(text)
     if args.out:
         from results import update_section
