@@ -515,7 +515,10 @@ def test_every_panel_query_runs_on_a_live_demo(tmp_path):
             )
             prom.wait_for(
                 substitute(
-                    panel_target(dashboards, "tt-overview", "Straggler score by rank (online detection)")["expr"], job
+                    panel_target(dashboards, "tt-overview", "Straggler cost and score by rank (online detection)", "B")[
+                        "expr"
+                    ],
+                    job,
                 ),
                 top("scored_rank"),
                 timeout=45,

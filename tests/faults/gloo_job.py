@@ -16,6 +16,12 @@ from tests.helpers.servers import free_port, free_port_range
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+# A fault run's step time against the healthy run of the same job, measured in the same session: the
+# table reports the ratio exactly; the bound asserted only says that training went on at its pace (a
+# fault that blocked the training loop stops it, hundreds of times slower), with room for a busy
+# machine, where the healthy run and the fault run meet different load (measured up to 1.7x under a CPU
+# hog on one core).
+NOT_SLOWED = 3.0
 
 
 @dataclass

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from telemetry.pipeline.sinks import SinkStartError
-from tests.faults.gloo_job import GlooJob
+from tests.faults.gloo_job import NOT_SLOWED, GlooJob
 from tests.helpers.otlp_receiver import Blackhole, Receiver
 from tests.helpers.servers import free_port, free_port_range, http_get
 
@@ -72,7 +72,7 @@ def spans_lost_at_shutdown(result, rank: int) -> int:
 def training(result, healthy, bound_s: float = SHUTDOWN_BOUND_S) -> str:
     ratio = result.ratio(healthy)
     assert len(result.ranks) == 2 and all(len(r["times"]) == 200 for r in result.ranks.values())
-    assert ratio < 1.5, f"step time {ratio:.2f}x healthy"
+    assert ratio < NOT_SLOWED, f"step time {ratio:.2f}x healthy"
     assert result.shutdown_s() < bound_s + SLACK_S, f"shutdown took {result.shutdown_s():.2f} s"
     return f"finished; step time {ratio:.2f}x healthy; shutdown {result.shutdown_s():.2f} s (bound {bound_s:g} s)"
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from telemetry.analysis.load import open_input
-from tests.faults.gloo_job import ROOT, GlooJob
+from tests.faults.gloo_job import NOT_SLOWED, ROOT, GlooJob
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +139,7 @@ def broken_until_the_end(tmp_path, healthy_job, fault_table, fault: str, breaker
         lost_text.append(f"rank {r} steps {final['lost_steps']} ({final['dropped']} records)")
     assert doc["summary"]["ranks"] == 2 and doc["summary"]["last_step"] >= FILL_AT - 1
     ratio = result.ratio(healthy_job)
-    assert ratio < 1.5
+    assert ratio < NOT_SLOWED
     fault_table.add(
         "storage",
         fault,
@@ -198,7 +198,7 @@ def test_disk_full_for_a_while_then_freed_loses_nothing(tmp_path, healthy_job, f
         assert stored[r] == list(range(steps)), r
         assert len(store_warnings(result.stderr[r])) == 1 and not not_delivered(result.stderr[r])
     ratio = result.ratio(healthy_job)
-    assert ratio < 1.5
+    assert ratio < NOT_SLOWED
     failures = [result.ranks[r]["stats"]["sinks"]["store"]["failures"] for r in range(2)]
     fault_table.add(
         "storage",

@@ -45,7 +45,9 @@ def test_every_page_on_a_real_demo_run_with_a_straggler(monkeypatch, straggler_d
     show(at, "devices")  # a CPU run: said so, with the process's CPU and memory
     assert any("No GPU was sampled" in i.value for i in at.info)
     [signal] = [s for s in at.selectbox if s.label == "signal"]
-    assert signal.options[:2] == ["process CPU (% of one core)", "process resident memory (GiB)"]
+    assert signal.options[0] == "process CPU (% of one core)" and "process resident memory (GiB)" in signal.options
+    # the scheduler's account of the training thread (Linux): offered beside
+    assert "training thread waiting for a CPU (run-queue delay) (% of the time)" in signal.options
     assert sorted(at.dataframe[0].value["rank"]) == [0, 1, 2, 3]
 
     show(at, "compare")
