@@ -136,14 +136,13 @@ def _summary(
         return {"ranks": 0, "steps": 0, "findings": 0, "slowdown": 0.0, "severity": None}
     t = m.step_time()
     total = slowdown(m, shift) if shift is not None else 0.0
-    lasting = [
-        f
+    regressed = sum(
+        f.slowdown * covered_seconds(m, f)
         for f in findings
         if f.kind in ("regression", "slow_comm")
         or (f.kind == "data_stall" and not f.ranks and f.details.get("before_s") is not None)
-    ]
-    regressed = sum(f.slowdown * covered_seconds(m, f) for f in lasting)
-    total = min(1.0, total + (regressed + _dropped_seconds(m, findings, lasting)) / max(float(np.nansum(t)), 1e-12))
+    )
+    total = min(1.0, total + (regressed + _dropped_seconds(m, findings)) / max(float(np.nansum(t)), 1e-12))
     up = uptime(m)
     out: dict[str, Any] = {
         "ranks": m.n_ranks,
@@ -175,26 +174,21 @@ def _summary(
     return out
 
 
-def _dropped_seconds(m: StepMatrix, findings: list[Finding], lasting: list[Finding]) -> float:
+def _dropped_seconds(m: StepMatrix, findings: list[Finding]) -> float:
     """Seconds the utilization regressions that no other finding accounts for (warnings) would give
-    back, beyond what the lasting changes' what-if already counts on the same steps (the larger of the
-    two per step: never counted twice). A low_utilization finding is not in the total: its slowdown is
-    the share of an idle part the job spends as it is built, not a culprit to heal."""
+    back. Their grown idle part is none of the other findings' own (else they would be info), so their
+    time adds to the others'; a drop within the run and one against the baseline on the same steps
+    count once, the larger. A low_utilization finding is not in the total: its slowdown is the share of
+    an idle part the job spends as it is built, not a culprit to heal."""
     drops = [f for f in findings if f.kind == "utilization_regression" and f.severity != "info"]
     if not drops:
         return 0.0
     t = nan_to_zero(m.step_time())
-
-    def per_step(group: list[Finding], combine) -> np.ndarray:
-        out = np.zeros(m.n_steps)
-        for f in group:
-            mask = (m.steps >= f.first_step) & (m.steps <= f.last_step)
-            out = np.where(mask, combine(out, f.slowdown * t), out)
-        return out
-
-    saved = per_step(drops, np.maximum)
-    counted = per_step(lasting, np.add)
-    return float(np.clip(saved - counted, 0.0, None).sum())
+    saved = np.zeros(m.n_steps)
+    for f in drops:
+        mask = (m.steps >= f.first_step) & (m.steps <= f.last_step)
+        saved = np.where(mask, np.maximum(saved, f.slowdown * t), saved)
+    return float(saved.sum())
 
 
 def _busy(m: StepMatrix, shift: np.ndarray | None, p: UtilizationParams, gaps: bool) -> dict[str, Any]:

@@ -31,10 +31,10 @@ The finding names the moment (its first step; the run's first step against a bas
 of the job's time before and after, and the part that grew most. What-if: the steps after it with the
 idle time per step back at its level before. Severity: ``warning``; ``info`` when other findings
 account for it (their what-if counts that time): the part that grew most is the wait for their
-culprits (``findings``: stragglers, stalled ranks, imbalance), or a lasting change of the step time
-(``regression``, ``slow_comm``, a job-wide ``data_stall``) begins within ``tolerance`` steps of the
-onset (10, or two device samples for a device signal's onset), or a job-wide ``data_stall`` or a
-``slow_comm`` covers the onset and the part that grew is its own (the data wait, the collectives' time).
+culprits (``findings``: stragglers, stalled ranks, imbalance), or a job-wide lasting change of the step
+time covers the onset (begins at most ``tolerance`` steps after it: 10, or two device samples for a
+device signal's onset) and the part that grew is its own (:data:`OWN_PART`: a ``data_stall``'s data
+wait, a ``slow_comm``'s collectives, a phase-less ``regression``'s time in the step outside any phase).
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from .regression import Change, RegressionParams, find_change
 from .utilization import PARTS, SIGNALS, UtilizationParams, parts_per_step
 
 LABELS = {"busy_fraction": "busy", **{name: label for name, _, label in SIGNALS}}
-STEP_KINDS = ("regression", "slow_comm", "data_stall")  # lasting changes of the step time (regression.py)
 BLOCK = 10  # steps per block against a baseline
 
 
@@ -180,16 +179,23 @@ def _within(s: Series, rp: RegressionParams, p: UtilizationParams) -> tuple[str,
     return name, changes[name]
 
 
+# A lasting change of the step time accounts for a drop whose grown part is its own: a job-wide data
+# stall for the data wait, slower collectives for their own time, a step-time regression no phase
+# explains for time in the step outside any phase (None: the device idles in time telemetry counts as
+# compute). A regression of a phase's compute raises the busy share: it never accounts for a drop.
+OWN_PART = {"data_stall": ("data_wait",), "slow_comm": ("exposed_comm",), "regression": (None, "host_overhead")}
+
+
 def _accounted(grew: str | None, first: int, tolerance: int, others: list[Finding]) -> str | None:
     """What other finding accounts for a drop from step ``first``, in words (None: nothing)."""
     if grew == "findings":
         return "the growth is the wait for the other findings' culprits (see those; their what-if counts it)"
     for f in others:
-        if f.kind not in STEP_KINDS or (f.kind == "data_stall" and f.ranks) or f.first_step is None:
+        if f.kind not in OWN_PART or f.ranks or f.first_step is None or grew not in OWN_PART[f.kind]:
             continue
-        same_part = (f.kind, grew) in (("data_stall", "data_wait"), ("slow_comm", "exposed_comm"))
-        covers = f.first_step <= first + tolerance and (f.last_step is None or f.last_step >= first)
-        if abs(f.first_step - first) <= tolerance or (same_part and covers):
+        if f.kind == "regression" and f.phase is not None:
+            continue
+        if f.first_step <= first + tolerance and (f.last_step is None or f.last_step >= first):
             return f"{f.kind} from step {f.first_step} accounts for it (see that finding; its what-if counts this time)"
     return None
 
