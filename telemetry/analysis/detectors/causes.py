@@ -19,15 +19,17 @@ gpu_errors         ECC errors, PCIe replays or XID errors that grew during the s
                    its peers)
 cpu_throttled      its cgroup throttled by its CPU quota: in at least 10% of the quota's periods
                    (10 points more than its peers), or at least 50 ms per second (50 ms more);
-                   peers with no throttling counters at all count as never throttled. The
+                   peers with no reading (no quota, so no periods; no counters) count as never
+                   throttled, and the evidence says so. The
                    run-queue delay the quota makes is said in its evidence, not as a second cause
-cpu_contention     its training thread waited for a CPU (schedstat run-queue delay) at least 5% of
-                   the time it was ready to run (waiting + on a CPU), 5 points more than its
-                   peers' and twice as much; or it switched out
-                   involuntarily at least 3x as often as its peers' (and 20/s or more); or at
-                   least 5 points more CPU steal on its host; or it got at most 80% of its peers'
-                   CPU time. Where its quota throttled it, only the steal rule speaks (the wait,
-                   the switches and the lower CPU share are the quota's doing)
+cpu_contention     its training thread waited for a CPU (schedstat run-queue delay) 5 points more
+                   of the time it was ready to run (waiting + on a CPU) than its peers', and that
+                   extra wait takes at least a quarter of the finding's excess per step; or it
+                   switched out involuntarily at least 3x as often as its peers' (and 20/s or
+                   more); or at least 5 points more CPU steal on its host; or it got at most 80%
+                   of its peers' CPU time. Where its quota throttled it, only the steal rule
+                   speaks (the wait, the switches and the lower CPU share are the quota's doing)
+                   (a job-wide change: 5 points more after it than before)
 memory_pressure    major page faults at least 3x its peers' (and 5/s or more), or swap in use
                    that grew during the steps
 data_loader        a data stall, or a finding in the data phase, whose wait stands out
@@ -95,7 +97,8 @@ def _causes(m: StepMatrix, f: Finding) -> list[tuple[float, dict[str, str]]]:
         who = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
         pair = _Pair(m, culprits, ~culprits, cols)
         out += _device(pair, who, "its peers")
-        out += _host(pair, who, "its peers")
+        excess = f.details.get("excess_s") if isinstance(f.details, dict) else None
+        out += _host(pair, who, "its peers", excess if isinstance(excess, float) else None)
         out += _data(m, f, culprits, cols, who)
     elif f.kind in ("regression", "slow_comm", "data_stall") and cols.any() and (~cols).any():
         before = ~cols & (np.arange(m.n_steps) < np.argmax(cols))
@@ -246,10 +249,12 @@ def _device(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]
 
 
 # cpu_contention from the scheduler's run-queue delay: of the time the culprit's training thread was
-# ready to run, it waited for a CPU at least RUNQ_MIN, RUNQ_POINTS more than its peers and RUNQ_TIMES
-# as much (a share of its runnable time, not of the wall clock: a victim blocked in a collective is
-# not runnable, and must not look less contended than the straggler for that)
-RUNQ_MIN, RUNQ_POINTS, RUNQ_TIMES = 0.05, 0.05, 2.0
+# ready to run, it waited for a CPU RUNQ_POINTS more than its peers (a share of its ready time, not of
+# the wall clock: a victim blocked in a collective is not runnable, and must not look less contended
+# than the straggler for that; 5 points more makes its work at least 5% slower than theirs), and the
+# time that extra wait takes per step is at least RUNQ_EXPLAINS of the finding's excess per step (a
+# small difference in a host's load does not explain a large straggler)
+RUNQ_POINTS, RUNQ_EXPLAINS = 0.05, 0.25
 # cpu_throttled: its cgroup throttled in THROTTLED_PERIODS of the quota's periods (that many more
 # than its peers'), or THROTTLED_RATIO seconds per second (that much more than its peers')
 THROTTLED_PERIODS, THROTTLED_RATIO = 0.10, 0.05
@@ -265,36 +270,11 @@ def _runnable_wait(p: _Pair) -> np.ndarray | None:
         return np.where(wait + run > 0, wait / (wait + run), np.nan)
 
 
-def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
+def _host(p: _Pair, who: str, peers: str, excess_s: float | None = None) -> list[tuple[float, dict[str, str]]]:
+    """``excess_s``: the finding's excess per step, where it states one (a rank's)."""
     out = []
     job = p.before is not None
-    share_grid = _runnable_wait(p)
-    share = p.level(share_grid) if share_grid is not None else None
-    wait = p.level("cpu_runqueue_wait_ratio")
-    waits = bool(
-        share
-        and wait
-        and share[0] >= RUNQ_MIN
-        and share[0] - share[1] >= RUNQ_POINTS
-        and share[0] >= RUNQ_TIMES * share[1]
-    )
-    waited = ""
-    if waits:
-        whose = "the median rank's" if job else "its"
-        with _quiet():
-            step = float(np.nanmedian(p.m.step_time()[p.cols]))
-        per_step = (
-            f", about {wait[0] * step * 1e3:.1f} ms of each {step * 1e3:.1f} ms step" if np.isfinite(step) else ""
-        )
-        of = (
-            "of the time it was ready to run"
-            if share_grid is not p.m.extra("dev.cpu_runqueue_wait_ratio")
-            else "of the time"
-        )
-        waited = (
-            f"{whose} training thread waited for a CPU {share[0]:.0%} {of} (run-queue delay "
-            f"{wait[0] * 1e3:.0f} ms/s) against {share[1]:.0%} {peers if job else 'for ' + peers}{per_step}"
-        )
+    waited = _runqueue(p, peers, excess_s)
     throttled = _throttled(p, who, peers, waited)
     if throttled:
         out.append(throttled)
@@ -302,7 +282,7 @@ def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
     sw = p.level("process_involuntary_switches_per_second")
     cpu = p.level("process_cpu_ratio")
     why = []
-    if waits and not throttled:  # a quota makes the thread wait too: then it is the quota's doing
+    if waited and not throttled:  # a quota makes the thread wait too: then it is the quota's doing
         why.append(waited)
     if steal and steal[0] - steal[1] >= 0.05:
         why.append(f"its host's CPU steal is {steal[0]:.0%} against {steal[1]:.0%}")
@@ -317,7 +297,7 @@ def _host(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]]:
                 f"{cpu[1]:.2f} {peers if job else 'for ' + peers}"
             )
     if why:
-        score = (0.9 if waits and not throttled else 0.85) + 0.05 * len(why)
+        score = (0.9 if waited and not throttled else 0.85) + 0.05 * len(why)
         out.append((score, {"kind": "cpu_contention", "evidence": f"{who}: " + "; ".join(why)}))
     faults = p.level("process_major_faults_per_second")
     swap = p.growth("host_swap_used_bytes")
@@ -335,18 +315,26 @@ def _throttled(p: _Pair, who: str, peers: str, waited: str) -> tuple[float, dict
     """cpu_throttled: the culprit's cgroup throttled by its CPU quota (its share of the quota's
     periods throttled, or its throttled seconds per second, clearly above its peers')."""
     periods, secs = _or_unthrottled(p, "cpu_throttled_periods_ratio"), _or_unthrottled(p, "cpu_throttled_ratio")
-    by_periods = bool(periods and periods[0] >= THROTTLED_PERIODS and periods[0] - periods[1] >= THROTTLED_PERIODS)
-    by_time = bool(secs and secs[0] >= THROTTLED_RATIO and secs[0] - secs[1] >= THROTTLED_RATIO)
+    by_periods = bool(
+        periods and periods[0] >= THROTTLED_PERIODS and periods[0] - (periods[1] or 0) >= THROTTLED_PERIODS
+    )
+    by_time = bool(secs and secs[0] >= THROTTLED_RATIO and secs[0] - (secs[1] or 0) >= THROTTLED_RATIO)
     if not (by_periods or by_time):
         return None
     quota = p.own("cpu_quota_cores")
     whose = "the median rank's cgroup" if p.before is not None else "its cgroup"
-    what = []
     against = peers if p.before is not None else "for " + peers
+    what = []
     if periods:
-        what.append(f"in {periods[0]:.0%} of the quota's periods against {periods[1]:.0%} {against}")
+        theirs = f"against {periods[1]:.0%} {against}" if periods[1] is not None else f"({peers} ran no quota periods)"
+        what.append(f"in {periods[0]:.0%} of the quota's periods {theirs}")
     if secs:
-        what.append(f"{secs[0] * 1e3:.0f} ms per second against {secs[1] * 1e3:.0f} ms {against}")
+        theirs = (
+            f"against {secs[1] * 1e3:.0f} ms {against}"
+            if secs[1] is not None
+            else f"({peers} report no throttling counters)"
+        )
+        what.append(f"{secs[0] * 1e3:.0f} ms per second {theirs}")
     limit = f" (quota {quota:.2f} cores)" if quota else ""
     evidence = f"{who}: {whose} was throttled by its CPU quota{limit} " + ", ".join(what)
     if waited:
@@ -357,16 +345,43 @@ def _throttled(p: _Pair, who: str, peers: str, waited: str) -> tuple[float, dict
     }
 
 
-def _or_unthrottled(p: _Pair, name: str) -> tuple[float, float] | None:
-    """The culprit's level against its peers'; peers with no throttling counters at all (a cgroup v2
-    root has none: no quota applies there) count as never throttled."""
+def _runqueue(p: _Pair, peers: str, excess_s: float | None) -> str:
+    """The run-queue rule's evidence, or "" when it does not fire."""
+    share_grid = _runnable_wait(p)
+    share = p.level(share_grid) if share_grid is not None else None
+    wait = p.level("cpu_runqueue_wait_ratio")
+    if not (share and wait and share[0] - share[1] >= RUNQ_POINTS):
+        return ""
+    by_ready = share_grid is not p.m.extra("dev.cpu_runqueue_wait_ratio")
+    run = p.level("cpu_running_ratio") if by_ready else None
+    with _quiet():
+        step = float(np.nanmedian(p.m.step_time()[p.cols]))
+    extra = ""
+    if np.isfinite(step):
+        ready = wait[0] + run[0] if run else 1.0  # the culprit's ready time per second of the wall clock
+        extra_s = (share[0] - share[1]) * ready * step
+        if excess_s and extra_s < RUNQ_EXPLAINS * excess_s:
+            return ""
+        extra = f": about {extra_s * 1e3:.1f} ms more of each {step * 1e3:.1f} ms step than at {peers}' share"
+    whose = "the median rank's" if p.before is not None else "its"
+    return (
+        f"{whose} training thread waited for a CPU {share[0]:.0%} of the time"
+        f"{' it was ready to run' if by_ready else ''} (run-queue delay {wait[0] * 1e3:.0f} ms/s) against "
+        f"{share[1]:.0%} {peers if p.before is not None else 'for ' + peers}{extra}"
+    )
+
+
+def _or_unthrottled(p: _Pair, name: str) -> tuple[float, float | None] | None:
+    """The culprit's level against its peers'; (its level, None) where its peers have no reading
+    at all (a cgroup without a quota runs no quota periods; a cgroup v2 root has no counters): no
+    quota throttled them."""
     level = p.level(name)
     if level is not None or p.before is not None:
         return level
-    mine, counters = p.own(name), p.m.extra("dev.cpu_throttled_seconds")
-    if mine is None or counters is None or np.isfinite(counters[p.b_rows][:, p.cols]).any():
+    mine, g = p.own(name), p.m.extra("dev." + name)
+    if mine is None or g is None or np.isfinite(g[p.b_rows][:, p.cols]).any():
         return None
-    return mine, 0.0
+    return mine, None
 
 
 def _data(

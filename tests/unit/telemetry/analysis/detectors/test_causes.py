@@ -8,11 +8,13 @@ from telemetry.analysis.detectors import analyze
 from telemetry.demo.simulate import Fault, Scenario, simulate
 
 
-def straggler_table(**signals):
-    """8 ranks, rank 5's forward 1.4x slower from step 100; ``signals``: column -> (rank 5's value,
-    the others' value) from step 100 on (before: the others' value everywhere)."""
+def straggler_table(factor=1.4, **signals):
+    """8 ranks, rank 5's forward ``factor``x slower from step 100; ``signals``: column -> (rank 5's
+    value, the others' value) from step 100 on (before: the others' value everywhere)."""
     t = simulate(
-        Scenario(ranks=8, steps=300, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.4, start=100),))
+        Scenario(
+            ranks=8, steps=300, faults=(Fault("straggler", ranks=(5,), phase="forward", factor=factor, start=100),)
+        )
     )
     hit = (t["rank"] == 5) & (t["step"] >= 100)
     for col, (culprit, others) in signals.items():
@@ -143,7 +145,9 @@ def test_a_noisy_neighbour_is_cpu_contention_from_the_run_queue_delay_where_the_
     # the wait in time per step: its share of the job's median step over the finding's steps
     steps = t[(t["step"] >= f.first_step) & (t["step"] <= f.last_step)]
     step_s = (steps["duration_s"] + steps["data_s"]).groupby(steps["step"]).median().median()
-    assert f", about {0.30 * step_s * 1e3:.1f} ms of each {step_s * 1e3:.1f} ms step" in ev
+    # the extra wait in time per step: 28 points more of its ready time (0.9 s/s) of the job's step
+    extra_ms = (1 / 3 - 0.05) * 0.90 * step_s * 1e3
+    assert f": about {extra_ms:.1f} ms more of each {step_s * 1e3:.1f} ms step than at its peers' share" in ev
 
 
 @pytest.mark.parametrize(
@@ -162,6 +166,16 @@ def test_a_run_queue_wait_that_does_not_stand_out_is_no_cause(culprit, peers):
         )
     )
     assert f.causes == []
+
+
+def test_a_small_difference_in_the_hosts_load_does_not_explain_a_large_straggler():
+    """6 points more of its ready time: about 3 ms a step, under a quarter of a 3x forward's excess;
+    the same difference is the cause of a 1.4x one (a quarter of its 4 ms excess or more)."""
+    signals = {"dev.cpu_runqueue_wait_ratio": (0.31, 0.25), "dev.cpu_running_ratio": (0.69, 0.75)}
+    big = the_straggler(straggler_table(factor=3.0, **signals))
+    assert big.details["excess_s"] > 0.015 and big.causes == []
+    small = the_straggler(straggler_table(**signals))
+    assert [c["kind"] for c in small.causes] == ["cpu_contention"]
 
 
 def test_a_cpu_quota_is_cpu_throttled_and_the_wait_it_makes_is_its_evidence_not_a_second_cause():
@@ -196,7 +210,26 @@ def test_peers_without_throttling_counters_count_as_unthrottled_and_a_quota_alon
             }
         )
     )
-    assert [c["kind"] for c in f.causes] == ["cpu_throttled"] and "against 0% for its peers" in f.causes[0]["evidence"]
+    assert [c["kind"] for c in f.causes] == ["cpu_throttled"]
+    assert (
+        "in 50% of the quota's periods (its peers ran no quota periods), 200 ms per second (its peers report no"
+        in (f.causes[0]["evidence"])
+    )
+    # the real run's peer: a cgroup with counters and no quota runs no periods, so has no share of them
+    f = the_straggler(
+        straggler_table(
+            **{
+                "dev.cpu_throttled_periods_ratio": (0.9, np.nan),
+                "dev.cpu_throttled_ratio": (0.03, 0.0),
+                "dev.cpu_throttled_seconds": (3.0, 0.0),
+            }
+        )
+    )
+    assert [c["kind"] for c in f.causes] == ["cpu_throttled"]
+    assert (
+        "in 90% of the quota's periods (its peers ran no quota periods), 30 ms per second against 0 ms"
+        in (f.causes[0]["evidence"])
+    )
     f = the_straggler(
         straggler_table(
             **{
