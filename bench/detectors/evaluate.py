@@ -262,6 +262,27 @@ SCENARIOS = [
         steps=500,
         faults=(Fault("host_gap", delay_s=0.008, start=203),),
     ),
+    S(
+        "utilization drop that ends: 10 ms of host work between steps over steps 150-300",
+        [Expect("utilization_regression", None, None, 150)],
+        steps=450,
+        gpu_signals=True,
+        faults=(Fault("host_gap", delay_s=0.01, start=150, end=300),),
+    ),
+    S(
+        "utilization drop under 30% jitter: 15 ms of host work from step 311 (under 60% busy after it)",
+        [Expect("utilization_regression", None, None, 311), Expect("low_utilization", info=True)],
+        steps=500,
+        jitter=0.3,
+        faults=(Fault("host_gap", delay_s=0.015, start=311),),
+    ),
+    S(
+        "an improvement (backward 0.6x from step 200) is no finding, and no utilization regression",
+        [],
+        steps=400,
+        gpu_signals=True,
+        faults=(Fault("regression", phase="backward", factor=0.6, start=200),),
+    ),
     # Intermittent stragglers at several duty cycles, among 16 ranks, starting off the blocks of 10
     # steps online detection summarizes: the onset is where the slow steps begin to come often.
     *(
