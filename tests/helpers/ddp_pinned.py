@@ -15,6 +15,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--cores", default="0,1", help="rank k runs on the k-th of these cores")
+    ap.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (on the rank's core)")
     args = ap.parse_args()
     rank = int(os.environ["RANK"])
     cores = [int(c) for c in args.cores.split(",")]
@@ -41,7 +42,7 @@ def main() -> None:
         )
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
-    loader = DataLoader(TensorDataset(torch.randn(64 * 16, 512)), batch_size=64, shuffle=True)
+    loader = DataLoader(TensorDataset(torch.randn(64 * 16, 512)), batch_size=64, shuffle=True, num_workers=args.workers)
     step = 0
     while step < args.steps:
         for (batch,) in telemetry.watch(loader):

@@ -79,7 +79,9 @@ def cores() -> list[int]:
     return sorted(os.sched_getaffinity(0), key=lambda c: busy[c] if c < len(busy) else 0.0)[:2]
 
 
-def run_job(run_dir: str, pinned: list[int], steps: int, on_rank1=None, group: str | None = None) -> float:
+def run_job(
+    run_dir: str, pinned: list[int], steps: int, on_rank1=None, group: str | None = None, workers: int = 0
+) -> float:
     """torchrun the script to its end (``on_rank1(pid)`` as soon as rank 1's process exists; the
     launcher and so every rank in cgroup ``group``, from before it runs); its wall time in seconds."""
     t0 = time.monotonic()
@@ -100,6 +102,8 @@ def run_job(run_dir: str, pinned: list[int], steps: int, on_rank1=None, group: s
             run_dir,
             "--cores",
             ",".join(map(str, pinned)),
+            "--workers",
+            str(workers),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -100,13 +100,26 @@ def _causes(m: StepMatrix, f: Finding) -> list[tuple[float, dict[str, str]]]:
         excess = f.details.get("excess_s") if isinstance(f.details, dict) else None
         out += _host(pair, who, "its peers", excess if isinstance(excess, float) else None)
         out += _data(m, f, culprits, cols, who)
-    elif f.kind in ("regression", "slow_comm", "data_stall") and cols.any() and (~cols).any():
+    elif _changed(f) and cols.any() and (~cols).any():
         before = ~cols & (np.arange(m.n_steps) < np.argmax(cols))
         if before.sum() >= 5:
             pair = _Pair(m, None, None, cols, before)
+            with _quiet():
+                grew = float(np.nanmedian(m.step_time()[cols]) - np.nanmedian(m.step_time()[before]))
             out += _device(pair, "after the change", "before the change")
-            out += _host(pair, "after the change", "before the change")
+            out += _host(
+                pair, "after the change", "before the change", grew if np.isfinite(grew) and grew > 0 else None
+            )
     return out
+
+
+def _changed(f: Finding) -> bool:
+    """A job-wide finding with an onset (its signals after it against before): a regression, slow
+    communication, a data wait that begins. Not an input-bound job (no onset: the steps before
+    its first are only the warm-up)."""
+    if f.kind in ("regression", "slow_comm"):
+        return True
+    return f.kind == "data_stall" and isinstance(f.details, dict) and f.details.get("before_s") is not None
 
 
 @contextlib.contextmanager
@@ -362,7 +375,8 @@ def _runqueue(p: _Pair, peers: str, excess_s: float | None) -> str:
         extra_s = (share[0] - share[1]) * ready * step
         if excess_s and extra_s < RUNQ_EXPLAINS * excess_s:
             return ""
-        extra = f": about {extra_s * 1e3:.1f} ms more of each {step * 1e3:.1f} ms step than at {peers}' share"
+        than = "than before the change" if p.before is not None else f"than at {peers}' share"
+        extra = f": about {extra_s * 1e3:.1f} ms more of each {step * 1e3:.1f} ms step {than}"
     whose = "the median rank's" if p.before is not None else "its"
     return (
         f"{whose} training thread waited for a CPU {share[0]:.0%} of the time"
@@ -401,10 +415,12 @@ def _data(
                     "kind": "data_loader",
                     "evidence": (
                         f"{who} waits {w.mean_s * 1e3:.1f} ms per step for its next batch on average{some} against "
-                        f"{w.peer_mean_s * 1e3:.1f} ms for its peers, and its compute is "
+                        f"{w.peer_mean_s * 1e3:.1f} ms for its peers"
+                        + (f" ({w.ratio:.1f}x)" if np.isfinite(w.ratio) else "")
+                        + ", while its compute is "
                         + (
-                            f"{w.compute_excess_s * 1e3:.1f} ms per step above theirs"
-                            if w.compute_excess_s > 0.0005
+                            f"{w.compute_ratio:.2f}x theirs"
+                            if np.isfinite(w.compute_ratio) and w.compute_ratio >= 1.005
                             else "no slower than theirs"
                         )
                         + ": its input pipeline, not its device"

@@ -6,10 +6,12 @@ What-if: its wait at the peers' level. A job whose every rank waits (median wait
 ``min_job_fraction`` of the step) is input-bound: what-if, no wait at all.
 
 A rank's data stall is named only where its wait really stands out over the steps it covers
-(:class:`DataWait`): its mean wait per step at least ``STANDS_OUT`` times its peers', and the excess
-at least ``OWN_SHARE`` of its excess in compute over those steps. A rank slowed in everything (a
-CPU it shares with another process) also takes longer to fetch its batch on some steps; that is
-part of its straggling, not its input pipeline, and its straggler finding names the cause.
+(:class:`DataWait`): its mean wait per step at least ``STANDS_OUT`` times its peers', and that many
+times more than its compute grew against theirs; and its extra wait at least ``OWN_SHARE`` of its
+extra compute. A rank slowed in everything (a CPU it shares with another process, a CPU quota)
+also takes longer to fetch its batch, about in proportion (measured: a data loader worker on a
+contended core, the wait 1.6x its peer's with the compute 1.5x); that is part of its straggling,
+not its input pipeline, and its straggler finding names the cause.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from .straggler import StragglerParams, scan
 from .whatif import slowdown
 
 MIN_JOB_FRACTION = 0.05
-STANDS_OUT = 1.2  # a rank's mean data wait over a stall's steps: at least this many times its peers'
+STANDS_OUT = 1.2  # a rank's mean data wait over a stall's steps: at least this many times its peers' (and
+# this many times more than its compute against theirs)
 OWN_SHARE = 0.25  # and its excess at least this share of its own excess in compute over those steps
 
 
@@ -33,23 +36,29 @@ OWN_SHARE = 0.25  # and its excess at least this share of its own excess in comp
 class DataWait:
     """The data wait of some ranks against their peers' over some steps (seconds per step): the
     means (a burst of long waits counts by its time, which a median would hide), the culprits'
-    median, and their excess in compute over the same steps."""
+    median, and their compute against their peers' over the same steps."""
 
     mean_s: float  # the culprits' mean wait per step (the median over culprit ranks)
     median_s: float  # the culprits' median wait
     peer_mean_s: float  # the peers' mean wait per step (the median over peer ranks)
     compute_excess_s: float  # the culprits' mean compute minus their peers' (the same medians)
+    compute_ratio: float  # the culprits' mean compute over their peers'
 
     @property
     def excess_s(self) -> float:
         return self.mean_s - self.peer_mean_s
 
+    @property
+    def ratio(self) -> float:
+        return self.mean_s / self.peer_mean_s if self.peer_mean_s > 0 else float("inf")
+
     def stands_out(self) -> bool:
-        """The wait is the rank's own trouble: clearly above its peers', and not a small part of a
-        slowness that hits its compute as much (or more)."""
+        """The wait is the rank's own trouble: clearly above its peers', grown clearly more than its
+        compute did, and not a small part of a slowness that hits its compute too."""
+        compute_ratio = self.compute_ratio if np.isfinite(self.compute_ratio) else 1.0
         return (
             self.excess_s > 0
-            and self.mean_s >= STANDS_OUT * self.peer_mean_s
+            and self.ratio >= STANDS_OUT * max(compute_ratio, 1.0)
             and self.excess_s >= OWN_SHARE * max(self.compute_excess_s, 0.0)
         )
 
@@ -62,11 +71,13 @@ class DataWait:
             d = m.data[:, cols]
             mean = d.mean(axis=1)  # (R,) m.data has no NaN (a missing step waited 0)
             comp = np.nanmean(m.compute[:, cols], axis=1)
+            ca, cb = float(nanmedian(comp[mine])), float(nanmedian(comp[peers]))
             return cls(
                 mean_s=float(np.median(mean[mine])),
                 median_s=float(np.median(np.median(d[mine], axis=1))),
                 peer_mean_s=float(np.median(mean[peers])),
-                compute_excess_s=float(nanmedian(comp[mine]) - nanmedian(comp[peers])),
+                compute_excess_s=ca - cb,
+                compute_ratio=ca / cb if cb > 0 else float("nan"),
             )
 
 
@@ -137,6 +148,7 @@ def detect_data_stalls(
         cost = slowdown(m, shift + out_shift + one, live) - slowdown(m, shift + out_shift, live)
         if cost >= p.min_slowdown:
             out_shift += one
+            mean_wait = float(np.nanmean(waits[live]))  # frac is this mean's share: the same numbers
             findings.append(
                 Finding(
                     kind="data_stall",
@@ -147,9 +159,9 @@ def detect_data_stalls(
                     severity=severity_for(cost),
                     slowdown=cost,
                     evidence=(
-                        f"the job is input-bound: every rank waits a median {nanmedian(waits[live]) * 1e3:.1f} ms "
-                        f"per step for data ({frac:.1%} of the step); with input ready in time steps would be "
-                        f"{cost:.1%} faster"
+                        f"the job is input-bound: the median rank waits {mean_wait * 1e3:.1f} ms per step for data "
+                        f"on average ({nanmedian(waits[live]) * 1e3:.1f} ms on a typical step), {frac:.1%} of the "
+                        f"job's time; with input ready in time steps would be {cost:.1%} faster"
                     ),
                     details={"wait_fraction": frac},
                 )

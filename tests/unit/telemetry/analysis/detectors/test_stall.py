@@ -66,3 +66,20 @@ def test_an_intermittent_stall_says_how_many_steps_and_the_mean_wait():
     )
     [f] = [f for f in found(sc) if f.kind == "data_stall"]
     assert f.ranks == [3] and " of steps " in f.evidence and "ms per step on average against" in f.evidence
+
+
+def test_a_wait_grown_in_proportion_to_the_ranks_compute_does_not_stand_out():
+    """Measured on a real run (tests/integration/test_cpu_causes.py's script with a DataLoader worker,
+    a neighbour on rank 1's core): the wait 1.6x its peer's, its compute 1.46x; the wait's excess
+    (1.85 ms) just passes a quarter of the compute's (1.82 ms), its growth does not pass the compute's
+    by 1.2x. Before the rule that run's data_stall was critical."""
+    from telemetry.analysis.detectors.stall import DataWait
+
+    measured = DataWait(
+        mean_s=4.87e-3, median_s=2.3e-3, peer_mean_s=3.02e-3, compute_excess_s=7.28e-3, compute_ratio=1.46
+    )
+    assert measured.excess_s >= 0.25 * measured.compute_excess_s and not measured.stands_out()
+    same_wait_healthy_compute = DataWait(
+        mean_s=4.87e-3, median_s=2.3e-3, peer_mean_s=3.02e-3, compute_excess_s=0.0, compute_ratio=1.0
+    )
+    assert same_wait_healthy_compute.stands_out()
