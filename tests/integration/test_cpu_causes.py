@@ -28,7 +28,7 @@ from tests.helpers.paths import ROOT
 from tests.helpers.servers import free_port
 
 STEPS = 300  # the neighbour's run: about 30 ms a step
-QUOTA_STEPS = 150  # under a quarter-core quota, about 90 ms a step
+QUOTA_STEPS = 100  # under a quarter-core quota, about 90 ms a step
 CGROUP_V1_CPU = "/sys/fs/cgroup/cpu"
 
 pytestmark = pytest.mark.skipif(
