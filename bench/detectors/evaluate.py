@@ -210,9 +210,18 @@ SCENARIOS = [
             "gpu_clocks",
             "gpu_errors",
             "cpu_contention",
+            "cpu_throttled",
             "memory_pressure",
         )
     ],
+    S(
+        "straggler 1.5x backward whose data wait grows with it (1.6x, a contended core): no data stall",
+        [Expect("straggler", (3,), "backward", cause="cpu_contention")],
+        faults=(
+            Fault("straggler", ranks=(3,), phase="backward", factor=1.5, cause="cpu_contention"),
+            Fault("data_stall", ranks=(3,), delay_s=0.0003),
+        ),
+    ),
     S(
         "data stall 10 ms on one rank, cause data_loader",
         [Expect("data_stall", (6,), "data", cause="data_loader")],

@@ -250,9 +250,18 @@ CAUSE_SIGNALS: dict[str, dict[str, tuple[float, float]]] = {
     "gpu_hw_slowdown": {"dev.gpu_clock_event_HwSlowdown": (1.0, 0.0), "dev.gpu_sm_clock_hertz": (1.2e9, 1.98e9)},
     "gpu_clocks": {"dev.gpu_sm_clock_hertz": (1.6e9, 1.98e9)},
     "gpu_errors": {"dev.gpu_ecc_errors_corrected": (1.0, 0.0)},
+    # measured on a real 2-rank job, a process taking 60% of rank 1's core (tests/integration/test_cpu_causes.py)
     "cpu_contention": {
-        "dev.process_involuntary_switches_per_second": (300.0, 15.0),
-        "dev.process_cpu_ratio": (0.5, 1.0),
+        "dev.cpu_runqueue_wait_ratio": (0.38, 0.04),
+        "dev.cpu_running_ratio": (0.43, 0.42),
+        "dev.process_involuntary_switches_per_second": (253.0, 163.0),
+    },
+    # ... and a 0.25-core CPU quota on rank 1's cgroup (the peers have none: no period is throttled)
+    "cpu_throttled": {
+        "dev.cpu_throttled_periods_ratio": (1.0, 0.0),
+        "dev.cpu_throttled_ratio": (0.70, 0.0),
+        "dev.cpu_runqueue_wait_ratio": (0.63, 0.03),
+        "dev.cpu_running_ratio": (0.25, 0.42),
     },
     "memory_pressure": {"dev.process_major_faults_per_second": (80.0, 0.0)},
 }
