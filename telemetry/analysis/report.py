@@ -12,7 +12,7 @@ import textwrap
 
 import numpy as np
 
-from .detectors import Analysis, covered_seconds
+from .detectors import Analysis, share_of_run
 from .detectors.matrix import StepMatrix, nanmedian
 from .detectors.utilization import PARTS
 from .findings import Finding
@@ -61,12 +61,6 @@ def rank_table(m: StepMatrix, warmup: int) -> str:
         legend += "; data: wait for input before the step"
     lines.append(textwrap.fill(legend, width=100, subsequent_indent="  "))
     return "\n".join(lines) + "\n" + note
-
-
-def _share_of_run(m: StepMatrix, f: Finding) -> float:
-    """A finding's what-if as a fraction of the whole run's step time (it is over its own steps)."""
-    total = float(np.nansum(m.step_time()))
-    return f.slowdown * covered_seconds(m, f) / total if total > 0 else 0.0
 
 
 def online_section(online: list[dict], offline: list[Finding]) -> str:
@@ -146,7 +140,7 @@ def render(
         who = f"rank {', '.join(map(str, f.ranks))}" if f.ranks else "job-wide"
         where = f"  phase {f.phase}" if f.phase else ""
         steps = f"  steps {f.first_step}-{f.last_step}" if f.first_step is not None else ""
-        share = f" ({_share_of_run(analysis.matrix, f):.1%} of the run)" if analysis.matrix is not None else ""
+        share = f" ({share_of_run(analysis.matrix, f):.1%} of the run)" if analysis.matrix is not None else ""
         out.append(f"  [{f.severity}] {f.kind}  {who}{where}{steps}  slowdown {f.slowdown:.1%} of those steps{share}")
         out.append(textwrap.fill(f.evidence, width=100, initial_indent="      ", subsequent_indent="      "))
         for i, c in enumerate(f.causes):
@@ -164,7 +158,7 @@ def render(
     left_out = ""
     if gaps:
         share = (
-            f"'s {sum(_share_of_run(analysis.matrix, f) for f in gaps):.1%} of the run"
+            f"'s {sum(share_of_run(analysis.matrix, f) for f in gaps):.1%} of the run"
             if analysis.matrix is not None
             else ""
         )

@@ -18,7 +18,7 @@ together, with a goodput split of the run's time.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -110,6 +110,8 @@ def analyze(
         findings.extend(
             detect_hang(progress, m, world_size, hang_bound_s, explained={r for f in lost for r in f.ranks})
         )
+    if m is not None and m.n_steps:
+        findings = [settle_ended(m, f) for f in findings]
     failed_causes = attach_causes(m, findings) if m is not None and m.n_steps else (0, None)
     summary = _summary(m, findings, shift, utilization, step_resolution)
     if failed_causes[0]:  # counted in the summary, said once per analysis; never silently "no causes"
@@ -207,6 +209,37 @@ def _busy(m: StepMatrix, shift: np.ndarray | None, p: UtilizationParams, gaps: b
     band = "ok" if busy >= p.bound else "info" if busy >= p.warn_bound else "warning"
     band = "critical" if busy < p.warn_bound / 2 else band
     return {"busy_fraction": round(busy, 4), "bound": p.bound, "warn_bound": p.warn_bound, "band": band, "idle": idle}
+
+
+TIME_KINDS = ("straggler", "data_stall", "stage_imbalance", "imbalance", "regression", "slow_comm")
+
+
+def share_of_run(m: StepMatrix, f: Finding) -> float:
+    """A finding's what-if as a fraction of the whole run's step time (it is over its own steps)."""
+    total = float(np.nansum(m.step_time()))
+    return f.slowdown * covered_seconds(m, f) / total if total > 0 else 0.0
+
+
+def settle_ended(m: StepMatrix, f: Finding) -> Finding:
+    """A slowdown that is over and cost the run little is info: a stretch that ended at least as many
+    steps before the run's last as it lasted (and 10 or more), whose cost is under 1% of the whole
+    run's time however much it slowed its own steps (six steps of a rank held back by the scheduler
+    right after warm-up). A stretch still going at the run's end keeps its severity: it goes on
+    costing."""
+    if f.kind not in TIME_KINDS or f.severity == "info" or f.first_step is None or f.last_step is None:
+        return f
+    lasted = f.last_step - f.first_step + 1
+    since = int(m.steps[-1]) - f.last_step
+    share = share_of_run(m, f)
+    if since < max(10, lasted) or share >= 0.01:
+        return f
+    return replace(
+        f,
+        severity="info",
+        evidence=f.evidence + f"; it ended {since} steps before the run's last and cost {share:.1%} of the whole "
+        "run: info, nothing to act on unless it comes back",
+        details={**f.details, "run_share": share},
+    )
 
 
 def covered_seconds(m: StepMatrix, f: Finding) -> float:

@@ -11,7 +11,10 @@ peers' median is taken. Two passes:
   ``z_min`` robust standard errors above zero (half the steps counted as independent);
 - intermittent: otherwise, the steps where the excess passes ``spike_sigma`` noise units; the
   rank is a straggler when those steps are at least ``min_hot_fraction`` of its steps, several
-  times more frequent than among its peers, and their median excess is large as above.
+  times more frequent than among its peers and more than chance gives at its peers' rate (a
+  binomial tail under the chance the z threshold allows: on a busy host every rank has a few hiccups, and one
+  with 5 in 57 steps beside peers with 5, 0 and 1 is not slower), and their median excess is large
+  as above.
 
 In both cases the rank must wait less in collectives than its peers (it arrives last) when
 collective times are known; a rank whose long phase is waiting we cannot see is a victim. Noise
@@ -208,7 +211,11 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
                     span[lo : hi + 1] = True
                     hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
         others = np.delete(spike_rate, r) if len(spike_rate) > 1 else np.zeros(1)
-        if spike_rate[r] >= p.min_hot_fraction and spike_rate[r] >= 4 * max(float(np.median(others)), 0.01):
+        if (
+            spike_rate[r] >= p.min_hot_fraction
+            and spike_rate[r] >= 4 * max(float(np.median(others)), 0.01)
+            and binomial_tail(int(spikes[r].sum()), n_live, max(float(np.mean(others)), 0.01)) <= chance_for(z_min)
+        ):
             # slow on some steps only: when that accounts for clearly more excess time (1.5x) than a
             # persistent stretch (whose median then sits barely above the floor), the rank is
             # intermittent; a stretch that holds the bursts anyway stays persistent (its edges are exact)
@@ -220,6 +227,33 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
         if hit is not None:
             hits[int(r)] = hit
     return hits
+
+
+def binomial_tail(k: int, n: int, q: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, q): how often chance alone gives a rank k spiky steps of n when
+    its peers have them at rate q. Summed in log space (n up to a run's steps).
+
+    >>> round(binomial_tail(5, 57, 6 / 171), 3)  # 5 hiccups in 57 steps, its peers 2 on average
+    0.049
+    >>> binomial_tail(40, 570, 0.01) < 1e-15
+    True
+    """
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    ks = np.arange(k, n + 1)
+    lg = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1)))))  # ln i! for i = 0..n
+    logs = lg[n] - lg[ks] - lg[n - ks] + ks * math.log(q) + (n - ks) * math.log1p(-q)
+    top = float(logs.max())
+    return float(min(1.0, math.exp(top) * np.exp(logs - top).sum()))
+
+
+def chance_for(z: float) -> float:
+    """The chance a z threshold allows one test, exp(-z^2 / 2): the bound :meth:`StragglerParams.z_for`
+    sets z from (0.01 / tests), so a count test at this level keeps the same one false alarm in
+    about a hundred healthy jobs."""
+    return math.exp(-z * z / 2.0)
 
 
 def dense(spikes: np.ndarray) -> np.ndarray:

@@ -132,3 +132,40 @@ def test_onsets_are_placed_at_the_change_not_at_a_block_edge():
     sc = Scenario(ranks=8, steps=300, faults=(Fault("data_stall", ranks=(1,), delay_s=0.01, start=100),))
     [f] = [f for f in analyze(simulate(sc)).findings if f.kind == "data_stall"]
     assert abs(f.first_step - 100) <= 3 and f.last_step == 299
+
+
+HICCUPS = {0: (9, 14, 37, 48, 56), 1: (7, 10, 23, 55, 58), 3: (27,)}  # a real 4-rank demo's, on 2 busy cores
+
+
+def hiccups(extra=()):
+    spikes = tuple((r, s, 0.012) for r, steps in HICCUPS.items() for s in steps)
+    return Scenario(ranks=4, steps=60, spikes=spikes + tuple(extra))
+
+
+def test_a_few_hiccups_on_several_ranks_are_no_intermittent_straggler():
+    # rank 0 has 5 in 57 steps: so does rank 1, and chance gives that at its peers' rate
+    assert [f for f in found(hiccups()) if f.kind == "straggler"] == []
+
+
+def test_a_rank_with_far_more_hiccups_than_chance_gives_is_an_intermittent_straggler():
+    often = tuple((2, s, 0.012) for s in range(5, 60, 5))  # every fifth step: 11 in 57, its peers 0, 0 and 1
+    sc = Scenario(ranks=4, steps=60, spikes=((3, 27, 0.012),) + often)
+    [f] = [f for f in found(sc) if f.kind == "straggler"]
+    assert (f.ranks, f.details["mode"]) == ([2], "intermittent")
+
+
+def test_a_short_stretch_that_ended_long_before_the_runs_end_is_info():
+    def straggler(**when):
+        fault = Fault("straggler", ranks=(2,), phase="forward", factor=1.3, **when)
+        [f] = [
+            f
+            for f in analyze(simulate(Scenario(ranks=4, steps=200, faults=(fault,)))).findings
+            if f.kind == "straggler"
+        ]
+        return f
+
+    f = straggler(start=20, end=35)  # 16 steps, about 7% slower, then over: under 1% of the run
+    assert (f.severity, f.last_step) == ("info", 35) and f.details["run_share"] < 0.01
+    assert "it ended 164 steps before the run's last" in f.evidence
+    f = straggler(start=184)  # the same 16 steps at the run's end go on costing
+    assert f.severity in ("warning", "critical") and "run_share" not in f.details
