@@ -3,7 +3,7 @@
 For a refactor that must not change what the detectors say: every input is analyzed by
 ``python -m telemetry analyze PATH --json`` (and the text report) with the base tree on PYTHONPATH and
 again with this tree, and the outputs are compared byte for byte; ``telemetry diff`` runs on
-neighbouring pairs of run directories. Inputs: the simulated scenarios of bench/detectors/evaluate.py
+neighbouring pairs of run directories. Inputs: the simulated scenarios of bench/detectors/scenarios.py
 (tables made once, by this tree's simulator, and the base tree's simulator checked to make the same
 ones), the corpus traces in ../shared/corpora, and any run directories given (keep some with
 ``bench/detectors/evaluate.py --keep DIR``).
@@ -29,7 +29,7 @@ CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpora", "straggler-ana
 _SIM = """
 import hashlib, sys
 sys.path.insert(0, {bench!r})
-from detectors.evaluate import SCENARIOS
+from detectors.scenarios import SCENARIOS
 try:
     from telemetry.demo.simulate import simulate
 except ImportError:

@@ -103,7 +103,7 @@ if __name__ == "__main__":
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from evaluate import SCENARIOS
+    from scenarios import SCENARIOS
 
     res = score_online(SCENARIOS)
     for r in res["rows"]:
