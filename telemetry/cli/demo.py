@@ -68,16 +68,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _kept(run_dir: str) -> str:
-    """What an interrupted demo leaves: the steps recorded so far, and how to look at them."""
-    from ..analysis.load import open_input
-    from ..analysis.table import TableError
+    """What an interrupted demo leaves, from the ranks' last heartbeats only: a Ctrl-C must end the
+    command promptly, and reading the steps table (pandas, every segment) took seconds on a busy
+    machine."""
+    import json
 
-    try:
-        t = open_input(run_dir).table
-    except (TableError, OSError):
+    from ..store.layout import progress_path
+
+    last = {}
+    r = 0
+    while os.path.exists(progress_path(run_dir, r)):
+        try:
+            with open(progress_path(run_dir, r), encoding="utf-8") as f:
+                step = json.load(f).get("last_step")
+        except (OSError, ValueError):
+            step = None
+        if isinstance(step, int):
+            last[r] = step
+        r += 1
+    if not last:
         return f"Nothing was recorded in {run_dir}."
-    ranks = t["rank"].nunique() if len(t) else 0
+    lo, hi = min(last.values()), max(last.values())
+    upto = f"step {lo}" if lo == hi else f"steps {lo}-{hi}"
     return (
-        f"Kept: {run_dir} with {len(t)} step record{'s' if len(t) != 1 else ''} from {ranks} "
-        f"rank{'s' if ranks != 1 else ''}; see them with: telemetry analyze {run_dir}"
+        f"Kept: {run_dir}, {len(last)} rank{'s' if len(last) != 1 else ''} up to {upto}; "
+        f"see them with: telemetry analyze {run_dir}"
     )

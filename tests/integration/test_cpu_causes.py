@@ -235,10 +235,14 @@ QUOTA_CORES = 0.25
 def test_a_cpu_quota_on_rank_1s_cgroup_is_cpu_throttled(tmp_path):
     run_dir = str(tmp_path / "quota")
     period = 100_000
-    with cpu_group(**{"cpu.cfs_period_us": str(period), "cpu.cfs_quota_us": str(int(QUOTA_CORES * period))}) as g:
-        if g is None:
+    quota = {"cpu.cfs_period_us": str(period), "cpu.cfs_quota_us": str(int(QUOTA_CORES * period))}
+    # the job in a group weighted above the machine's other work (as the neighbour's test), rank 1
+    # then moved into the quota's group: another worker's load on rank 0's core would slow rank 0 as
+    # much as the quota slows rank 1 (a stress run saw no straggler at all)
+    with cpu_group(**{"cpu.shares": str(NODE_SHARES)}) as node, cpu_group(**quota) as g:
+        if node is None or g is None:
             pytest.skip(f"needs root and a cgroup v1 CPU controller at {CGROUP_V1_CPU} to set a CPU quota")
-        wall = run_job(run_dir, cores(), QUOTA_STEPS, on_rank1=lambda pid: join(g, pid))
+        wall = run_job(run_dir, cores(), QUOTA_STEPS, on_rank1=lambda pid: join(g, pid), group=node)
     doc = analyze(run_dir)
     f = the_culprit(doc)
     seen = medians(run_dir, "cpu_throttled_ratio", "cpu_throttled_periods_ratio", "cpu_runqueue_wait_ratio")

@@ -17,7 +17,7 @@ def test_an_interrupted_demo_says_what_was_kept(run_dir, monkeypatch, capsys):
     assert cli(["demo", "--run-dir", run_dir]) == 130
     err = capsys.readouterr().err
     assert "interrupted; the ranks were stopped" in err
-    assert f"Kept: {run_dir} with 3 step records from 1 rank;" in err and "telemetry analyze" in err
+    assert f"Kept: {run_dir}, 1 rank up to step 2;" in err and "telemetry analyze" in err
 
 
 @pytest.mark.parametrize("outcome, code", [("completed", 0), ("failed", 1), ("hang", 4)])
