@@ -16,6 +16,9 @@ Two halves, because one is not enough:
   collective times out (gloo: 30 minutes by default). What the rank recorded in its last second is
   lost then; nothing else is.
 
+A signal the command was started with ignored stays ignored (``nohup``'s SIGHUP; an inherited
+ignored SIGINT, which Python itself leaves so): the parent's clean-up then runs on the others.
+
 Limits: Linux only (elsewhere only the parent's clean-up holds). The parent-death signal is sent when
 the *thread* that started the child ends; the package starts children from the thread that runs the
 command (the main thread), never from a helper thread that ends before them.
@@ -68,7 +71,10 @@ class Interrupted(KeyboardInterrupt):
 
 def interrupt_on_signals() -> dict[int, object]:
     """Make SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread; returns the previous
-    handlers (for :func:`restore`). Nothing is changed off the main thread."""
+    handlers (for :func:`restore`). A signal the command was started with ignored stays ignored, as
+    the shell's convention asks (``nohup``'s SIGHUP; SIGINT, which Python itself leaves ignored when
+    it inherits it so: a background job of a script, or a parent that ignores Ctrl-C while it cleans
+    up). Nothing is changed off the main thread."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -77,7 +83,11 @@ def interrupt_on_signals() -> dict[int, object]:
     def interrupt(signum: int, _frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
 
-    return {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    return {
+        s: signal.signal(s, interrupt)
+        for s in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(s) is not signal.SIG_IGN
+    }
 
 
 def restore(previous: dict[int, object]) -> None:

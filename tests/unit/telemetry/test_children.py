@@ -37,6 +37,20 @@ def test_sigterm_and_sighup_interrupt_as_ctrl_c_does(sig):
         children.restore(previous)
 
 
+def test_a_signal_ignored_at_start_stays_ignored():
+    # nohup's SIGHUP: closing the terminal must not stop the job
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        previous = children.interrupt_on_signals()
+        try:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.SIGHUP not in previous and signal.SIGTERM in previous
+        finally:
+            children.restore(previous)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def test_a_process_the_package_did_not_start_sets_nothing(monkeypatch):
     monkeypatch.delenv(children.PARENT_ENV, raising=False)
     assert children.die_with_parent() is False
