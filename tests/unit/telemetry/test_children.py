@@ -27,6 +27,9 @@ def test_a_signal_during_the_clean_up_waits_until_it_is_done():
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_interrupt_as_ctrl_c_does(sig):
+    # at its default, as a command typed at a terminal starts: the suite itself may run under nohup
+    # (SIGHUP ignored), and an ignored signal stays ignored (the next test)
+    before = signal.signal(sig, signal.SIG_DFL)
     previous = children.interrupt_on_signals()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -35,6 +38,7 @@ def test_sigterm_and_sighup_interrupt_as_ctrl_c_does(sig):
                 pass
     finally:
         children.restore(previous)
+        signal.signal(sig, before)
 
 
 def test_a_signal_ignored_at_start_stays_ignored():
