@@ -68,9 +68,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _kept(run_dir: str) -> str:
-    """What an interrupted demo leaves, from the ranks' last heartbeats only: a Ctrl-C must end the
-    command promptly, and reading the steps table (pandas, every segment) took seconds on a busy
-    machine."""
+    """What an interrupted demo leaves, from the ranks' last heartbeats only: a Ctrl-C should end the
+    command promptly, and reading the steps table would import pandas and read every segment."""
     import json
 
     from ..store.layout import progress_path
