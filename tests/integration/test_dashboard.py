@@ -29,8 +29,10 @@ def test_every_page_on_a_real_demo_run_with_a_straggler(monkeypatch, straggler_d
     assert "straggler (forward)" in summary.loc[summary["rank"] == 2, "findings"].iloc[0]
 
     show(at, "findings")
-    focus = at.selectbox(key="focus")  # the straggler: the job's low_utilization may be listed first
-    focus.set_value(next(i for i, title in enumerate(focus.options) if "straggler" in title)).run()
+    focus = at.selectbox(key="focus")  # rank 2 straggler: other findings may come first
+    focus.set_value(
+        next(i for i, title in enumerate(focus.options) if "straggler - rank 2 - phase forward" in title)
+    ).run()
     assert "forward compute (ms/step)" in at.caption[0].value
 
     show(at, "collectives")  # per-op records: latency, bandwidth, message sizes, per rank
