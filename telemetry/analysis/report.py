@@ -9,6 +9,7 @@ collectives, whichever phase it fell in.
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 import numpy as np
 
@@ -95,6 +96,16 @@ def online_section(online: list[dict], offline: list[Finding]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def collecting_line(c: dict[str, Any]) -> str:
+    """What the report and the page say while collecting."""
+    w = c.get("window_s") or 0.0
+    more = (c["need"] - c["have"]) * w
+    return (
+        f"collecting: {c['have']} of {c['need']} windows of {w:g} s with steps (about {more:.0f} s more); "
+        "no straggler, stall or regression can be told yet"
+    )
+
+
 def render(
     analysis: Analysis,
     source: str,
@@ -107,9 +118,15 @@ def render(
     if not s.get("steps"):
         return f"{source}: no steps recorded\n"
     tps = f", {s['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in s else ""
+    if s.get("window_s"):  # a live job read from Prometheus: a column is a window of several steps
+        span = (
+            f"{_n(s['steps'], 'window')} of {s['window_s']:g} s with steps (steps {s['first_step']}-{s['last_step']})"
+        )
+    else:
+        span = f"{_n(s['steps'], 'step')} ({s['first_step']}-{s['last_step']})"
     out.append(
-        f"{source}: {_n(s['ranks'], 'rank')}, {_n(s['steps'], 'step')} ({s['first_step']}-{s['last_step']}), "
-        f"median step time {_ms(s['step_time_s'])} ms (data wait included){tps}\n"
+        f"{source}: {_n(s['ranks'], 'rank')}, {span}, median step time {_ms(s['step_time_s'])} ms "
+        f"(data wait included){tps}\n"
     )
     up = s.get("uptime") or {}
     if up.get("restarts"):
@@ -130,6 +147,10 @@ def render(
     busy = busy_line(s.get("utilization"))
     if busy:
         out.append(busy)
+    if s.get("collecting"):
+        out.append(f"Findings: none yet, {collecting_line(s['collecting'])}.\n")
+        if not analysis.findings:
+            return "\n".join(out)
     if not analysis.findings:
         out.append("Findings: none (no straggler, no hang detected).\n")
         if online:

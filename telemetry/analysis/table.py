@@ -6,7 +6,8 @@ One row per (rank, step). Required: ``rank`` (int), ``step`` (int), ``start_s`` 
 ``comm_s`` is seconds blocked in collectives, whichever phase they ran in. Columns this library
 adds, all ignored by readers that do not know them: ``ok``, ``comm_bytes``, ``comm.<phase>_s``
 (seconds blocked in collectives inside a phase), ``log.<name>`` (values from ``telemetry.log``),
-``dev.<name>`` (the latest host/GPU reading) and ``mfu``.
+``dev.<name>`` (the latest host/GPU reading), ``mfu``, and ``row_steps`` (how many steps a row stands
+for, its times being per-step means: a window of a live job read from Prometheus; 1 when absent).
 
 >>> import pandas as pd
 >>> t = validate(pd.DataFrame({"rank": [0], "step": [0], "start_s": [0.0], "duration_s": [0.1],
@@ -27,6 +28,7 @@ import pandas as pd
 log = logging.getLogger("telemetry")
 
 REQUIRED = ("rank", "step", "start_s", "duration_s")
+ROW_STEPS = "row_steps"
 NOT_PHASES = frozenset({"start_s", "duration_s", "comm_s"})
 TABLE_OUTPUTS = (".csv", ".parquet", ".pq")  # what write_table writes
 _NONFINITE = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}

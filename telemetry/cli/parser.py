@@ -110,14 +110,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "path",
+        nargs="?",
         help="run directory, a steps table or per-operation trace (.csv / .parquet), or "
-        "a directory of per-rank PyTorch profiler traces (.json / .json.gz)",
+        "a directory of per-rank PyTorch profiler traces (.json / .json.gz); none with --prometheus",
     )
+    a.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read a live job from this Prometheus server's HTTP API instead of a path (e.g. "
+        "http://127.0.0.1:9090): the same report and findings JSON; until the job has 8 windows with "
+        "steps, summary.collecting says what is missing",
+    )
+    a.add_argument("--job", help="with --prometheus: the training job (default: the only one on the server)")
     a.add_argument("--json", action="store_true", help="print the findings JSON")
     a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
     a.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a finding reaches this severity")
     a.add_argument("--steps", metavar="A:B", help="analyze steps A to B only (inclusive; either may be empty)")
-    a.add_argument("--last", type=_positive_int(1, 10**9), metavar="N", help="analyze the last N steps only")
+    a.add_argument(
+        "--last",
+        metavar="N",
+        help="analyze the last N steps only; with --prometheus a duration (30m, 2h; default: the whole "
+        "job, at most 24h)",
+    )
     a.add_argument(
         "--window-rows",
         type=_positive_int(1000, 10**10),

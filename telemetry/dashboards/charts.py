@@ -11,14 +11,17 @@ CATEGORICAL = "tableau10"
 SEQUENTIAL = "viridis"
 
 
-def step_percentiles(df: pd.DataFrame) -> alt.Chart:
+STEP_AXIS = alt.Axis(format="d", tickMinStep=1)  # steps are whole numbers: no 103.5 tick
+
+
+def step_percentiles(df: pd.DataFrame, x_title: str = "step") -> alt.Chart:
     """p50 and p95 over steps, the y axis clipped as in :func:`_clipped_top`."""
     top = _clipped_top(df["ms"])
     return (
         alt.Chart(df)
         .mark_line(clip=True)
         .encode(
-            x=alt.X("step:Q", title="step"),
+            x=alt.X("step:Q", title=x_title, axis=STEP_AXIS),
             y=alt.Y(
                 "ms:Q",
                 title="ms per step (data wait included)",
@@ -91,7 +94,7 @@ def lines(df: pd.DataFrame, y_title: str, color: str, color_title: str, x_title:
         alt.Chart(df)
         .mark_line(point=len(df) <= 60, clip=True)
         .encode(
-            x=alt.X("step:Q", title=x_title),
+            x=alt.X("step:Q", title=x_title, axis=STEP_AXIS),
             y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domain=[0, top]) if top else alt.Undefined),
             color=alt.Color(f"{color}:N", title=color_title, scale=alt.Scale(scheme=CATEGORICAL)),
             tooltip=["step", color, alt.Tooltip("value:Q", format=".3g", title=y_title)],

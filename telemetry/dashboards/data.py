@@ -73,18 +73,28 @@ def prometheus_jobs(url: str) -> list[str]:
         raise ViewError(str(exc)) from None
 
 
-def load_prometheus(url: str, job: str | None, minutes: float) -> RunView:
-    """The last ``minutes`` of a live job from a Prometheus server's HTTP API, as a run (a step is a
-    window of time: see telemetry.analysis.prometheus), analyzed like any other."""
-    from telemetry.analysis.prometheus import open_prometheus
+class Collecting(ViewError):
+    """A live job with no window of steps yet: the message says what the page waits for."""
+
+
+def load_prometheus(url: str, job: str | None, minutes: float | None) -> RunView:
+    """The last ``minutes`` (None: the whole job, at most 24 h) of a live job from a Prometheus server's
+    HTTP API, as a run (a column is a window of time: see telemetry.analysis.prometheus), analyzed as
+    ``telemetry analyze --prometheus`` does (analysis.prometheus.live: collecting until there is enough)."""
+    from telemetry.analysis.prometheus.live import NEED_WINDOWS, analyze_live, open_live
+    from telemetry.analysis.report import collecting_line
 
     try:
-        run = open_prometheus(url, job, minutes=minutes)
+        run = open_live(url, job, last_s=minutes * 60.0 if minutes else None)
     except TableError as exc:
         raise ViewError(str(exc)) from None
     if not len(run.table):
-        raise ViewError(f"job {job!r} made no step in the last {minutes:.0f} min")
-    return _analyzed(run)
+        if minutes:
+            raise ViewError(f"job {job!r} made no step in the last {minutes:.0f} min")
+        raise Collecting(collecting_line({"have": 0, "need": NEED_WINDOWS, "window_s": run.meta["window_s"]}))
+    result = analyze_live(run)
+    online = compare_online(result.findings, run.online_findings) if run.online_findings else []
+    return RunView(run, result, online)
 
 
 def list_runs(root: str) -> list[str]:
@@ -250,6 +260,10 @@ def focus_series(m: StepMatrix, card: dict[str, Any]) -> tuple[np.ndarray, str, 
         )
     if card.get("kind") == "slow_comm" and m.comm is not None:
         return m.comm * 1e3, "in collectives (ms/step)", "time blocked in collectives"
+    if card.get("kind") in ("straggler", "imbalance", "stage_imbalance"):
+        # no one phase holds the excess: the rank's whole compute does (its step time equals its peers',
+        # who wait for it)
+        return m.compute * 1e3, "compute (ms/step)", "the rank's busy time, the time blocked in collectives removed"
     return (m.duration + m.data) * 1e3, "step time (ms)", "the step's wall time, data wait included"
 
 

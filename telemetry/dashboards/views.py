@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import streamlit as st
 
+from telemetry.analysis.report import collecting_line
+
 from . import charts, comm, devices
 from . import data as D
 
@@ -38,11 +40,15 @@ def finding_title(f: dict[str, Any]) -> str:
     )
 
 
-def finding_list(cards: list[dict[str, Any]], compact: bool = False) -> None:
+def finding_list(cards: list[dict[str, Any]], compact: bool = False, collecting: dict | None = None) -> None:
     """Every finding as an expander: the evidence, the causes, and every other field as JSON (so a
-    kind or a field this dashboard does not know is still shown)."""
+    kind or a field this dashboard does not know is still shown). ``collecting``: a live job with too
+    few windows yet (the summary's), said instead of "no finding"."""
+    if collecting:
+        st.info(f"Not enough data yet, {collecting_line(collecting)}.")
     if not cards:
-        st.success("No finding: no straggler, stall, regression or hang detected.")
+        if not collecting:
+            st.success("No finding: no straggler, stall, regression or hang detected.")
         return
     for f in cards:
         with st.expander(finding_title(f), expanded=not compact):
@@ -55,6 +61,11 @@ def finding_list(cards: list[dict[str, Any]], compact: bool = False) -> None:
             rest = {k: v for k, v in f.items() if k not in KNOWN_FIELDS}
             if rest:
                 st.code(json.dumps(rest, indent=1, default=str), language="json")
+
+
+def step_title(view: D.RunView) -> str:
+    """The step axis's title: a live job from Prometheus has a point per window, at its last step."""
+    return "step (the job's last at each window's end)" if view.run.kind == "prometheus" else "step"
 
 
 def overview(view: D.RunView, choice: Choice, percentiles: Any) -> None:
@@ -87,25 +98,25 @@ def overview(view: D.RunView, choice: Choice, percentiles: Any) -> None:
         )
     else:
         cols[4].metric("uptime", "-", help="the input has no step start times")
-    st.caption(
-        f"{s['ranks']} ranks, {s['steps']} steps ({s['first_step']}-{s['last_step']})"
-        + (
-            f"; a step here is a {view.run.meta['window_s']:.0f} s window of the live job"
-            if view.run.kind == "prometheus"
-            else ""
+    if view.run.kind == "prometheus":
+        st.caption(
+            f"{s['ranks']} ranks, {s['steps']} windows of {view.run.meta['window_s']:g} s with steps (steps "
+            f"{s['first_step']}-{s['last_step']}); each window is shown at the job's last completed step at its "
+            "end, with the per-step means of the steps it holds"
         )
-    )
+    else:
+        st.caption(f"{s['ranks']} ranks, {s['steps']} steps ({s['first_step']}-{s['last_step']})")
     left, right = st.columns([2, 1])
     left.subheader("Step time over steps")
     left.caption(
         "median (p50) and 95th percentile over ranks; steps far above the rest are clipped; "
         f"beyond {D.MAX_LINE_POINTS} steps a point is a block of steps (median p50, highest p95)"
     )
-    left.altair_chart(charts.step_percentiles(percentiles), width="stretch")
+    left.altair_chart(charts.step_percentiles(percentiles, step_title(view)), width="stretch")
     right.subheader("Where the time went")
     right.altair_chart(charts.goodput(D.goodput(s)), width="stretch")
     st.subheader(f"Findings ({len(view.analysis.findings)}), by cost")
-    finding_list(D.finding_cards(view), compact=True)
+    finding_list(D.finding_cards(view), compact=True, collecting=s.get("collecting"))
 
 
 def ranks(view: D.RunView, choice: Choice) -> None:
@@ -132,7 +143,7 @@ def ranks(view: D.RunView, choice: Choice) -> None:
 
 def findings(view: D.RunView, choice: Choice) -> None:
     cards = D.finding_cards(view)
-    finding_list(cards)
+    finding_list(cards, collecting=view.analysis.summary.get("collecting"))
     if cards:
         st.subheader("The evidence behind one finding")
         i = st.selectbox("finding", range(len(cards)), format_func=lambda k: finding_title(cards[k]), key="focus")
@@ -141,7 +152,7 @@ def findings(view: D.RunView, choice: Choice) -> None:
             f"{f.label}: {f.note}; steps {f.steps[0]}-{f.steps[1]} (the finding's steps and a margin "
             "either side); its ranks against the others' median"
         )
-        st.altair_chart(charts.lines(f.lines, f.label, "who", "ranks"), width="stretch")
+        st.altair_chart(charts.lines(f.lines, f.label, "who", "ranks", step_title(view)), width="stretch")
         st.altair_chart(charts.heatmap(f.cells, f.label, D.marked_ranks(view), value="value"), width="stretch")
     if view.online:
         st.subheader("Online detection during the run")

@@ -312,6 +312,8 @@ class PrometheusSink(Sink):
         self.busbw = declare(Gauge, N.COLLECTIVE_BUSBW)
         self.algbw = declare(Gauge, N.COLLECTIVE_ALGBW)
         self.comm_total = declare(Counter, N.COLLECTIVE_BLOCKED).labels(*base)
+        # per phase, so that a reader tells a phase's compute from its waiting (the phase a straggler is slow in)
+        self.phase_blocked = declare(Counter, N.PHASE_BLOCKED)
         self.steps = declare(Counter, N.STEPS).labels(*base)
         self.failures = declare(Counter, N.STEP_FAILURES).labels(*base)
         # No sample until a real value arrives (_FirstValue): absent, never a false 0.
@@ -365,6 +367,8 @@ class PrometheusSink(Sink):
                 child = self._child(self.phase_hist, "phase", name)
                 if child is not None:
                     child.observe(sec)
+                    # 0 too: a phase's series starts with the phase, so "no waiting" never reads as "not known"
+                    self._child(self.phase_blocked, "phase", name).inc(r.phase_comm.get(name, 0.0))
             for span in r.spans:
                 if span.kind == rec_types.SPAN_COLLECTIVE:
                     child = self._child(self.coll_hist, "op", span.name)

@@ -131,6 +131,13 @@ COLLECTIVE_BLOCKED = Metric(
     "Time the training loop was blocked in collectives",
     group="collective",
 )
+PHASE_BLOCKED = Metric(
+    "train_phase_blocked_seconds",
+    "counter",
+    "Time blocked in collectives inside a phase (its compute: the phase's time less this)",
+    ("phase",),
+    "collective",
+)
 
 # ---- throughput ---------------------------------------------------------------------------------
 TOKENS = Metric("train_tokens", "counter", "Tokens processed (absent until a step carries tokens)", group="throughput")
@@ -310,6 +317,7 @@ ALL: tuple[Metric, ...] = (
     COLLECTIVE_BUSBW,
     COLLECTIVE_ALGBW,
     COLLECTIVE_BLOCKED,
+    PHASE_BLOCKED,
     TOKENS,
     SAMPLES,
     TOKENS_PER_SECOND,

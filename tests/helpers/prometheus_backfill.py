@@ -160,6 +160,10 @@ def job_a(s: Series, end: int) -> dict:
             STEP_BYTES / comm[:, r],
         )
         counter(s, "train_collective_blocked_seconds", lab, times, cum(comm)[:, r])
+        # the all-reduce runs in backward: its whole blocked time is there
+        counter(s, "train_phase_blocked_seconds", {**lab, "phase": "backward"}, times, cum(comm)[:, r])
+        for p in ("forward", "optimizer"):
+            counter(s, "train_phase_blocked_seconds", {**lab, "phase": p}, times, np.zeros(len(times)))
         counter(s, "train_steps", lab, times, n_cum.astype(float))
         counter(s, "train_tokens", lab, times, 4096.0 * n_cum)
         counter(s, "train_samples", lab, times, 8.0 * n_cum)
@@ -175,7 +179,7 @@ def job_a(s: Series, end: int) -> dict:
         gauge(s, "train_process_cpu_ratio", lab, times, [1.0 + 0.1 * r] * len(times))
         gauge(s, "train_process_resident_memory_bytes", lab, times, (1e9 + r * 1e6 + (times - end)).astype(float))
         counter(s, "train_gpu_energy_joules", lab, times, 300.0 * (times - times[0]).astype(float))
-    return {"per_step": per_step, "window": j, "end": end}
+    return {"per_step": per_step, "window": j, "end": end, "last_step": dict(zip(times[1:].tolist(), n_cum[1:] - 1))}
 
 
 def job_b(s: Series, end: int) -> None:

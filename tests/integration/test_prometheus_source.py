@@ -64,10 +64,13 @@ def test_the_table_holds_a_row_per_rank_and_window_with_per_step_means(backfille
     assert run.meta["hosts"] == {str(r): f"node{r // 4}" for r in range(A_RANKS)}
     assert run.ranks == {r: {"node": f"node{r // 4}", "local_rank": r % 4} for r in range(A_RANKS)}
     assert sorted(t["rank"].unique()) == list(range(A_RANKS)) and len(t) == A_RANKS * n
-    assert sorted(t["step"].unique()) == list(range(n))
-    row = t[(t["rank"] == 0) & (t["step"] == n - 1)].iloc[0]
-    assert row["start_s"] == end - WINDOW_S
-    assert t[t["step"] == 0]["start_s"].unique().tolist() == [end - n * WINDOW_S]
+    # a window's step is the job's last completed step at the window's end (train_last_step)
+    steps = [truth["last_step"][end - WINDOW_S * (n - 1 - k)] for k in range(n)]
+    assert sorted(t["step"].unique()) == steps
+    row = t[(t["rank"] == 0) & (t["step"] == steps[-1])].iloc[0]
+    # the window's steps back to back, ending when its last step ended (the gauge: 50 ms before the scrape)
+    assert row["row_steps"] == pytest.approx(steps[-1] - steps[-2])
+    assert row["start_s"] == pytest.approx(end - 0.05 - row["row_steps"] * (row["duration_s"] + row["data_s"]))
     # each window's per-step means are what the file says
     j = truth["window"]
     for col, per in truth["per_step"].items():
@@ -82,7 +85,9 @@ def test_the_table_holds_a_row_per_rank_and_window_with_per_step_means(backfille
     np.testing.assert_allclose(t["comm_bytes"], STEP_BYTES)
     np.testing.assert_allclose(t[t["rank"] != 7]["mfu"], 0.4)
     assert t[t["rank"] == 7]["mfu"].isna().all()  # its gauge was NaN: no value, not an invented one
-    assert t["comm.forward_s"].isna().all()  # which phase collectives ran in is not exported
+    # the time blocked in collectives per phase: backward's, none in forward (its compute is all of it)
+    np.testing.assert_allclose(t["comm.backward_s"], t["comm_s"], rtol=1e-6)
+    assert (t["comm.forward_s"] == 0).all()
     # rank 5: longer forward, shorter wait, the same step time
     med = t.groupby("rank")[["forward_s", "comm_s", "duration_s"]].median()
     assert med.loc[SLOW_RANK, "forward_s"] > 1.4 * med.drop(SLOW_RANK)["forward_s"].max()
@@ -117,7 +122,7 @@ def test_the_dashboard_shows_a_job_from_prometheus(backfilled, monkeypatch):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("straggler - rank 5 - phase forward" in e.label for e in at.expander)
-    assert any("a step here is a 60 s window" in c.value for c in at.caption)
+    assert any("windows of 60 s with steps" in c.value for c in at.caption)
     assert [m for m in at.markdown if "live" in m.value]
     for view in ("ranks", "findings", "collectives", "devices"):
         [radio] = [r for r in at.sidebar.radio if r.label == "view"]
@@ -136,23 +141,24 @@ def test_records_carry_device_readings_and_collectives_per_step(backfilled):
     run = open_prometheus(url, "train-a", now=end)
     assert len(run.records) == len(run.table)
     by = {(r["rank"], r["step"]): r for r in run.records}
-    last = by[(0, 29)]
-    assert last["start_s"] == end - WINDOW_S
+    at_end, before = truth["last_step"][end], truth["last_step"][end - WINDOW_S]
+    last = by[(0, at_end)]
+    assert last["start_s"] == pytest.approx(run.table.query("rank == 0")["start_s"].max())
     dev = last["device"]
     assert dev["gpu_utilization_ratio"] == 0.5  # rank 0's own GPU (gpu="0"), not gpu="3"
     assert dev["process_cpu_ratio"] == 1.0
     assert dev["process_resident_memory_bytes"] == 1e9  # the reading at the window's end
-    assert by[(0, 28)]["device"]["process_resident_memory_bytes"] == 1e9 - WINDOW_S
+    assert by[(0, before)]["device"]["process_resident_memory_bytes"] == 1e9 - WINDOW_S
     assert dev["gpu_energy_joules"] == 300.0 * HISTORY_S  # a counter's latest value, named as in the run store
-    assert by[(3, 29)]["device"]["gpu_utilization_ratio"] == 0.65
+    assert by[(3, at_end)]["device"]["gpu_utilization_ratio"] == 0.65
     count, secs, blocked, nbytes, bus = last["ops"]["all_reduce"]
     comm = truth["per_step"]["comm_s"][-1, 0]
     assert count == pytest.approx(2) and nbytes == pytest.approx(STEP_BYTES)
     assert secs == pytest.approx(comm) and blocked == secs
     assert bus == pytest.approx(STEP_BYTES * 2 * 7 / 8)  # bytes x the bus factor (busbw / algbw)
     assert last["comm_s"] == pytest.approx(comm)
-    assert math.isnan(by[(6, 29)]["ops"]["all_reduce"][4])  # its busbw gauge was +Inf: not known
-    assert by[(6, 29)]["ops"]["all_reduce"][3] == pytest.approx(STEP_BYTES)
+    assert math.isnan(by[(6, at_end)]["ops"]["all_reduce"][4])  # its busbw gauge was +Inf: not known
+    assert by[(6, at_end)]["ops"]["all_reduce"][3] == pytest.approx(STEP_BYTES)
     assert {"dev.gpu_utilization_ratio", "dev.process_cpu_ratio", "dev.gpu_energy_joules"} <= set(run.table.columns)
     p = run.progress[0]
     assert p["time_s"] == end and p["last_step_end_s"] == end - 0.05 and not p["finished"]
@@ -167,7 +173,10 @@ def test_a_hung_job_has_no_rows_after_the_hang_and_the_detector_names_the_rank(b
     run = open_prometheus(url, "train-b", now=end)
     t = run.table
     assert sorted(t["rank"].unique()) == [0, 1]
-    assert t["step"].max() == 29 - HANG_AGO_S // WINDOW_S  # no step after the hang: no row, not a zero
+    # no step after the hang: no row, not a zero; the last window's step is the last before the hang
+    assert t["step"].nunique() == 30 - HANG_AGO_S // WINDOW_S
+    assert t["step"].max() == 20 * (HISTORY_S - HANG_AGO_S) // SCRAPE_S - 1
+    assert t["comm.forward_s"].isna().all()  # an exporter without train_phase_blocked_seconds: not known
     np.testing.assert_allclose(t["duration_s"], 0.23)
     np.testing.assert_allclose(t["forward_s"], 0.1)
     assert "data_s" not in t.columns and "tokens" not in t.columns  # never counted, so absent
@@ -182,7 +191,7 @@ def test_window_rule_and_bounds(backfilled):
     url, truth = backfilled
     end = truth["end"]
     run = open_prometheus(url, "train-a", now=end, minutes=10, window_s=120)
-    assert run.meta["window_s"] == 120 and run.meta["windows"] == 5 and run.table["step"].max() == 4
+    assert run.meta["window_s"] == 120 and run.meta["windows"] == 5 and run.table["step"].nunique() == 5
     # more windows than one query may return per series: the window grows, and says so
     run = open_prometheus(url, "train-a", now=end, minutes=24 * 60, window_s=1)
     assert run.meta["window_s"] >= 24 * 3600 / 11_000 and run.meta["windows"] <= 11_000
@@ -233,6 +242,7 @@ def test_a_live_demo_job_shows_every_rank(tmp_path):
         )
         try:
             prom.wait_for('train_steps_total{job="live"}', lambda r: len(r) == 4, timeout=60)
+            collecting = _says_collecting(prom.url)  # seconds old: 8 windows of 15 s are 2 min away
             deadline = time.monotonic() + 90
             while True:  # until every rank has a few 2 s windows of steps
                 run = open_prometheus(prom.url, minutes=1, window_s=2)
@@ -242,6 +252,9 @@ def test_a_live_demo_job_shows_every_rank(tmp_path):
                 time.sleep(0.5)
         finally:
             stop_demo(demo, run_dir)
+    cli, page = collecting
+    assert cli["need"] == 8 and 0 <= cli["have"] < 8 and cli["window_s"] == 15, cli
+    assert "collecting" in page and "windows of 15 s" in page, page
     assert run.meta["job"] == "live" and run.world_size == 4 and run.meta["window_s"] == 2
     t = run.table
     assert sorted(t["rank"].unique()) == [0, 1, 2, 3] and t["step"].nunique() >= 2
@@ -260,3 +273,32 @@ def test_a_live_demo_job_shows_every_rank(tmp_path):
     assert sorted(run.progress) == [0, 1, 2, 3] and all(p["last_step"] for p in run.progress.values())
     json.dumps(run.meta)
     assert math.isfinite(analyze(t, run.progress, run.world_size).summary["step_time_s"])
+
+
+def _says_collecting(url: str) -> tuple[dict, str]:
+    """In a job's first minute: ``telemetry analyze --prometheus --json``'s ``summary.collecting`` (its
+    report says the same), and what the dashboard's page says instead of a finding list."""
+    from streamlit.testing.v1 import AppTest
+
+    from telemetry.dashboards.serve import APP
+
+    def cli(*extra: str) -> subprocess.CompletedProcess:
+        args = [sys.executable, "-m", "telemetry", "analyze", "--prometheus", url, "--job", "live", *extra]
+        return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    js = cli("--json")
+    assert js.returncode == 0, js.stderr
+    doc = json.loads(js.stdout)
+    assert not [f for f in doc["findings"] if f["kind"] not in ("hang", "rank_lost")], doc["findings"]
+    text = cli()
+    assert text.returncode == 0 and "collecting:" in text.stdout and "No finding" not in text.stdout, text.stdout
+    os.environ["TELEMETRY_DASHBOARD_PROMETHEUS"], os.environ["TELEMETRY_DASHBOARD_JOB"] = url, "live"
+    try:
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+    finally:
+        del os.environ["TELEMETRY_DASHBOARD_PROMETHEUS"], os.environ["TELEMETRY_DASHBOARD_JOB"]
+    assert not at.exception, [e.value for e in at.exception]
+    page = " ".join(i.value for i in at.info)
+    assert not [e.label for e in at.expander if "straggler" in e.label], page
+    return doc["summary"]["collecting"], page

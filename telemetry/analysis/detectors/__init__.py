@@ -65,6 +65,7 @@ def analyze(
     ops: pd.DataFrame | None = None,
     base: pd.DataFrame | None = None,
     base_name: str = "the base run",
+    gaps: bool | None = None,
 ) -> Analysis:
     """``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
     moving imbalance is then not looked for, since a block's median averages away the work that
@@ -72,7 +73,10 @@ def analyze(
     gaps between steps (a block's rows carry no start time). ``ops``: the per-operation trace the
     table was made from; its findings are then costed by replaying the trace's dependencies
     (:mod:`.replay`). ``base``: a baseline run's steps table (``analyze RUN --base BASE``), whose busy
-    share and device signals this run's are held against (``utilization_regression``)."""
+    share and device signals this run's are held against (``utilization_regression``). ``gaps``: whether
+    the time between rows' steps is the job's (default: ``step_resolution``); a live job's windows read
+    from Prometheus are blocks of steps whose start times say it."""
+    gaps = step_resolution if gaps is None else gaps
     m = from_table(table) if len(table) else None
     findings: list[Finding] = []
     shift = None
@@ -94,14 +98,14 @@ def analyze(
             shift = shift + more
         findings += detect_regressions(m, live, shift, regression)
         findings += detect_memory_growth(m, live)
-        findings += detect_low_utilization(m, live, shift, utilization, gaps=step_resolution)
+        findings += detect_low_utilization(m, live, shift, utilization, gaps=gaps)
         mb = from_table(base) if base is not None and len(base) else None
         b_live = None
         if mb is not None:
             b_live = np.zeros(mb.n_steps, dtype=bool)
             b_live[sp.warmup(mb.n_steps) :] = True
         findings += detect_utilization_regression(
-            m, live, shift, findings, utilization, gaps=step_resolution, base=mb, base_live=b_live, base_name=base_name
+            m, live, shift, findings, utilization, gaps=gaps, base=mb, base_live=b_live, base_name=base_name
         )
     if progress:
         first = float(table["start_s"].min()) if len(table) else None
@@ -113,7 +117,7 @@ def analyze(
     if m is not None and m.n_steps:
         findings = [settle_ended(m, f) for f in findings]
     failed_causes = attach_causes(m, findings) if m is not None and m.n_steps else (0, None)
-    summary = _summary(m, findings, shift, utilization, step_resolution)
+    summary = _summary(m, findings, shift, utilization, gaps)
     if failed_causes[0]:  # counted in the summary, said once per analysis; never silently "no causes"
         summary["cause_failures"] = {"findings": failed_causes[0], "first": failed_causes[1]}
         log.warning(
@@ -200,10 +204,11 @@ def _busy(m: StepMatrix, shift: np.ndarray | None, p: UtilizationParams, gaps: b
         return {}
     wall, parts = parts_per_step(m, shift, gaps)
     live = slice(StragglerParams().warmup(m.n_steps), None)
-    total = float(np.nansum(wall[live]))
+    w = m.steps_per_column()[live]  # per-step parts, each column as many times as the steps it holds
+    total = float(np.nansum(wall[live] * w))
     if total <= 0:
         return {}
-    shares = {k: float(np.nansum(v[live])) / total for k, v in parts.items()}
+    shares = {k: float(np.nansum(v[live] * w)) / total for k, v in parts.items()}
     busy = shares.pop("busy")
     idle = {k: round(v, 4) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0}
     band = "ok" if busy >= p.bound else "info" if busy >= p.warn_bound else "warning"
@@ -258,8 +263,9 @@ def uptime(m: StepMatrix) -> dict[str, Any]:
     re-run after it, or an outage): the lost time. Steps in order of their number; a restarted
     job's re-run steps replace the first session's (last wins), so the gap before the first
     re-run step holds the wasted work too."""
+    w = m.steps_per_column()
     t = nan_to_zero(m.step_time())
-    in_steps = float(t.sum())
+    in_steps = float((t * w).sum())
     out: dict[str, Any] = {"in_steps_s": round(in_steps, 3)}
     if m.step_start is None or not np.isfinite(m.step_start).any():
         return out
@@ -267,7 +273,7 @@ def uptime(m: StepMatrix) -> dict[str, Any]:
     ok = np.isfinite(start)
     first = float(start[ok][0])
     last_i = np.flatnonzero(ok)[-1]
-    wall = float(start[last_i] + t[last_i] - first)
+    wall = float(start[last_i] + t[last_i] * w[last_i] - first)
     gaps, long = gaps_after(m)
     out.update(
         wall_s=round(max(wall, in_steps), 3),
@@ -290,7 +296,8 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None 
     restart and the work it re-ran, an outage; see :func:`uptime`); other: the rest of the steps.
     """
     t = nan_to_zero(m.step_time())
-    total = float(t.sum())
+    w = m.steps_per_column()  # each column's per-step times count as many times as the steps it holds
+    total = float((t * w).sum())
     if total <= 0:
         return {}
     up = up or {}
@@ -298,13 +305,13 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None 
     wall = total + between + lost
     med = float(np.median(t))
     spikes = t > 3 * med
-    checkpoint = float((t[spikes] - med).sum())
-    culprit = float(step_savings(m, shift).sum()) if shift is not None else 0.0
-    compute = float(np.nansum(rank_median(m.compute)[~spikes]))
-    data = float(np.nansum(rank_median(m.data)[~spikes]))
+    checkpoint = float(((t - med) * w)[spikes].sum())
+    culprit = float((step_savings(m, shift) * w).sum()) if shift is not None else 0.0
+    compute = float(np.nansum((rank_median(m.compute) * w)[~spikes]))
+    data = float(np.nansum((rank_median(m.data) * w)[~spikes]))
     comm = 0.0
     if m.comm is not None:
-        comm = float(np.nansum(m.comm_own()[~spikes]))
+        comm = float(np.nansum((m.comm_own() * w)[~spikes]))
         comm = comm if np.isfinite(comm) else 0.0
     parts = {
         "compute": compute,

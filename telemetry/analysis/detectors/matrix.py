@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..table import phase_names
+from ..table import ROW_STEPS, phase_names
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,9 @@ class StepMatrix:
     index: tuple[np.ndarray, np.ndarray]  # (rank index, step index) of each row
     nodes: np.ndarray | None = None  # (R,) the node (host) of each rank, from a node or host column
     step_start: np.ndarray | None = None  # (S,) the earliest start_s of each step over ranks (epoch s)
+    # (S,) how many of the job's steps each column stands for: a window of a live job read from
+    # Prometheus (the table's row_steps, median over ranks); None: one step each
+    weight: np.ndarray | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)  # derived arrays
 
     def extra(self, name: str) -> np.ndarray | None:
@@ -76,6 +79,10 @@ class StepMatrix:
         if cached is None:
             cached = self.cache["comm_own"] = np.nanmin(np.where(np.isfinite(self.comm), self.comm, np.inf), axis=0)
         return cached
+
+    def steps_per_column(self) -> np.ndarray:
+        """(S,) :attr:`weight`, ones when the table has no ``row_steps``."""
+        return self.weight if self.weight is not None else np.ones(self.n_steps)
 
     def step_time(self) -> np.ndarray:
         """The job's time per step, data wait included: the median over ranks of duration + data
@@ -144,9 +151,23 @@ def gaps_after(m: StepMatrix) -> tuple[np.ndarray, np.ndarray]:
     if m.step_start is not None and m.n_steps > 1:
         start = m.step_start
         ok = np.isfinite(start[1:]) & np.isfinite(start[:-1])
-        g[:-1] = np.clip(np.nan_to_num(np.where(ok, start[1:] - (start[:-1] + t[:-1]), 0.0)), 0.0, None)
+        end = start[:-1] + t[:-1] * m.steps_per_column()[:-1]  # a column of several steps: all of them
+        g[:-1] = np.clip(np.nan_to_num(np.where(ok, start[1:] - end, 0.0)), 0.0, None)
     bound = max(RESTART_GAP_S, 30.0 * float(np.median(t)) if len(t) else 0.0)
     return g, g > bound
+
+
+MIN_WINDOWS = 5  # a stretch of windows of several steps each (Prometheus) is at least this many
+
+
+def columns_for(m: StepMatrix, idx: np.ndarray, steps: int) -> int:
+    """How many of the columns ``idx`` a stretch of ``steps`` steps takes: ``steps`` where a column is
+    one step; where a column is a window of several (:attr:`StepMatrix.weight`), the windows that hold
+    that many steps, and at least :data:`MIN_WINDOWS` (a window's mean is one reading, not many)."""
+    if m.weight is None or not len(idx):
+        return steps
+    per = max(float(np.median(m.weight[idx])), 1.0)
+    return max(MIN_WINDOWS, int(np.ceil(steps / per)))
 
 
 def even_sample(idx: np.ndarray, k: int = RANK_SAMPLE) -> np.ndarray:
@@ -267,6 +288,9 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
         step_start = np.full(len(steps), np.inf)
         np.fmin.at(step_start, s_idx, st)
         step_start[~np.isfinite(step_start)] = np.nan
+    weight = None
+    if ROW_STEPS in table.columns:
+        weight = np.nan_to_num(nanmedian(grid(ROW_STEPS), axis=0), nan=1.0)
     return StepMatrix(
         ranks=ranks,
         steps=steps,
@@ -281,4 +305,5 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
         index=(r_idx, s_idx),
         nodes=nodes,
         step_start=step_start,
+        weight=weight,
     )

@@ -26,12 +26,12 @@ What-if: the step time those steps would have had at the old level.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..findings import Finding, severity_for
-from .matrix import COMM, DATA, StepMatrix, job_components, nanmedian
+from .matrix import COMM, DATA, StepMatrix, columns_for, job_components, nanmedian
 from .ranktest import split_z
 from .whatif import step_savings
 
@@ -44,6 +44,23 @@ class RegressionParams:
     persist_fraction: float = 0.6
     min_segment: int = 8
     z_confirm: float = 3.0
+    # windows of several steps each (a live job read from Prometheus): a rank test over a few dozen
+    # window means cannot reach z_min (10 against 10 windows, perfectly apart, give z = 3.8), while
+    # each mean is many steps' reading, far quieter than one step's time; this bar instead
+    z_windows: float = 3.5
+
+
+def for_columns(m: StepMatrix, idx: np.ndarray, p: RegressionParams) -> RegressionParams:
+    """``p`` for the columns ``idx`` of ``m``: unchanged where a column is one step; where it is a window
+    of several, segments and persistence in windows (:func:`~.matrix.columns_for`) and ``z_windows``."""
+    if m.weight is None:
+        return p
+    return replace(
+        p,
+        min_segment=columns_for(m, idx, p.min_segment),
+        min_persist_steps=columns_for(m, idx, p.min_persist_steps),
+        z_min=min(p.z_min, p.z_windows),
+    )
 
 
 @dataclass
@@ -145,8 +162,8 @@ def _level_change(x: np.ndarray, ch: Change) -> float:
 def detect_regressions(
     m: StepMatrix, live: np.ndarray, shift: np.ndarray, p: RegressionParams | None = None
 ) -> list[Finding]:
-    p = p or RegressionParams()
     live_idx = np.flatnonzero(live)
+    p = for_columns(m, live_idx, p or RegressionParams())
     if len(live_idx) < 2 * p.min_segment:
         return []
     t = (m.step_time() - step_savings(m, shift))[live_idx]  # stragglers' cost healed

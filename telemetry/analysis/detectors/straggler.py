@@ -136,8 +136,10 @@ def robust_sigma(e: np.ndarray) -> float:
 def refine_edges(x: np.ndarray, lo: int, hi: int, h: int) -> tuple[int, int]:
     """Move a hot stretch's edges (found at half-block resolution, ``h`` steps) to the steps where
     the excess changes level: the split maximizing the cumulative sum of (x - c), c halfway between
-    the levels inside and outside, each edge searched within 2h steps of where it was found.
-    Deviations are clipped at twice the level difference, so one spike cannot pull an edge."""
+    the levels inside and outside, each edge searched from 2h steps outside where it was found to
+    anywhere inside the stretch (a short noise run joined to the real one, with a quiet gap between,
+    must not hold the onset early: a data stall from step 300 was dated 110). Deviations are clipped
+    at twice the level difference, so one spike cannot pull an edge."""
     n = len(x)
     x = np.where(np.isfinite(x), x, np.nan)
     inside = float(np.nanmedian(x[lo : hi + 1]))
@@ -148,9 +150,9 @@ def refine_edges(x: np.ndarray, lo: int, hi: int, h: int) -> tuple[int, int]:
         return lo, hi
     d = np.clip(np.nan_to_num(x - (inside + outside) / 2.0), -2 * step, 2 * step)
     cs = np.concatenate(([0.0], np.cumsum(d)))  # cs[k] = sum of d[:k]
-    a, b = max(0, lo - 2 * h), min(hi, lo + 2 * h)
+    a, b = max(0, lo - 2 * h), hi
     new_lo = a + int(np.argmin(cs[a : b + 1]))  # maximizes sum d[k:...]
-    a2, b2 = max(new_lo, hi - 2 * h), min(n - 1, hi + 2 * h)
+    a2, b2 = new_lo, min(n - 1, hi + 2 * h)
     new_hi = a2 + int(np.argmax(cs[a2 + 1 : b2 + 2]))  # maximizes sum d[...:k + 1]
     return new_lo, new_hi
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..findings import Finding
-from .matrix import StepMatrix, gaps_after, nan_to_zero, rank_median
+from .matrix import StepMatrix, columns_for, gaps_after, nan_to_zero, rank_median
 from .straggler import hot_mask
 from .whatif import step_savings
 
@@ -130,7 +130,9 @@ def _parts_per_step(m: StepMatrix, shift: np.ndarray | None, gaps: bool) -> tupl
     between = zero
     if gaps:
         g, long = gaps_after(m)
-        between = np.where(long, 0.0, g)  # lost time (a restart, an outage) is not the running job's
+        # lost time (a restart, an outage) is not the running job's; a column of several steps (a
+        # window read from Prometheus) shares its gap among them
+        between = np.where(long, 0.0, g) / m.steps_per_column()
     busy = np.minimum(busy, t)
     parts = {"data_wait": data, "exposed_comm": own, "waiting_for_ranks": wait, "findings": found}
     # medians over ranks of parts that overlap (a pipeline's transfers run beside compute) can add
@@ -161,11 +163,12 @@ def detect_low_utilization(
 ) -> list[Finding]:
     p = params or UtilizationParams()
     idx = np.flatnonzero(live)
-    if len(idx) < p.min_steps or not np.isfinite(m.compute).any():
+    least = columns_for(m, idx, p.min_steps)
+    if len(idx) < least or not np.isfinite(m.compute).any():
         return []
     wall, parts = parts_per_step(m, shift, gaps)
-    need = max(p.min_steps, int(np.ceil(p.min_fraction * len(idx))))
-    w = max(5, min(p.window, need // 2))
+    need = max(least, int(np.ceil(p.min_fraction * len(idx))))
+    w = max(5, min(p.window, need // 2)) if m.weight is None else min(least, need)
     with np.errstate(all="ignore"):
         busy, time = running_sum(parts["busy"][idx], w), running_sum(wall[idx], w)
         low = hot_mask(busy < (p.bound - p.margin) * time, need)

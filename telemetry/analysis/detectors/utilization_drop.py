@@ -46,7 +46,7 @@ import numpy as np
 from ..findings import Finding
 from .matrix import StepMatrix, even_sample, nanmedian, rank_median
 from .ranktest import mann_whitney_p
-from .regression import Change, RegressionParams, find_change
+from .regression import Change, RegressionParams, find_change, for_columns
 from .utilization import PARTS, SIGNALS, UtilizationParams, parts_per_step
 
 LABELS = {"busy_fraction": "busy", **{name: label for name, _, label in SIGNALS}}
@@ -148,7 +148,7 @@ def detect_utilization_regression(
     """Utilization drops within the run, and against ``base`` (its steps ``base_live``) when given.
     ``others``: the findings so far (those that account for a drop make it ``info``)."""
     p = params or UtilizationParams()
-    rp = RegressionParams(z_min=p.z_min, min_effect=p.min_drop)
+    rp = for_columns(m, np.flatnonzero(live), RegressionParams(z_min=p.z_min, min_effect=p.min_drop))
     if live.sum() < 2 * rp.min_segment or not np.isfinite(m.compute).any():
         return []
     s = series(m, live, shift, gaps)

@@ -33,6 +33,7 @@ KEYS = {
     "n": ("rank",),
     "dur": ("rank",),
     "phase": ("rank", "phase"),
+    "phase_comm": ("rank", "phase"),
     "data": ("rank",),
     "comm": ("rank",),
     "tokens": ("rank",),
@@ -43,6 +44,8 @@ KEYS = {
     "busbw": ("rank", "op"),
     "factor": ("rank", "op"),
     "mfu": ("rank",),
+    "last_step": ("rank",),
+    "last_end": ("rank",),
     "seen": ("rank",),
 }
 GAUGE_KEYS = ("rank", "__name__", "gpu", "type", "reason", "direction", "local_rank")  # the "gauges" query's
@@ -66,6 +69,7 @@ def queries(sel: str, w: str) -> dict[str, str]:
         "n": inc(N.STEP_DURATION.count),
         "dur": inc(N.STEP_DURATION.sum),
         "phase": inc(N.PHASE_DURATION.sum, "rank, phase"),
+        "phase_comm": inc(N.PHASE_BLOCKED.total, "rank, phase"),
         "data": inc(N.DATALOADER_WAIT.sum),
         "comm": inc(N.COLLECTIVE_BLOCKED.total),
         "tokens": inc(N.TOKENS.total),
@@ -78,6 +82,10 @@ def queries(sel: str, w: str) -> dict[str, str]:
         "busbw": f"max by (rank, op) (last_over_time({busbw}{{{sel}}}[{w}]))",
         "factor": f"max by (rank, op) (last_over_time({busbw}{{{sel}}}[{w}]) / last_over_time({algbw}{{{sel}}}[{w}]))",
         "mfu": f"max by (rank) (avg_over_time({N.MFU.name}{{{sel}}}[{w}]))",
+        # each window's last step and when it ended: the latest within the window, so a finished job's
+        # last window has them too (at the window's end its gauges are already stale)
+        "last_step": f"max by (rank) (last_over_time({N.LAST_STEP.name}{{{sel}}}[{w}]))",
+        "last_end": f"max by (rank) (last_over_time({N.LAST_STEP_TIMESTAMP.name}{{{sel}}}[{w}]))",
         # when each rank was last scraped (its heartbeat), and the latest gauges at each window's end
         "seen": f"max by (rank) (timestamp({STEPS}{{{sel}}}))",
         "gauges": f'{{__name__=~"{_GAUGES}",{sel}}}',

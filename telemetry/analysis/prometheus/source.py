@@ -74,7 +74,7 @@ def open_prometheus(
         g = {name: arrays(grid, series, KEYS[name]) for name, (series, _) in results.items() if name != "gauges"}
         gauges = arrays(grid, results["gauges"][0], GAUGE_KEYS, add=False)
         progress_g, device_g = split_gauges(gauges, ranks)
-        table, records = build(grid, g, device_g, ranks)
+        table, records = build(grid, g, device_g, ranks, warnings)
     table = validate(table, source=f"Prometheus {api.url} job {job}", owned=True)
     beats = progress(ranks, g["seen"], progress_g, device_g, grid.start_s(np.int64(0)))
     meta: dict[str, Any] = {

@@ -4,11 +4,13 @@ the run store's format (see :mod:`telemetry.analysis.prometheus` for what each c
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..table import ROW_STEPS
 from .queries import PROGRESS
 from .window import Grid
 
@@ -67,6 +69,28 @@ def heartbeat(rank: int, time_s: float, g: dict[str, float | None], device: dict
 
 
 # ---- the steps table and the records ------------------------------------------------------------
+
+
+def job_steps(grid: Grid, active: np.ndarray, last_step: list[np.ndarray]) -> tuple[np.ndarray, bool]:
+    """(n,) each window's step: the job's last completed step at the window's end (the highest
+    ``train_last_step`` over ranks), so findings name real steps; and whether every active window had
+    that reading. Strictly increasing over the ``active`` windows (those in which a rank made steps):
+    a window whose reading is missing, or no higher than the previous window's (a rank catching up
+    within a hang), takes the previous step + 1."""
+    with warnings.catch_warnings():  # a window no rank has a reading in: NaN, said below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        high = np.nanmax(np.vstack(last_step), axis=0) if last_step else np.full(grid.n, np.nan)
+    out = np.full(grid.n, -1, dtype=np.int64)
+    prev, known = -1, True
+    for k in np.flatnonzero(active).tolist():
+        v = high[k]
+        if not np.isfinite(v):
+            known = False
+        step = max(int(v), prev + 1) if np.isfinite(v) else prev + 1
+        out[k] = prev = step
+    return out, known
+
+
 def _per_step(a: np.ndarray | None, idx: np.ndarray, count: np.ndarray, missing: float = np.nan) -> np.ndarray:
     if a is None:
         return np.full(len(idx), missing)
@@ -79,9 +103,22 @@ def build(
     g: dict[str, dict[tuple, np.ndarray]],
     device: dict[int, dict[str, np.ndarray]],
     ranks: dict[int, dict[str, Any]],
+    warnings: list[str] | None = None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """The steps table and the records of the answers' arrays ``g`` (by query name) and the
-    device readings."""
+    """The steps table and the records of the answers' arrays ``g`` (by query name) and the device
+    readings. What the table cannot know is said in ``warnings``."""
+    everyone = sorted(set(ranks) | {k[0] for k in g["n"]})
+    with np.errstate(all="ignore"):
+        made = [(a > 0) & np.isfinite(g["dur"].get(k, np.full(grid.n, np.nan))) for k, a in g["n"].items()]
+    active = np.any(np.vstack(made), axis=0) if made else np.zeros(grid.n, dtype=bool)
+    last = [a for (r,), a in g.get("last_step", {}).items()]
+    step_of, known = job_steps(grid, active, last)
+    if active.any() and not known and warnings is not None:
+        warnings.append(
+            "train_last_step is missing in some windows: their steps are counted on from the window before "
+            "(a step number there is not the job's own)"
+        )
+    window_end = grid.start_s(np.arange(grid.n)) + grid.w_ms / 1000.0
     phases = sorted(
         {k[1] for k in g["phase"] if k[1] and k[1] not in _NOT_PHASES},
         key=lambda p: (_USUAL_ORDER.index(p) if p in _USUAL_ORDER else len(_USUAL_ORDER), p),
@@ -96,7 +133,8 @@ def build(
     def add(name: str, values: np.ndarray) -> None:
         cols.setdefault(name, []).append(values)
 
-    for r in sorted(set(ranks) | {k[0] for k in g["n"]}):
+    has_phase_comm = bool(g.get("phase_comm"))
+    for r in everyone:
         cnt, dur = g["n"].get((r,)), g["dur"].get((r,))
         if cnt is None or dur is None:
             continue
@@ -105,18 +143,29 @@ def build(
             continue
         c = cnt[idx]
         add("rank", np.full(len(idx), r, dtype=np.int64))
-        add("step", idx.astype(np.int64))
-        start = grid.start_s(idx)
-        add("start_s", start)
+        add("step", step_of[idx])
         duration = dur[idx] / c
+        data = _per_step(g["data"].get((r,)), idx, c, 0.0)
+        # The window's steps back to back, ending when its last one ended (train_last_step_timestamp at
+        # the window's end, else the window's end): the time between windows' steps is then the time
+        # the job spent outside steps, not the windows' spacing.
+        lo, hi = window_end[idx] - grid.w_ms / 1000.0, window_end[idx]
+        ended = g.get("last_end", {}).get((r,))
+        ended = hi if ended is None else np.where(np.isfinite(ended[idx]), np.clip(ended[idx], lo, hi), hi)
+        start = ended - c * (duration + data)
+        add("start_s", start)
         add("duration_s", duration)
+        add(ROW_STEPS, c)
         if has_data:
-            add("data_s", _per_step(g["data"].get((r,)), idx, c, 0.0))
+            add("data_s", data)
         for p in phases:
             # A phase this rank never ran: 0. A window before its series was scraped twice (the series
             # appears with the phase's first step): not known, NaN, never a false 0.
             a = g["phase"].get((r, p))
             add(f"{p}_s", np.zeros(len(idx)) if a is None else _per_step(a, idx, c))
+            if has_phase_comm:
+                b = g["phase_comm"].get((r, p))
+                add(f"comm.{p}_s", np.zeros(len(idx)) if a is None else _per_step(b, idx, c))
         comm = _per_step(g["comm"].get((r,)), idx, c)
         if has["comm"]:
             add("comm_s", comm)
@@ -152,7 +201,7 @@ def build(
             rec_dev = {s: float(a[k]) for s, a in dev.items() if np.isfinite(a[k])}
             rec: dict[str, Any] = {
                 "rank": r,
-                "step": k,
+                "step": int(step_of[k]),
                 "start_s": float(start[j]),
                 "duration_s": float(duration[j]),
                 "device": rec_dev or None,
@@ -171,8 +220,9 @@ def build(
             }
         ), records
     table = pd.DataFrame({name: np.concatenate(parts) for name, parts in cols.items()})
-    if has["comm"]:
-        # Not known: the exporter does not say in which phase collectives ran (see the package doc).
+    if has["comm"] and not has_phase_comm:
+        # Not known: an exporter without train_phase_blocked_seconds does not say in which phase
+        # collectives ran (see the package doc).
         for p in phases:
             table[f"comm.{p}_s"] = np.nan
     return table, records

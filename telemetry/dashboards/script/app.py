@@ -21,7 +21,7 @@ from telemetry.dashboards import views as V
 
 st.set_page_config(page_title="training-telemetry", layout="wide")
 
-PROM_MINUTES = (15, 30, 60, 180, 360, 1440)
+PROM_MINUTES = (0, 15, 30, 60, 180, 360, 1440)  # 0: the whole job (at most 24 h)
 
 
 # cache_resource, not cache_data: the run (a 256 x 10,000 table is about 300 MB) is shared as is, never
@@ -33,7 +33,7 @@ def _load(path: str, mtime: float) -> D.RunView:  # mtime: a run still being wri
 
 @st.cache_resource(show_spinner="Querying Prometheus and analyzing the job...", max_entries=4)
 def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> D.RunView:  # tick: one load per refresh
-    return D.load_prometheus(url, job or None, minutes)
+    return D.load_prometheus(url, job or None, minutes or None)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -151,10 +151,16 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
                 )
                 return None, (), ""
             job = st.sidebar.selectbox("job", jobs)
-        minutes = st.sidebar.selectbox("last", PROM_MINUTES, index=1, format_func=lambda m: f"{m} min")
+        minutes = st.sidebar.selectbox(
+            "last", PROM_MINUTES, index=0, format_func=lambda m: f"{m} min" if m else "the whole job"
+        )
         st.sidebar.caption(f"{url}, job {job}")
         try:
             view = _load_prometheus(url, job, minutes, tick)
+        except D.Collecting as exc:
+            st.info(f"Job {job!r} on {url}: not enough data yet, {exc}{again}")
+            _retry(refresh)
+            return None, (), ""
         except D.ViewError as exc:
             st.error(f"Cannot show job {job!r} from {url}: {exc}{again}")
             _retry(refresh)

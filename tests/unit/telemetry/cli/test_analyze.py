@@ -113,3 +113,34 @@ def test_analyze_against_a_base_run(tmp_path, capsys):
     assert "utilization_regression" not in capsys.readouterr().out
     assert cli(["analyze", str(run), "--base", str(tmp_path / "missing.csv")]) == 2
     assert "missing.csv" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--prometheus", "http://127.0.0.1:9", "runs/x"],
+            "PATH is for a run directory or a table; accepted with --prometheus: --job",
+        ),
+        (["--prometheus", "http://127.0.0.1:9", "--steps", "1:5"], "--steps is for a run directory or a table"),
+        (["--prometheus", "127.0.0.1:9090"], "accepted: an http:// or https:// URL"),
+        (["--prometheus", "http://127.0.0.1:9", "--last", "30"], "accepted: a Prometheus duration such as 30m"),
+        (["runs/x", "--job", "a"], "--job goes with --prometheus URL"),
+        (["runs/x", "--last", "30m"], "accepted: a number of steps, 1 or more (a duration goes with --prometheus)"),
+        ([], "give a run directory, a steps table or a trace directory, or --prometheus URL"),
+    ],
+)
+def test_analyze_prometheus_arguments_are_checked_with_a_sentence(capsys, args, message):
+    assert cli(["analyze", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_analyze_prometheus_says_when_the_server_does_not_answer(capsys):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert cli(["analyze", "--prometheus", f"http://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("telemetry analyze: ") and "Traceback" not in err and f"127.0.0.1:{port}" in err, err

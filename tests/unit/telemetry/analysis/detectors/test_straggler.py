@@ -1,6 +1,7 @@
 """Stragglers (telemetry/analysis/detectors/straggler.py) on simulated jobs with ground truth: named by
 rank, phase and true cost; alone, several, in groups, a slow node, hidden ones at info."""
 
+import numpy as np
 import pytest
 
 from telemetry.analysis.detectors import analyze
@@ -169,3 +170,15 @@ def test_a_short_stretch_that_ended_long_before_the_runs_end_is_info():
     assert "it ended 164 steps before the run's last" in f.evidence
     f = straggler(start=184)  # the same 16 steps at the run's end go on costing
     assert f.severity in ("warning", "critical") and "run_share" not in f.details
+
+
+def test_a_short_noise_run_joined_to_the_stretch_does_not_hold_its_onset_early():
+    """A real demo's data stall from step 300 was dated 110: a noise run at 110-124 and a quiet gap
+    joined it to the real stretch, and the onset was searched only near the joined edge."""
+    from telemetry.analysis.detectors.straggler import refine_edges
+
+    x = np.random.default_rng(0).normal(0.0, 0.0005, 900)
+    x[300:] += 0.02
+    x[110:125] += 0.02
+    assert refine_edges(x, 110, 899, 10) == (300, 899)
+    assert refine_edges(x, 290, 899, 10) == (300, 899)  # found near the change: placed on it
