@@ -164,7 +164,8 @@ def main() -> None:
             f"{no_created['created']} |",
             "",
             "Counted from the exporter's definitions (default buckets: 15 for steps and phases, 17 for collectives; "
-            "`_created` included): each further phase adds 19 series (its histogram), each further collective op "
+            "`_created` included): each further phase adds 21 series (its histogram, and the time blocked in collectives inside it with "
+            "its `_created`), each further collective op "
             "31 (a 21-series histogram, four counters with their `_created`, two gauges), and a GPU rank up to 25 "
             "per GPU (12 gauges and counters, 2 ECC types, 9 clock-event reasons, 2 NVLink directions) where NVML "
             "supports them all. The label caps (`max_label_values`, 32 values per label) bound phases and ops.",
