@@ -24,10 +24,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from results import update_section  # noqa: E402
+from results import update_section  # noqa: E402 - after the sys.path set-up above
 
-from tests.helpers.runs import stop_demo  # noqa: E402
-from tests.helpers.servers import free_port_range, prometheus  # noqa: E402
+from tests.helpers.runs import stop_demo  # noqa: E402 - after the sys.path set-up above
+from tests.helpers.servers import free_port_range, prometheus  # noqa: E402 - after the sys.path set-up above
 
 JOB = "live-parity"
 NAMED = ("straggler", [1], "backward")
