@@ -30,14 +30,14 @@ system-deps:
 	@scripts/system-deps.sh
 
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
-# Two workers (pytest-xdist; a module's tests, and the readers of one shared real job, stay together).
+# Two workers (pytest-xdist, --dist loadfile: a module's tests stay together; see tests/README.md).
 WORKERS ?= 2
 test: $(STAMP) system-deps
-	@$(PY) -m pytest -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-fast: $(STAMP)
-	@$(PY) -m pytest -n $(WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The suite as a busy machine runs it: a CPU hog on one core, then the fast suite with the clocks sped

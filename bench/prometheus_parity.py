@@ -4,9 +4,11 @@ seconds `telemetry analyze --prometheus URL --job J --json` is run (a subprocess
 would) and the dashboard's page is drawn (Streamlit's AppTest on the app `telemetry dashboard
 --prometheus` serves), both with the default windows (15 s). Reported: what each said when, the time
 until each names rank 1 in ``backward`` at warning or above, and, once the demo is stopped, the goodput
-split from Prometheus against the run store's (the whole job both ways).
+split from Prometheus against the run store's (the whole job both ways). Then the parity test's three
+faults (tests/integration/test_prometheus_parity.py: a straggler, a data stall, a slow link; 2 s windows,
+1 s scrapes), each read both ways: the findings, the onsets in windows apart, the goodput points apart.
 
-    python bench/prometheus_parity.py [--minutes 4] [--every 15] [--out bench/RESULTS.md]
+    python bench/prometheus_parity.py [--minutes 4] [--every 15] [--no-faults] [--out bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -78,10 +80,43 @@ def page_names_it(said: dict) -> bool:
     return any("straggler - rank 1 - phase backward" in t for t in said["titles"])
 
 
+def faults() -> str:
+    """The parity test's three faults, each read both ways, as a table."""
+    from tests.helpers.prometheus_parity import both_ways, parity, scraped_demo
+    from tests.integration.test_prometheus_parity import FAULTS, INJECTED, WINDOW_S
+
+    rows = []
+    for param in FAULTS:
+        inject, steps, expected = param.values
+        with tempfile.TemporaryDirectory() as d:
+            with scraped_demo(pathlib.Path(d), inject, steps=steps) as (url, run_dir, end, _):
+                store, prom, run = both_ways(url, run_dir, end, WINDOW_S)
+            p = parity(store, prom)
+        named = [f for f in p["store"] if f[0] in INJECTED], [f for f in p["prometheus"] if f[0] in INJECTED]
+        onset = next((o for o in p["onsets"] if o["finding"] == expected), None)
+        pts = p["goodput_points_apart"]
+        rest = sum(pts.get(k, 0.0) for k in ("communication", "straggler_wait", "checkpoint", "other"))
+        rows.append(
+            f"| `{inject}`, {steps} steps | {named[0]} | {named[1]} | "
+            + (f"{onset['store_step']} / {onset['prometheus_step']} ({onset['windows_apart']})" if onset else "-")
+            + f" | {pts.get('compute', 0):+.1f} | {pts.get('data_wait', 0):+.1f} | {pts.get('between_steps', 0):+.1f}"
+            f" | {rest:+.1f} | {pts.get('communication', 0):+.1f} / {pts.get('other', 0):+.1f} |"
+        )
+        print(rows[-1], flush=True)
+    return (
+        "The parity test's faults, each a real 4-rank demo scraped every 1 s, read with 2 s windows (acted-on findings "
+        "of the kinds a fault gives; onset: the store's first step / Prometheus's (windows apart; the target is one); "
+        "goodput: Prometheus minus store, points):\n\n"
+        "| fault | store | Prometheus | onset | compute | data wait | between steps | the rest | "
+        "communication / other |\n|---|---|---|---|---:|---:|---:|---:|---|\n" + "\n".join(rows)
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=4.0, help="how long the demo runs at most")
     ap.add_argument("--every", type=float, default=15.0, help="seconds between reads")
+    ap.add_argument("--no-faults", action="store_true", help="the live demo only, not the three faults")
     ap.add_argument("--out", default=None, help="write the section of bench/RESULTS.md")
     args = ap.parse_args()
     from telemetry.analysis.prometheus.live import analyze_live, open_live
@@ -166,6 +201,8 @@ def main() -> None:
         "How the rest splits between the collectives' own time and waiting for a late rank needs each step's "
         "spread over ranks, which a window's means do not carry: that split is reported, not met."
     )
+    if not args.no_faults:
+        body += "\n\n" + faults()
     print(body)
     if args.out:
         update_section(args.out, "Prometheus and the run store (bench/prometheus_parity.py)", body)

@@ -22,7 +22,7 @@ run() {  # run NAME ENV... -- PYTEST_ARGS...
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   local t0=$SECONDS
-  env "${envs[@]}" "$PY" -m pytest -n "$WORKERS" --dist loadgroup -q -p no:cacheprovider "$@" ${PYTEST_ARGS:-}
+  env "${envs[@]}" "$PY" -m pytest -n "$WORKERS" --dist loadfile -q -p no:cacheprovider "$@" ${PYTEST_ARGS:-}
   local rc=$?
   [ "$rc" -eq 5 ] && echo "stress: $name collected no tests" >&2
   [ "$rc" -ne 0 ] && failed=1

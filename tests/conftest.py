@@ -53,26 +53,11 @@ def pytest_collection_modifyitems(config, items):
             problems.add(f"{item.nodeid} is marked slow: a slow test belongs in tests/integration/ (tests/README.md)")
     if problems:
         raise pytest.UsageError("the tests' layout:\n  " + "\n  ".join(sorted(problems)))
-    _group_for_workers(items)
     if CLOCK_SCALE:
         skip = pytest.mark.skip(reason=f"real_clock: its claim is about real time (clocks scaled x{CLOCK_SCALE})")
         for item in items:
             if item.get_closest_marker("real_clock"):
                 item.add_marker(skip)
-
-
-# Session fixtures that run a real job: every test that reads one runs on the same worker, so the job
-# runs once however many workers `make test` starts.
-SHARED_JOBS = ("straggler_demo", "healthy_job")
-
-
-def _group_for_workers(items) -> None:
-    """`make test` runs the suite on two workers (pytest-xdist, `--dist loadgroup`): the tests of one
-    module go to one worker (its module-scoped fixtures, a built wheel or a written stack, are made
-    once), and the readers of a shared real job go together."""
-    for item in items:
-        shared = next((f for f in SHARED_JOBS if f in getattr(item, "fixturenames", ())), None)
-        item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture

@@ -94,7 +94,14 @@ def parity(store: Any, prom: Any) -> dict[str, Any]:
             )
     a, b = store.summary.get("goodput") or {}, prom.summary.get("goodput") or {}
     points = {k: round(100 * (b.get(k, 0.0) - a.get(k, 0.0)), 1) for k in sorted(set(a) | set(b))}
+
+    def every(a: Any) -> list[tuple]:
+        return [(f.kind, tuple(f.ranks), f.phase, f.severity, f.first_step, round(f.slowdown, 3)) for f in a.findings]
+
     return {
+        "windows": steps.tolist(),
+        "store_all": every(store),
+        "prometheus_all": every(prom),
         "store": acted_on(store),
         "prometheus": acted_on(prom),
         "onsets": onsets,
