@@ -48,8 +48,9 @@ window by its ``row_steps`` (goodput, busy share, gaps) and count stretches in w
 (:func:`~telemetry.analysis.detectors.matrix.columns_for`); :mod:`.live` analyzes a job as
 ``telemetry analyze --prometheus`` and the dashboard do, and says when there are too few windows yet.
 What a window's means cannot carry: each step's spread over ranks. The collectives' own time (the
-last rank's blocked time, step by step) reads higher from windows, and the waits for late ranks
-lower, than the run store has them (bench/RESULTS.md, "Prometheus and the run store").
+last rank's blocked time, step by step), the waits for late ranks and step-time spikes are therefore
+one goodput part from windows, ``communication_and_waits`` (bench/RESULTS.md, "Prometheus and the run
+store"), and a straggler's what-if reads higher than the run store's.
 
 One module per concern: :mod:`.client` (the HTTP API, the queries run a few at a time),
 :mod:`.queries` (the PromQL, metric names from :mod:`telemetry.metrics.names`), :mod:`.window`

@@ -43,8 +43,9 @@ def parse_duration(text: str) -> float:
 
 
 def job_span_s(url: str, job: str | None, now: float, timeout_s: float = 10.0) -> float:
-    """Seconds from the job's first ``train_steps_total`` sample (within the last 24 h) to ``now``,
-    rounded up to whole windows' worth of margin; :data:`MAX_RANGE_S` when the server cannot say."""
+    """Seconds from the job's first ``train_steps_total`` sample (within the last 24 h) to ``now``, plus
+    the search's resolution as margin and at least one window; :data:`MAX_RANGE_S` when the server
+    cannot say (the load that follows then says why)."""
     api = Api(url, timeout_s)
     sel = f"job={quote(job)}" if job is not None else ""
     res = START_RESOLUTION_S

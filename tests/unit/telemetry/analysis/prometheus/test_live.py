@@ -49,3 +49,16 @@ def test_stretches_are_counted_in_windows_of_several_steps():
     assert columns_for(windows, idx, 400) == 8
     p = for_columns(windows, idx, RegressionParams())
     assert (p.min_segment, p.min_persist_steps, p.z_min) == (MIN_WINDOWS, MIN_WINDOWS, p.z_windows)
+
+
+def test_goodput_from_windows_keeps_together_what_a_window_cannot_split():
+    from telemetry.analysis.detectors import WAITS, analyze
+
+    table = simulate(Scenario(ranks=4, steps=60))
+    whole = analyze(table).summary["goodput"]
+    assert {"communication", "other"} <= set(whole) and WAITS not in whole
+    table["row_steps"] = 20.0  # the same rows as windows of 20 steps each
+    g = analyze(table, step_resolution=False, gaps=True).summary["goodput"]
+    assert set(g) <= {"compute", "data_wait", "between_steps", "lost", WAITS}, g
+    assert g["compute"] == pytest.approx(whole["compute"], abs=0.02)
+    assert sum(g.values()) == pytest.approx(sum(whole.values()), abs=0.01)
