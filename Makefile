@@ -30,11 +30,11 @@ system-deps:
 	@scripts/system-deps.sh
 
 # pytest exits 5 when it collected no tests: that is a failure here, not a pass.
-# Two workers (pytest-xdist, --dist loadfile: a module's tests stay together; see tests/README.md).
+# Two workers (pytest-xdist, --dist loadfile: a module's tests stay together; see tests/README.md), then
+# the tests marked `alone` with nothing beside them (scripts/suite.sh).
 WORKERS ?= 2
 test: $(STAMP) system-deps
-	@$(PY) -m pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	@PY=$(PY) WORKERS=$(WORKERS) scripts/suite.sh $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	@$(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS); rc=$$?; \

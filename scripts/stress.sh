@@ -29,7 +29,8 @@ run() {  # run NAME ENV... -- PYTEST_ARGS...
   summary+=("stress: $name: exit $rc in $((SECONDS - t0)) s")
 }
 
-run "the whole suite, a CPU hog on core 0" STRESS=1 --
+run "the whole suite but the tests marked alone, a CPU hog on core 0" STRESS=1 -- -m "not alone"
+WORKERS=0 run "the tests marked alone, one at a time, hog on" STRESS=1 -- -m alone
 run "the fast suite, clocks x2, hog on" TELEMETRY_TEST_CLOCK_SCALE=2 -- -m "not slow"
 run "the fast suite, clocks x0.5, hog on" TELEMETRY_TEST_CLOCK_SCALE=0.5 -- -m "not slow"
 printf '%s\n' "${summary[@]}"
