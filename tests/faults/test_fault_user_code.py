@@ -296,13 +296,16 @@ def test_microsecond_steps_overrun_the_buffer_without_blocking_or_growing(run_di
     peak = max(peak, proc.memory_info().rss)
     live = telemetry.stats()
     exported = metric(port, "train_telemetry_dropped_total", sink="buffer")
+    after = telemetry.stats()["events_dropped"]
     stats = telemetry.shutdown()
     growth_mib = (peak - rss0) / 2**20
     rate = n / loop_s
     # every step is two events (begin, end); a step whose end was accepted is recorded
     events = 2 * (n + 2000)
     assert live["events_dropped"] > n  # most of them: the pipeline drains 1,024 events every 0.5 s
-    assert exported == live["events_dropped"]  # the loop has stopped: the scrape sees the same count
+    # the scrape reads the count as it is then: the loop's drops, and any event another thread (the
+    # sampler) put into the still-full buffer since (one, under the stress mode's slowed clocks)
+    assert live["events_dropped"] <= exported <= after
     assert stats["events_dropped"] >= live["events_dropped"]
     written = stats["sinks"]["store"]["written"]
     assert written == stats["records"] and 0 < written < n
