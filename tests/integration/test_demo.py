@@ -25,16 +25,17 @@ def demo(tmp_path, *args, timeout=240, exit_code=0):
 
 def test_injected_straggler_is_named_by_rank_and_phase(straggler_demo):
     doc, progress, run_dir = straggler_demo  # conftest: rank 2's forward 2x slower
-    # The injected straggler leads: it is named by rank and phase, and no other straggler costs as much.
-    # Another rank may be a true straggler too: four ranks share two cores with the suite's other worker
-    # (a CI run: rank 3's backward from step 19, the scheduler's doing); the clean demo runs of
-    # bench/detectors/evaluate.py measure how often (bench/RESULTS.md, "Detectors").
-    stragglers = sorted((f for f in doc["findings"] if f["kind"] == "straggler"), key=lambda f: -f["slowdown"])
+    # The injected straggler is named by rank and phase, once, at warning or above. Another rank may be a
+    # true straggler too, and cost more: four ranks share two cores with the suite's other worker (a CI
+    # run: rank 3's backward from step 19; a stress run, a CPU hog on core 0: rank 0's backward at 4.2%
+    # against the injected forward's 2.5%); the clean demo runs of bench/detectors/evaluate.py measure
+    # how often (bench/RESULTS.md, "Detectors").
+    stragglers = [f for f in doc["findings"] if f["kind"] == "straggler"]
     brief = [(f["ranks"], f["phase"], f["severity"], f["slowdown"]) for f in stragglers]
-    assert stragglers and (stragglers[0]["ranks"], stragglers[0]["phase"]) == ([2], "forward"), brief
-    f = stragglers[0]
-    assert f["severity"] in ("warning", "critical") and 0.01 <= f["slowdown"] < 0.2
-    assert not [g for g in stragglers[1:] if 2 in g["ranks"]], brief  # the injected rank is named once
+    named = [g for g in stragglers if 2 in g["ranks"]]  # the injected rank is named once
+    assert len(named) == 1 and (named[0]["ranks"], named[0]["phase"]) == ([2], "forward"), brief
+    f = named[0]
+    assert f["severity"] in ("warning", "critical") and 0.01 <= f["slowdown"] < 0.2, brief
     assert "median step" in progress and "all 200 steps done" in progress  # progress shown while it ran
     assert "starting 4 ranks" in progress and "nan" not in progress
     run = open_input(run_dir)
