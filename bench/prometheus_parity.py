@@ -30,21 +30,11 @@ from results import update_section  # noqa: E402 - after the sys.path set-up abo
 
 from telemetry.analysis.detectors import WAITS  # noqa: E402 - after the sys.path set-up above
 from tests.helpers.runs import stop_demo  # noqa: E402 - after the sys.path set-up above
-from tests.helpers.servers import free_port_range, prometheus  # noqa: E402 - after the sys.path set-up above
+from tests.helpers.servers import free_port_range, prometheus, training_scrape_config  # noqa: E402 - after the sys.path set-up above
 
 JOB = "live-parity"
 REST = ("communication", "straggler_wait", "checkpoint", "other")  # the store's parts that WAITS holds
 NAMED = ("straggler", [1], "backward")
-
-
-def scrape_config(targets_dir: pathlib.Path) -> str:
-    return f"""
-global: {{scrape_interval: 2s, evaluation_interval: 2s}}
-scrape_configs:
-  - job_name: training
-    honor_labels: true
-    file_sd_configs: [{{files: ["{targets_dir}/*.json"], refresh_interval: 2s}}]
-"""
 
 
 def cli(url: str) -> dict:
@@ -131,7 +121,7 @@ def main() -> None:
         tmp = pathlib.Path(d)
         runs = tmp / "runs"
         run_dir = runs / JOB
-        with prometheus(tmp, scrape_config(runs / "prometheus_targets")) as prom:
+        with prometheus(tmp, training_scrape_config(runs / "prometheus_targets", every="2s")) as prom:
             env = {**os.environ, "TELEMETRY_PROMETHEUS_PORT": str(free_port_range(4))}
             demo = subprocess.Popen(
                 [sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "100000"]

@@ -28,6 +28,16 @@ class Finding:
         return d
 
 
+def tally(findings: list[Finding]) -> dict[str, Any]:
+    """The summary's count of ``findings``: how many, how many of each kind, the highest severity (None
+    when none)."""
+    return {
+        "findings": len(findings),
+        "by_kind": {k: sum(f.kind == k for f in findings) for k in sorted({f.kind for f in findings})},
+        "severity": max((f.severity for f in findings), key=SEVERITIES.index, default=None),
+    }
+
+
 def severity_for(slowdown: float, critical_at: float = 0.05) -> str:
     """Under 1% of the covered steps' time is at most info; from ``critical_at`` it is critical."""
     if slowdown >= critical_at:

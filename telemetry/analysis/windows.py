@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .findings import SEVERITIES, Finding
+from .findings import SEVERITIES, Finding, tally
 
 WINDOW_ROWS = 12_000_000
 
@@ -145,9 +145,7 @@ def merge_summaries(summaries: list[dict[str, Any]], findings: list[Finding]) ->
         "last_step": max(s["last_step"] for s in ok),
         "step_time_s": float(np.median([s["step_time_s"] for s in ok])),
         "slowdown": round(float(np.dot(w, [s["slowdown"] for s in ok])), 6),
-        "findings": len(findings),
-        "by_kind": {k: sum(f.kind == k for f in findings) for k in sorted({f.kind for f in findings})},
-        "severity": max((f.severity for f in findings), key=SEVERITIES.index, default=None),
+        **tally(findings),
     }
     keys = sorted({k for s in ok for k in s.get("goodput", {})})
     out["goodput"] = {k: round(float(np.dot(w, [s.get("goodput", {}).get(k, 0.0) for s in ok])), 4) for k in keys}

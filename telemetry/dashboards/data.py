@@ -57,8 +57,11 @@ def load_view(path: str) -> RunView:
     return _analyzed(run)
 
 
-def _analyzed(run: RunInput) -> RunView:
-    result = analyze(run.table, run.progress, run.world_size, ops=run.ops)
+def _analyzed(run: RunInput, result: Analysis | None = None) -> RunView:
+    """``run`` with its analysis (``result``, or the library's default one) and what online detection
+    said beside it."""
+    if result is None:
+        result = analyze(run.table, run.progress, run.world_size, ops=run.ops)
     online = compare_online(result.findings, run.online_findings) if run.online_findings else []
     return RunView(run, result, online)
 
@@ -81,7 +84,7 @@ def load_prometheus(url: str, job: str | None, minutes: float | None) -> RunView
     """The last ``minutes`` (None: the whole job, at most 24 h) of a live job from a Prometheus server's
     HTTP API, as a run (a column is a window of time: see telemetry.analysis.prometheus), analyzed as
     ``telemetry analyze --prometheus`` does (analysis.prometheus.live: collecting until there is enough)."""
-    from telemetry.analysis.prometheus.live import NEED_WINDOWS, analyze_live, open_live
+    from telemetry.analysis.prometheus.live import analyze_live, collecting, open_live
     from telemetry.analysis.report import collecting_line
 
     try:
@@ -91,10 +94,8 @@ def load_prometheus(url: str, job: str | None, minutes: float | None) -> RunView
     if not len(run.table):
         if minutes:
             raise ViewError(f"job {job!r} made no step in the last {minutes:.0f} min")
-        raise Collecting(collecting_line({"have": 0, "need": NEED_WINDOWS, "window_s": run.meta["window_s"]}))
-    result = analyze_live(run)
-    online = compare_online(result.findings, run.online_findings) if run.online_findings else []
-    return RunView(run, result, online)
+        raise Collecting(collecting_line(collecting(run)))
+    return _analyzed(run, analyze_live(run))
 
 
 def list_runs(root: str) -> list[str]:

@@ -132,16 +132,16 @@ class Prometheus:
         raise AssertionError(f"timed out waiting on {expr!r}; last result: {result}")
 
 
-def training_scrape_config(targets_dir, rule_files: tuple[str, ...] = ()) -> str:
+def training_scrape_config(targets_dir, rule_files: tuple[str, ...] = (), every: str = "1s") -> str:
     """A Prometheus config that scrapes every run's ranks as the README configures it (file_sd over
-    the shared targets directory, honor_labels), every second, evaluating rules every second."""
+    the shared targets directory, honor_labels), every ``every`` (a second), evaluating rules as often."""
     rules = f"rule_files: [{', '.join(f'{chr(34)}{r}{chr(34)}' for r in rule_files)}]\n" if rule_files else ""
     return f"""
-global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+global: {{scrape_interval: {every}, evaluation_interval: {every}}}
 {rules}scrape_configs:
   - job_name: training
     honor_labels: true
-    file_sd_configs: [{{files: ["{targets_dir}/*.json"], refresh_interval: 1s}}]
+    file_sd_configs: [{{files: ["{targets_dir}/*.json"], refresh_interval: {every}}}]
 """
 
 

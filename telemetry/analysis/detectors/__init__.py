@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from ..findings import SEVERITIES, Finding, severity_for
+from ..findings import SEVERITIES, Finding, severity_for, tally
 from .causes import attach_causes
 from .hang import detect_hang
 from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
@@ -157,9 +157,7 @@ def _summary(
         "last_step": int(m.steps[-1]),
         "step_time_s": float(nanmedian(t)),
         "slowdown": round(total, 6),
-        "findings": len(findings),
-        "by_kind": {k: sum(f.kind == k for f in findings) for k in sorted({f.kind for f in findings})},
-        "severity": max((f.severity for f in findings), key=SEVERITIES.index, default=None),
+        **tally(findings),
         "goodput": _goodput(m, shift, up),
         "uptime": up,
         "straggler_score": straggler_scores(m),

@@ -99,7 +99,7 @@ def analyze_live(run: Any, **params: Any):
     """Analyze a RunInput from :func:`open_live` (``params``: :func:`~telemetry.analysis.detectors.analyze`'s).
     While collecting, only the heartbeats' findings are kept and ``summary.collecting`` is set."""
     from ..detectors import analyze
-    from ..findings import SEVERITIES
+    from ..findings import tally
 
     # A window's row summarizes its steps, as online detection's blocks do: no moving imbalance (it moves
     # from step to step, and a window's means average it away); its start times do say the gaps.
@@ -110,11 +110,7 @@ def analyze_live(run: Any, **params: Any):
     if c is not None:
         result.findings[:] = [f for f in result.findings if f.kind in FROM_HEARTBEATS]
         result.summary["collecting"] = c
-        kept = result.findings
         result.summary.update(
-            findings=len(kept),
-            by_kind={k: sum(f.kind == k for f in kept) for k in sorted({f.kind for f in kept})},
-            severity=max((f.severity for f in kept), key=SEVERITIES.index, default=None),
-            slowdown=1.0 if any(f.kind == "hang" for f in kept) else 0.0,
+            tally(result.findings), slowdown=1.0 if any(f.kind == "hang" for f in result.findings) else 0.0
         )
     return result
