@@ -25,7 +25,7 @@ from .devices.sampler import build_sampler
 from .flops import peak_flops_for
 from .hooks import collectives as _collectives
 from .hooks.ddp import auto_instrument_ddp, undo_auto_instrument_ddp
-from .pipeline.sinks import build_sinks
+from .pipeline.sinks import TRACE_SAMPLER, build_sinks
 from .pipeline.thread import Pipeline
 from .rank import RankContext, exchange_hosts, group_may_come, group_rank
 from .recorder import NULL, build_recorder, current
@@ -143,6 +143,7 @@ class Session:
                         c.online_interval_s,
                         c.busy_bound,
                         c.busy_warn_bound,
+                        self.run_info.get(TRACE_SAMPLER),
                     )
                 )
             )

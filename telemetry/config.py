@@ -113,6 +113,9 @@ class Config:
     otlp_sample_every: int = 1  # export every Nth step (anomalous steps always)
     otlp_metrics: bool = False  # also mirror the metrics through the OTel metrics SDK
     otlp_timeout_s: float = 10.0  # timeout of one export call to the collector
+    # a trace UI's URL of one trace, with {trace_id} in it (Jaeger: http://HOST:16686/trace/{trace_id});
+    # the dashboard links each finding's traces with it
+    trace_ui_url: str = ""
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -272,6 +275,7 @@ class Config:
             url = getattr(self, name)
             if not isinstance(url, str) or (url and not _is_url(url)):
                 raise ConfigError(f"{name}={url!r}; accepted: an http:// or https:// URL with a host, or empty")
+        check_trace_ui_url("trace_ui_url", self.trace_ui_url)
         for name in ("prometheus_certfile", "prometheus_keyfile", "prometheus_client_cafile"):
             self._set(name, _check_path(name, getattr(self, name)))
         if bool(self.prometheus_certfile) != bool(self.prometheus_keyfile):
@@ -353,6 +357,16 @@ def _check_path(name: str, value: Any) -> str:
     if any(len(part) > 255 for part in raw.split(b"/")):
         raise ConfigError(f"{name}={path!r} has a name over 255 bytes; accepted: a path")
     return path
+
+
+def check_trace_ui_url(name: str, url: Any) -> str:
+    """``url`` when it is empty or an http(s) URL holding ``{trace_id}``; else a ConfigError naming ``name``."""
+    if isinstance(url, str) and (not url or (_is_url(url.replace("{trace_id}", "0")) and "{trace_id}" in url)):
+        return url
+    raise ConfigError(
+        f"{name}={url!r}; accepted: an http:// or https:// URL with {{trace_id}} where the trace id goes "
+        "(Jaeger: http://127.0.0.1:16686/trace/{trace_id}; Grafana with Tempo: its explore URL), or empty"
+    )
 
 
 def _is_url(url: str) -> bool:

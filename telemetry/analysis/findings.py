@@ -21,6 +21,8 @@ class Finding:
     # ranked {"kind", "evidence"}: the culprit's device and host signals that explain it (detectors/causes.py)
     causes: list[dict[str, str]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    # the traces of its worst traced steps, worst first (hex; analysis/tracelinks.py), when the run exported traces
+    trace_ids: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

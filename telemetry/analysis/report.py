@@ -173,6 +173,9 @@ def render(
                     subsequent_indent="             ",
                 )
             )
+        if f.trace_ids:
+            more = f" (and {len(f.trace_ids) - 1} more in --json)" if len(f.trace_ids) > 1 else ""
+            out.append(f"      trace   the worst traced step's trace: {f.trace_ids[0]}{more}")
     if online:
         out.append("\n" + online_section(online, analysis.findings).rstrip())
     gaps = [f for f in analysis.findings if f.kind == "low_utilization"]

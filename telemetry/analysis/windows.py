@@ -209,6 +209,7 @@ def analyze_path(
     from ..store.segments import step_range
     from .detectors import StragglerParams, UtilizationParams, analyze
     from .load import open_input
+    from .tracelinks import with_trace_ids
 
     window_rows = window_rows or WINDOW_ROWS
     warn = min(UtilizationParams.warn_bound, busy_bound) if busy_warn_bound is None else busy_warn_bound
@@ -239,6 +240,10 @@ def analyze_path(
             )
 
         result = analyze_windows(windows, one)
+        last_run = opened["run"]
+        result.findings = with_trace_ids(
+            result.findings, last_run.meta, last_run.table, lambda a, b: open_input(path, (a, b)).table
+        )
         note = (
             f"telemetry analyze: {span[2]:,} ranks x {span[1] - span[0] + 1:,} steps analyzed in {len(windows)} "
             f"windows of {windows[0][1] - windows[0][0] + 1:,} steps (at most {window_rows:,} rows at once)"
@@ -256,4 +261,5 @@ def analyze_path(
             window = (max(window[0], min(window[1], hi) - last + 1), window[1])
     run = open_input(path, window)
     result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops, **against)
+    result.findings = with_trace_ids(result.findings, run.meta, run.table)
     return result, run, None

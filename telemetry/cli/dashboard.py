@@ -41,6 +41,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     elif args.job:
         print("telemetry dashboard: --job goes with --prometheus URL", file=sys.stderr)
         return EXIT_USAGE
+    if args.trace_ui_url:
+        from ..config import ConfigError, check_trace_ui_url
+
+        try:
+            env["TELEMETRY_DASHBOARD_TRACE_UI_URL"] = check_trace_ui_url("--trace-ui-url", args.trace_ui_url)
+        except ConfigError as exc:
+            print(f"telemetry dashboard: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     for name, given in (("TELEMETRY_DASHBOARD_PATH", args.path), ("TELEMETRY_DASHBOARD_BASE", args.base)):
         if not given:
             continue

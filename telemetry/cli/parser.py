@@ -189,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of a run directory (e.g. http://127.0.0.1:9090)",
     )
     ds.add_argument("--job", help="with --prometheus: the training job (default: choose in the page)")
+    ds.add_argument(
+        "--trace-ui-url",
+        metavar="URL",
+        help="link each finding's traces (its trace_ids) to this trace UI, {trace_id} where the id goes, e.g. "
+        "http://127.0.0.1:16686/trace/{trace_id} (Jaeger); default: the run's own trace_ui_url setting",
+    )
 
     sm = sub.add_parser(
         "simulate",

@@ -20,6 +20,8 @@ from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian
 from telemetry.analysis.findings import compare_online
 from telemetry.analysis.load import RunInput, open_input
 from telemetry.analysis.table import TableError
+from telemetry.analysis.tracelinks import with_trace_ids
+from telemetry.config import ConfigError, check_trace_ui_url
 
 from .grid import MAX_HEATMAP_COLUMNS, MAX_LINE_POINTS, _blocks, grid_cells, step_columns
 
@@ -62,8 +64,27 @@ def _analyzed(run: RunInput, result: Analysis | None = None) -> RunView:
     said beside it."""
     if result is None:
         result = analyze(run.table, run.progress, run.world_size, ops=run.ops)
+        result.findings = with_trace_ids(result.findings, run.meta, run.table)
     online = compare_online(result.findings, run.online_findings) if run.online_findings else []
     return RunView(run, result, online)
+
+
+def trace_ui_url(view: RunView) -> str:
+    """The URL of one trace in a trace UI (``{trace_id}`` in it): ``telemetry dashboard --trace-ui-url``,
+    else the run's own ``trace_ui_url`` setting; "" when neither is set (or the run's is not one)."""
+    url = os.environ.get("TELEMETRY_DASHBOARD_TRACE_UI_URL", "")
+    if not url:
+        url = (view.run.meta.get("config") or {}).get("trace_ui_url") or ""
+    try:
+        return check_trace_ui_url("trace_ui_url", url)
+    except ConfigError:
+        return ""
+
+
+def trace_links(card: dict[str, Any], url: str) -> list[tuple[str, str]]:
+    """A finding's traces as (trace id, link; "" without a trace UI URL), worst step first."""
+    ids = [t for t in card.get("trace_ids") or [] if isinstance(t, str) and t.isalnum()]
+    return [(t, url.replace("{trace_id}", t) if url else "") for t in ids]
 
 
 def prometheus_jobs(url: str) -> list[str]:

@@ -25,7 +25,18 @@ class Choice:
     ranks: list[int]  # empty: all
 
 
-KNOWN_FIELDS = {"kind", "ranks", "phase", "first_step", "last_step", "severity", "slowdown", "evidence", "causes"}
+KNOWN_FIELDS = {
+    "kind",
+    "ranks",
+    "phase",
+    "first_step",
+    "last_step",
+    "severity",
+    "slowdown",
+    "evidence",
+    "causes",
+    "trace_ids",
+}
 
 
 def finding_title(f: dict[str, Any]) -> str:
@@ -40,10 +51,13 @@ def finding_title(f: dict[str, Any]) -> str:
     )
 
 
-def finding_list(cards: list[dict[str, Any]], compact: bool = False, collecting: dict | None = None) -> None:
-    """Every finding as an expander: the evidence, the causes, and every other field as JSON (so a
-    kind or a field this dashboard does not know is still shown). ``collecting``: a live job with too
-    few windows yet (the summary's), said instead of "no finding"."""
+def finding_list(
+    cards: list[dict[str, Any]], compact: bool = False, collecting: dict | None = None, trace_url: str = ""
+) -> None:
+    """Every finding as an expander: the evidence, the causes, the traces of its worst steps (linked
+    with ``trace_url``), and every other field as JSON (so a kind or a field this dashboard does not
+    know is still shown). ``collecting``: a live job with too few windows yet (the summary's), said
+    instead of "no finding"."""
     if collecting:
         st.info(f"Not enough data yet, {collecting_line(collecting)}.")
     if not cards:
@@ -58,6 +72,18 @@ def finding_list(cards: list[dict[str, Any]], compact: bool = False, collecting:
                 st.markdown("**Causes** (the culprit's device and host signals against its peers)")
                 for c in causes:
                     st.markdown(f"- `{c.get('kind')}`: {c.get('evidence', '')}")
+            traces = D.trace_links(f, trace_url)
+            if traces and trace_url:
+                st.markdown(
+                    "**Traces of its worst steps**, worst first: "
+                    + ", ".join(f"[{t[:12]}]({link})" for t, link in traces)
+                )
+            elif traces:
+                st.markdown(
+                    "**Traces of its worst steps**, worst first: "
+                    + ", ".join(f"`{t}`" for t, _ in traces)
+                    + " (to link them, set trace_ui_url or telemetry dashboard --trace-ui-url)"
+                )
             rest = {k: v for k, v in f.items() if k not in KNOWN_FIELDS}
             if rest:
                 st.code(json.dumps(rest, indent=1, default=str), language="json")
@@ -116,7 +142,7 @@ def overview(view: D.RunView, choice: Choice, percentiles: Any) -> None:
     right.subheader("Where the time went")
     right.altair_chart(charts.goodput(D.goodput(s)), width="stretch")
     st.subheader(f"Findings ({len(view.analysis.findings)}), by cost")
-    finding_list(D.finding_cards(view), compact=True, collecting=s.get("collecting"))
+    finding_list(D.finding_cards(view), compact=True, collecting=s.get("collecting"), trace_url=D.trace_ui_url(view))
 
 
 def ranks(view: D.RunView, choice: Choice) -> None:
@@ -143,7 +169,7 @@ def ranks(view: D.RunView, choice: Choice) -> None:
 
 def findings(view: D.RunView, choice: Choice) -> None:
     cards = D.finding_cards(view)
-    finding_list(cards, collecting=view.analysis.summary.get("collecting"))
+    finding_list(cards, collecting=view.analysis.summary.get("collecting"), trace_url=D.trace_ui_url(view))
     if cards:
         st.subheader("The evidence behind one finding")
         i = st.selectbox("finding", range(len(cards)), format_func=lambda k: finding_title(cards[k]), key="focus")

@@ -1,10 +1,23 @@
 """OpenTelemetry traces (and optionally metrics) over OTLP, built after the fact.
 
 The pipeline thread turns each exported step record into spans with the exact recorded start and
-end times: rank 0 emits the job's step root (``train.step``); every rank emits its own step span
-(``train.rank_step``) as a child of that root, with child spans per phase, per collective (nested
-in the phase it ran in) and for the data wait. The trace id and the root's span id are derived
-from (job, step), so all ranks' spans of step N form one trace without any communication.
+end times: every rank emits its own step span (``train.rank_step``) as a child of the job's step
+root (``train.step``), with child spans per phase, per collective (nested in the phase it ran in)
+and for the data wait. The trace id and the root's span id are derived from (job, step), so all
+ranks' spans of step N form one trace without any communication.
+
+Shapes that nest. A rank's step span covers every interval of the step
+(:func:`~telemetry.pipeline.records.span_extent`): the data wait comes before the step's own start
+(the store times a step from its batch's arrival), so the span starts where the wait starts. The
+root is emitted by rank 0, late: it must cover every rank's span of the step, and rank 0 cannot know
+the others' times when it exports its own. Online detection carries them: each rank's block summary
+ends with the extents of the steps it traced, and rank 0's online thread hands them to this sink
+(:class:`~telemetry.pipeline.records.TraceRoots`), which then emits the root from the earliest start
+to the latest end (``training.root_ranks``: how many ranks' spans it covers). So a root arrives a
+block or two (``online_every`` steps) after its step. Where no extents come (a single-rank job,
+online detection off, no process group, or nothing within ``ROOT_WAIT_S``, and at shutdown for the
+steps of the last, unposted block) the root is rank 0's own span, with ``training.root_ranks`` 1.
+A trace that only one rank chose (a step slow on that rank alone) gets its root the same way.
 
 Where spans go follows the OpenTelemetry SDK's own ``OTEL_TRACES_EXPORTER`` (the config's
 ``otlp_traces_exporter`` when it has one): ``otlp`` (the default) to the collector at
@@ -45,47 +58,20 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 
 from telemetry.logonce import LogOnce
 from telemetry.pipeline import records as rt
-from telemetry.pipeline.records import StepRecord
-from telemetry.pipeline.sinks import Sink
+from telemetry.pipeline.records import StepRecord, TraceRoots, span_extent
+from telemetry.pipeline.sinks import TRACE_SAMPLER, Sink
+from telemetry.traceids import StepSampler, step_root_span_id, trace_id
 
 from .otel_sdk import ErrorNote, route_sdk_loggers, sdk_calls, traces_exporter
-from .tracing import step_root_span_id, trace_id
 
 log = logging.getLogger("telemetry")
 
-# run_info key: set by a started OTLP sink to a factory of StepSamplers (see StepSampler)
-TRACE_SAMPLER = "trace_sampler"
 QUEUE_SPANS = 8192
+ROOT_WAIT_S = 30.0  # rank 0 holds its own root this long for the other ranks' extents
+ROOTS_HELD = 4096  # at most this many roots held (the oldest goes out on rank 0's own extent)
+ROOTS_DONE = 4096  # steps whose root went out, remembered so that none goes out twice
 BATCH_SPANS = 512
 DROP_REASONS = ("queue_full", "export_failed", "closed_before_delivery")
-
-
-# ---- sampling ----------------------------------------------------------------------------------
-class StepSampler:
-    """Which of a rank's steps are exported as traces: every ``every``-th step, and always a step
-    that failed or took more than twice the median of the rank's last 50 steps (once it has 10).
-
-    The answer is a function of ``every`` and the rank's sequence of step records only, and every
-    sink receives the same records in the same order, so two samplers agree without talking: the
-    OTLP sink keeps one to choose the steps it exports, and publishes a factory of them in
-    ``run_info["trace_sampler"]`` once it has started; the Prometheus sink builds its own from it
-    and puts a ``trace_id`` exemplar only on the steps whose trace this rank exports. No OTLP sink
-    (not configured, ``OTEL_TRACES_EXPORTER=none``, or it failed to start): no exemplars. A trace
-    the collector never received (counted in the OTLP sink's ``dropped``) is the one case of an
-    exemplar without its trace.
-    """
-
-    def __init__(self, every: int) -> None:
-        self.every = every
-        self._recent: collections.deque = collections.deque(maxlen=50)
-
-    def __call__(self, r: StepRecord) -> bool:
-        anomalous = not r.ok
-        if len(self._recent) >= 10:  # a median of fewer steps is too noisy to call a step slow
-            med = sorted(self._recent)[len(self._recent) // 2]
-            anomalous = anomalous or r.duration_s > 2.0 * med
-        self._recent.append(r.duration_s)
-        return anomalous or r.step % self.every == 0
 
 
 class _PresetIds(RandomIdGenerator):
@@ -193,6 +179,13 @@ class OtlpSink(ErrorNote, Sink):
         self.export_failures = 0  # export calls that failed (each loses a batch)
         self.steps_sampled = 0
         self._sampler = StepSampler(self.every)
+        # rank 0: roots held for the other ranks' extents (step -> own start, end, when held)
+        self.emits_roots = ctx.rank == 0
+        self.late_roots = ctx.rank == 0 and ctx.world_size > 1 and bool(getattr(config, "online", False))
+        self._held_roots: collections.OrderedDict = collections.OrderedDict()
+        self._roots_done: collections.OrderedDict = collections.OrderedDict()
+        self.roots_emitted = 0
+        self.roots_own_extent = 0  # roots that cover rank 0's span alone (no extents came)
         self._once = LogOnce()
         self.metrics = None
         if config.otlp_metrics:
@@ -216,16 +209,50 @@ class OtlpSink(ErrorNote, Sink):
             if self._sampler(r):
                 self.steps_sampled += 1
                 self._spans_for(r)
+        self._release_roots(time.monotonic())
         self._wake.set()
+
+    def trace_roots(self, result: TraceRoots) -> None:
+        """Rank 0: the roots of the steps whose ranks' extents online detection read."""
+        for step, start, end, ranks in result.roots:
+            held = self._held_roots.pop(step, None)
+            if held is not None:
+                start, end = min(start, held[0]), max(end, held[1])
+            self._root(step, start, end, ranks)
+        self._wake.set()
+
+    def _release_roots(self, now: float) -> None:
+        """Roots held too long (or too many) go out on rank 0's own extent."""
+        while self._held_roots:
+            step, (start, end, since) = next(iter(self._held_roots.items()))
+            if now - since < ROOT_WAIT_S and len(self._held_roots) <= ROOTS_HELD:
+                return
+            del self._held_roots[step]
+            self._root(step, start, end, 1)
+
+    def _root(self, step: int, start_s: float, end_s: float, ranks: int) -> None:
+        if step in self._roots_done:
+            return
+        self._roots_done[step] = None
+        if len(self._roots_done) > ROOTS_DONE:
+            self._roots_done.popitem(last=False)
+        self.roots_emitted += 1
+        self.roots_own_extent += ranks <= 1
+        self._ids.next_trace, self._ids.next_span = trace_id(self.job, step), step_root_span_id(self.job, step)
+        attrs = {"training.step": step, "training.root_ranks": ranks}
+        root = self.tracer.start_span("train.step", start_time=_ns(start_s), attributes=attrs)
+        root.end(end_time=_ns(end_s))
 
     def _spans_for(self, r: StepRecord) -> None:
         tid = trace_id(self.job, r.step)
         root_id = step_root_span_id(self.job, r.step)
-        t0, t1 = _ns(r.start_s), _ns(r.start_s + r.duration_s)
-        if self.rank == 0:
-            self._ids.next_trace, self._ids.next_span = tid, root_id
-            root = self.tracer.start_span("train.step", start_time=t0, attributes={"training.step": r.step})
-            root.end(end_time=t1)
+        start_s, end_s = span_extent(r)
+        t0, t1 = _ns(start_s), _ns(end_s)
+        if self.late_roots:
+            if r.step not in self._roots_done:
+                self._held_roots[r.step] = (start_s, end_s, time.monotonic())
+        elif self.emits_roots:
+            self._root(r.step, start_s, end_s, 1)
         parent = NonRecordingSpan(SpanContext(tid, root_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
         attrs: dict[str, Any] = {"training.step": r.step, "training.rank": self.rank, "training.comm_s": r.comm_s}
         if r.tokens is not None:
@@ -329,6 +356,7 @@ class OtlpSink(ErrorNote, Sink):
 
     def close(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
+        self._release_roots(float("inf"))  # the roots still held: on rank 0's own extent
         self._stop.set()
         self._wake.set()
         self._worker.join(max(0.0, deadline - time.monotonic()))
@@ -370,6 +398,8 @@ class OtlpSink(ErrorNote, Sink):
         total = sum(dropped.values())
         out: dict[str, Any] = {
             "steps_sampled": self.steps_sampled,
+            "trace_roots": self.roots_emitted,
+            "trace_roots_rank0_only": self.roots_own_extent,
             "spans_accepted": accepted,
             "spans_delivered": delivered,
             "spans_pending": pending,

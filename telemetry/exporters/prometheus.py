@@ -13,7 +13,7 @@ the last step before the first one ends).
 
 Exemplars: a bucket of ``train_step_duration_seconds`` carries a ``trace_id`` exemplar only for a
 step whose trace the OTLP sink of this session exports (``run_info["trace_sampler"]``, set by that
-sink once it has started: see ``exporters.otlp.StepSampler``); without an OTLP sink, no exemplars.
+sink once it has started: see ``telemetry.traceids.StepSampler``); without an OTLP sink, no exemplars.
 
 Service discovery: writes ``RUN_DIR/prometheus/rank-NNNNN.json`` (this rank's target); rank 0
 merges them into ``RUN_DIR/prometheus_targets.json`` (all ranks of the run) and into
@@ -47,18 +47,17 @@ from telemetry.metrics import names as N
 from telemetry.metrics.names import BASE_LABELS
 from telemetry.pipeline import records as rec_types
 from telemetry.pipeline.records import OnlineResult, Progress, StepRecord
-from telemetry.pipeline.sinks import Sink, SinkStartError
+from telemetry.pipeline.sinks import TRACE_SAMPLER, Sink, SinkStartError
 from telemetry.store.layout import write_json_atomic
+from telemetry.traceids import trace_id_hex
 
 from .device_metrics import DeviceCollector
 from .labels import LabelGate
 from .pushgateway import PushWorker
-from .tracing import trace_id_hex
 
 log = logging.getLogger("telemetry")
 PORT_TRIES = 16  # a taken port: this many of the local rank's own ports are tried
 SD_DIR_DEFAULT = "prometheus_targets"  # beside the run directory, shared by the runs there
-TRACE_SAMPLER = "trace_sampler"  # run_info key of exporters.otlp (not imported: OTel is optional)
 
 
 # The kinds online detection reports (train_findings{kind} has a sample for each after its first analysis).

@@ -17,15 +17,15 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ..logonce import LogOnce
-from ..pipeline.records import OnlineResult, StepRecord
+from ..pipeline.records import OnlineResult, StepRecord, TraceRoots
 from .reads import StoreReads
 from .table import PhaseNames, block_table
-from .wire import BlockSummarizer, decode_phases, encode_phases, parse_block, phases_key, summary_key
+from .wire import BlockSummarizer, decode_phases, encode_phases, parse_block, phases_key, summary_key, trace_roots
 
 if TYPE_CHECKING:
     from ..analysis.findings import Finding
@@ -60,6 +60,7 @@ class OnlineDetector:
         min_interval_s: float = 5.0,
         busy_bound: float = 0.8,
         busy_warn_bound: float = 0.6,
+        trace_sampler: Callable[[], Callable[[StepRecord], bool]] | None = None,
     ) -> None:
         self.store = store
         self.busy_bound = busy_bound
@@ -70,7 +71,9 @@ class OnlineDetector:
         self.window = window
         self.wait_blocks = wait_blocks
         self.min_interval_s = min_interval_s
-        self.summarizer = BlockSummarizer(every)
+        # With traces exported (the OTLP sink's sampler factory), each block also carries the extents
+        # of this rank's traced steps: rank 0 builds each step's trace root from every rank's.
+        self.summarizer = BlockSummarizer(every, trace_sampler() if trace_sampler is not None else None)
         self._phases_posted = False
         self.names = PhaseNames(world)
         self._last_analysis = 0.0
@@ -87,6 +90,7 @@ class OnlineDetector:
         self._inbox: queue.Queue = queue.Queue()
         self._seen: set[tuple] = set()
         self._rows: collections.OrderedDict = collections.OrderedDict()  # block -> Block
+        self._pending: dict[int, int] = {}  # rank 0: block -> how many of its chunks are known complete
         self._stop = threading.Event()
         self._thread = None
         if rank == 0:
@@ -108,7 +112,10 @@ class OnlineDetector:
                 return out
 
     def on_records(self, records: Sequence[StepRecord]) -> None:
-        for vec in self.summarizer.add(records):
+        self._post(self.summarizer.add(records))
+
+    def _post(self, vectors: list) -> None:
+        for vec in vectors:
             try:
                 if not self._phases_posted:
                     self.store.set(phases_key(self.rank), encode_phases(self.summarizer.phases))
@@ -123,32 +130,70 @@ class OnlineDetector:
 
     # ---- rank 0, online thread ----------------------------------------------------------
     def _run(self) -> None:
-        pending: dict[int, int] = {}  # block -> how many of its chunks are known complete
         while not self._stop.is_set():
-            try:
-                block = self._inbox.get(timeout=0.5)
-                pending.setdefault(block, 0)
-            except queue.Empty:
-                pass
-            newest = max(pending) if pending else -1
-            ready = []
-            for block in sorted(pending):
-                pending[block] = self.reads.complete_chunks(block, pending[block])
-                if pending[block] == self.reads.n_chunks() or newest - block >= self.wait_blocks:
-                    ready.append(block)
-            for block in ready:
-                self._collect(block, pending.pop(block))
-                self._dirty = True
+            self._receive(0.5)
+            self._collect_ready()
             if self._dirty and time.monotonic() - self._last_analysis >= self.min_interval_s:
                 self._dirty = False
                 if self._analyze():  # too few blocks yet: try again with the next, not in 5 s
                     self._last_analysis = time.monotonic()
+
+    def _receive(self, timeout_s: float) -> None:
+        """Rank 0's own posted blocks into ``_pending`` (waiting up to ``timeout_s`` for the first)."""
+        try:
+            block = self._inbox.get(timeout=timeout_s) if timeout_s > 0 else self._inbox.get_nowait()
+            self._pending.setdefault(block, 0)
+            while True:
+                self._pending.setdefault(self._inbox.get_nowait(), 0)
+        except queue.Empty:
+            pass
+
+    def _collect_ready(self, force: bool = False) -> None:
+        """Collect the pending blocks that are complete, or ``wait_blocks`` late (every one: ``force``)."""
+        pending = self._pending
+        newest = max(pending) if pending else -1
+        ready = []
+        for block in sorted(pending):
+            pending[block] = self.reads.complete_chunks(block, pending[block])
+            if force or pending[block] == self.reads.n_chunks() or newest - block >= self.wait_blocks:
+                ready.append(block)
+        for block in ready:
+            self._collect(block, pending.pop(block))
+            self._dirty = True
+
+    def finish(self, budget_s: float) -> list[OnlineResult | TraceRoots]:
+        """At shutdown, after the last records: every rank posts its last, unfilled block; rank 0 stops
+        its thread and collects the blocks still pending, waiting up to ``budget_s`` for the other
+        ranks' last blocks (then takes what is there), so that the last steps' trace roots cover every
+        rank too. No analysis runs. Returns the results for the sinks."""
+        deadline = time.monotonic() + budget_s
+        self._post(self.summarizer.flush())
+        if self._thread is None:
+            return []
+        self._stop.set()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            return self.poll()
+        try:
+            self._receive(0)
+            while self._pending and time.monotonic() < deadline:
+                self._collect_ready()
+                if self._pending:
+                    time.sleep(0.02)  # the other ranks' last blocks are on their way: ask again shortly
+            self._collect_ready(force=True)
+        except Exception:  # noqa: BLE001 - the last blocks cost only their trace roots
+            self.failures += 1
+            self._once("finish", "telemetry: online detection's last blocks not read", exc_info=True)
+        return self.poll()
 
     def _collect(self, block: int, complete_chunks: int) -> None:
         """Read ``block`` (its first ``complete_chunks`` chunks known complete) into the window."""
         got = self.reads.read_block(block, complete_chunks)
         self.reads.done(block, got, self.wait_blocks)
         self._rows[block], rejected = parse_block(block, got)
+        roots = trace_roots(block, self._rows[block], self.every)
+        if roots:
+            self._results.put(TraceRoots(roots))
         for r, nbytes in rejected:
             self.bad_summaries += 1
             self._once(

@@ -75,6 +75,9 @@ class OnlineStarter:
     def poll(self) -> list[OnlineResult]:
         return self.detector.poll() if self.detector is not None else []
 
+    def finish(self, budget_s: float) -> list:
+        return self.detector.finish(budget_s) if self.detector is not None else []
+
     def stats(self) -> dict[str, Any]:
         return self.detector.stats() if self.detector is not None else {"online_started": False}
 

@@ -3,19 +3,25 @@ reads it back.
 
 Per block of K steps a rank posts one packed array of float64 under :func:`summary_key`
 (``s/{block}/{rank}``): the :data:`FIXED` fields (block, steps, then medians of step time, compute,
-comm, data), then the median compute of each phase, in the order of the rank's phase names, which
-it posts once, comma-separated, under :func:`phases_key` (``phases/{rank}``). Each key is written
+comm, data, then ``traced``: how many trace extents end the vector, 0 or 2K), then the median compute
+of each phase, in the order of the rank's phase names, which it posts once, comma-separated, under
+:func:`phases_key` (``phases/{rank}``), then, when the rank exports traces, the extent of its span
+(start, end: :func:`telemetry.pipeline.records.span_extent`) of each of the block's K steps that it
+traced, NaN for the others: rank 0 builds each traced step's trace root from them (:func:`trace_roots`). Each key is written
 here only; the store adds its prefix ``telemetry/`` (see :func:`.starter.default_store`).
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-FIXED = ("block", "steps", "duration_s", "compute_s", "comm_s", "data_s")
+from ..pipeline.records import span_extent
+
+FIXED = ("block", "steps", "duration_s", "compute_s", "comm_s", "data_s", "traced")
+TRACED = FIXED.index("traced")
 
 
 def summary_key(block: int, rank: int) -> str:
@@ -48,12 +54,16 @@ def decode_phases(raw: Any) -> list[str] | None:
 
 class BlockSummarizer:
     """Per rank: step records -> one summary vector per block of K steps. The phases are those of
-    the first block (posted once by name, so that rank 0 can read the vectors)."""
+    the first block (posted once by name, so that rank 0 can read the vectors). With ``sampler``
+    (the OTLP sink's choice of traced steps, asked of every record in order), the vector ends with
+    the extents of the traced steps."""
 
-    def __init__(self, every: int) -> None:
+    def __init__(self, every: int, sampler: Callable[[Any], bool] | None = None) -> None:
         self.every = every
+        self.sampler = sampler
         self.phases: tuple[str, ...] | None = None
         self._open: dict[int, list] = collections.defaultdict(list)
+        self._traced: dict[int, dict[int, tuple[float, float]]] = collections.defaultdict(dict)
 
     def add(self, records: list) -> list[np.ndarray]:
         done = []
@@ -62,11 +72,17 @@ class BlockSummarizer:
         for r in records:
             block = r.step // self.every
             self._open[block].append(r)
+            if self.sampler is not None and self.sampler(r):
+                self._traced[block][r.step] = span_extent(r)
             if len(self._open[block]) >= self.every:
                 done.append(self._pack(block, self._open.pop(block)))
         for b in [b for b in self._open if b < (records[-1].step // self.every if records else 0) - 1]:
             done.append(self._pack(b, self._open.pop(b)))  # a block that will not fill (skipped steps)
         return done
+
+    def flush(self) -> list[np.ndarray]:
+        """The vectors of the blocks still open (the job's last steps, at shutdown), fewer steps each."""
+        return [self._pack(b, self._open.pop(b)) for b in sorted(self._open)]
 
     def _pack(self, block: int, recs: list) -> np.ndarray:
         def med(values: list[float]) -> float:
@@ -82,9 +98,15 @@ class BlockSummarizer:
             med([r.duration_s - r.comm_s for r in recs]),
             comm,
             med([r.phases.get("data", 0.0) for r in recs]),
+            0.0 if self.sampler is None else 2.0 * self.every,
         ]
         for p in self.phases:
             row.append(med([r.phases.get(p, 0.0) - r.phase_comm.get(p, 0.0) for r in recs]))
+        if self.sampler is not None:
+            extents = np.full((self.every, 2), np.nan)
+            for step, (start, end) in self._traced.pop(block, {}).items():
+                extents[step - block * self.every] = (start, end)
+            row.extend(extents.ravel().tolist())
         return np.asarray(row, dtype=np.float64)
 
 
@@ -148,3 +170,25 @@ def summary_vector(raw: Any, block: int) -> np.ndarray | None:
         return None
     vec = np.frombuffer(raw, dtype=np.float64)
     return vec if vec[0] == block else None
+
+
+def trace_roots(block: int, blk: Block, every: int) -> list[tuple[int, float, float, int]]:
+    """The traced steps of ``block`` across the ranks that posted their extents: per step that any
+    rank traced, ``(step, earliest start, latest end, how many ranks traced it)``."""
+    starts, ends = [], []
+    n = 2 * every
+    for _, mat in blk.parts:
+        rows = mat[mat[:, TRACED] == n]
+        if len(rows) and mat.shape[1] >= len(FIXED) + n:
+            ext = rows[:, -n:].reshape(len(rows), every, 2)
+            starts.append(ext[:, :, 0])
+            ends.append(ext[:, :, 1])
+    if not starts:
+        return []
+    start, end = np.vstack(starts), np.vstack(ends)
+    count = np.isfinite(start).sum(axis=0)
+    out = []
+    for i in np.flatnonzero(count):
+        col_s, col_e = start[:, i], end[:, i]
+        out.append((block * every + int(i), float(np.nanmin(col_s)), float(np.nanmax(col_e)), int(count[i])))
+    return out

@@ -3,7 +3,8 @@
 A :class:`StepRecord` is one (rank, step): what the steps table holds, plus the exact intervals
 (spans) that the trace exporters need. A :class:`Progress` is a heartbeat: what a rank is doing now,
 for hang detection while the job runs. An :class:`OnlineResult` is one analysis by online detection
-(rank 0): its new findings and the scores behind them. Field names carry units (``_s`` seconds, ``_bytes``).
+(rank 0): its new findings and the scores behind them. :class:`TraceRoots` are the job's step
+extents across ranks, for the trace root that covers every rank's span of a step (rank 0). Field names carry units (``_s`` seconds, ``_bytes``).
 Dict fields are not to be mutated by sinks.
 """
 
@@ -81,3 +82,25 @@ class OnlineResult(NamedTuple):
     # per scored rank: what it costs the job, the what-if share of the step time of its straggler finding
     # in the analyzed window (0 for a rank no straggler finding names)
     straggler_costs: dict[int, float] | None = None
+
+
+class TraceRoots(NamedTuple):
+    """The extents of traced steps across the ranks that traced them, as rank 0's online thread read
+    them from the ranks' block summaries: one ``(step, start_s, end_s, ranks)`` per step, where
+    ``ranks`` is how many ranks' spans the extent covers. The OTLP sink builds each step's
+    ``train.step`` root from it (see :mod:`telemetry.exporters.otlp`)."""
+
+    roots: list[tuple[int, float, float, int]]
+
+
+def span_extent(r: StepRecord) -> tuple[float, float]:
+    """The interval a rank's step span covers: the step from its start to its end, widened to hold
+    every recorded interval of the step (the data wait comes before the step starts: the store
+    times a step from the batch's arrival)."""
+    start, end = r.start_s, r.start_s + r.duration_s
+    for s in r.spans:
+        if s.start_s < start:
+            start = s.start_s
+        if s.end_s > end:
+            end = s.end_s
+    return start, end

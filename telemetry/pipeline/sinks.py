@@ -20,11 +20,15 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .. import plugins
 from ..logonce import LogOnce
-from .records import OnlineResult, Progress, StepRecord
+from .records import OnlineResult, Progress, StepRecord, TraceRoots
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..rank import RankContext
+
+# run_info key: a started OTLP sink sets it to a factory of its step samplers (which steps it traces):
+# the Prometheus sink puts exemplars on those steps, online detection posts their extents.
+TRACE_SAMPLER = "trace_sampler"
 
 log = logging.getLogger("telemetry")
 
@@ -44,6 +48,9 @@ class Sink:
 
     def findings(self, result: OnlineResult) -> None:
         """An online analysis: new findings, per-rank straggler scores, counts by kind (rank 0 only)."""
+
+    def trace_roots(self, roots: TraceRoots) -> None:
+        """Traced steps' extents across ranks, read by online detection (rank 0 only; the OTLP sink)."""
 
     def flush(self, timeout_s: float) -> None:
         """Deliver what was written so far, giving up after ``timeout_s``."""
@@ -119,6 +126,14 @@ class GuardedSink:
             self.sink.findings(result)
         except BaseException as exc:  # noqa: BLE001 - a sink must never break the pipeline (class note)
             self._fail("findings", exc)
+
+    def trace_roots(self, roots: TraceRoots) -> None:
+        if self.closed:
+            return
+        try:
+            self.sink.trace_roots(roots)
+        except BaseException as exc:  # noqa: BLE001 - a sink must never break the pipeline (class note)
+            self._fail("trace_roots", exc)
 
     def flush(self, timeout_s: float) -> None:
         if self.closed:

@@ -18,11 +18,12 @@ from typing import Any, Callable, Protocol, Sequence
 from ..logonce import LogOnce
 from ..recorder import Recorder
 from .assembler import Assembler
-from .records import OnlineResult, Progress, StepRecord
+from .records import OnlineResult, Progress, StepRecord, TraceRoots
 from .sinks import GuardedSink
 from .workers import SinkWorker
 
 log = logging.getLogger("telemetry")
+FINISH_S = 1.5  # at shutdown, a listener's last results may take this long (and 30% of what is left)
 
 
 class Listener(Protocol):
@@ -31,13 +32,15 @@ class Listener(Protocol):
 
     def on_records(self, records: Sequence[StepRecord]) -> None: ...
 
-    def poll(self) -> list[OnlineResult]:
-        """Results ready since the last call (handed to every sink's ``findings``)."""
+    def poll(self) -> list[OnlineResult | TraceRoots]:
+        """Results ready since the last call (each handed to every sink: ``findings`` or ``trace_roots``)."""
         ...
 
     def stats(self) -> dict[str, Any]: ...
 
     def stop(self) -> None: ...
+
+    # optional: ``finish(budget_s) -> results``, at shutdown after the last records (see Pipeline.stop)
 
 
 class Pipeline:
@@ -146,6 +149,28 @@ class Pipeline:
             for worker in self.workers:
                 worker.findings(result)
 
+    def _finish_listeners(self, deadline: float) -> None:
+        """At shutdown, after the last tick: each listener that has ``finish(budget_s)`` gets a bounded
+        share of what is left of the deadline for its last results (online detection's last blocks)."""
+        for listener in self.listeners:
+            finish = getattr(listener, "finish", None)
+            if finish is None:
+                continue
+            budget = min(FINISH_S, 0.3 * max(0.0, deadline - time.monotonic()))
+            try:
+                results = finish(budget)
+            except Exception:  # noqa: BLE001 - a listener costs only itself
+                self._once(
+                    f"finish:{type(listener).__name__}",
+                    "telemetry: %s failed at shutdown",
+                    type(listener).__name__,
+                    exc_info=True,
+                )
+                continue
+            for result in results:
+                for worker in self.workers:
+                    worker.findings(result)
+
     def progress(self, finished: bool = False) -> Progress:
         rec = self.recorder
         open_step = rec.open_step
@@ -181,6 +206,7 @@ class Pipeline:
                 except Exception:  # noqa: BLE001 - shutdown goes on: what was held is then counted lost
                     self._once("before_final", "telemetry: starting the sinks at shutdown failed", exc_info=True)
             self.tick(final=True)
+            self._finish_listeners(deadline)
             for worker in self.workers:  # all at once: a sink that blocks costs the others nothing
                 worker.close(deadline)
             if all([worker.join(deadline) for worker in self.workers]):

@@ -29,7 +29,7 @@ import time
 from typing import Any, Sequence
 
 from ..logonce import LogOnce
-from .records import OnlineResult, Progress, StepRecord
+from .records import OnlineResult, Progress, StepRecord, TraceRoots
 from .sinks import GuardedSink
 
 log = logging.getLogger("telemetry")
@@ -94,7 +94,7 @@ class SinkWorker:
                 self.name,
             )
 
-    def findings(self, result: OnlineResult) -> None:
+    def findings(self, result: OnlineResult | TraceRoots) -> None:
         with self._cv:
             if self._closing_deadline is None:
                 self._queue.append((_FINDINGS, result))
@@ -181,6 +181,8 @@ class SinkWorker:
                 if item is not None:
                     if item[0] == _WRITE:
                         self._call("write", self.sink.write, item[1])
+                    elif isinstance(item[1], TraceRoots):
+                        self._call("trace_roots", self.sink.trace_roots, item[1])
                     else:
                         self._call("findings", self.sink.findings, item[1])
                 elif progress is not None:

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from ..logonce import LogOnce
 from ..pipeline.records import OnlineResult, Progress, StepRecord
-from ..pipeline.sinks import Sink
+from ..pipeline.sinks import TRACE_SAMPLER, Sink
 from . import layout
 from .ended import ranges_text
 from .segments import TAIL_FORMAT, TailEncoder, recover_tails, write_segment
@@ -121,6 +121,17 @@ class RunStoreSink(Sink):
                 "format": 2,
             }
             layout.write_json_atomic(os.path.join(self.run_dir, layout.META), self._run_meta)
+        # Rank 0, once its OTLP sink has started (it may start after this one): the meta says that
+        # steps were traced, and how they were chosen, so that findings can list their traces.
+        self._run_info = run_info
+        self._traces = {"job": config.job, "every": config.otlp_sample_every} if ctx.rank == 0 else None
+
+    def _note_traces(self) -> None:
+        self._run_meta["traces"], self._traces = self._traces, None
+        try:
+            layout.write_json_atomic(os.path.join(self.run_dir, layout.META), self._run_meta)
+        except OSError as exc:
+            self._other(os.path.join(self.run_dir, layout.META), exc)
 
     # -- the tail ------------------------------------------------------------------------------
 
@@ -206,6 +217,8 @@ class RunStoreSink(Sink):
     # -- the sink ------------------------------------------------------------------------------
 
     def write(self, records: Sequence[StepRecord]) -> None:
+        if self._traces is not None and TRACE_SAMPLER in self._run_info:
+            self._note_traces()
         for r in records:
             head, body = self._encoder.parts(r)
             hb = head.encode()

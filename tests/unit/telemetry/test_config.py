@@ -29,6 +29,11 @@ def test_sinks_from_env_list():
         ({"sinks": ["store", "kafka"]}, r"sinks contains 'kafka'; accepted: otlp, prometheus, store"),
         ({"job": "my job!"}, r"job='my job!' is invalid; accepted"),
         ({"strict": "yes"}, r"strict='yes' must be True or False"),
+        (
+            {"trace_ui_url": "http://h/trace"},
+            r"trace_ui_url='http://h/trace'; accepted: an http:// or https:// URL with \{trace_id\}",
+        ),
+        ({"trace_ui_url": "ftp://h/{trace_id}"}, r"trace_ui_url='ftp://h/\{trace_id\}'; accepted"),
         ({"flush_intervl_s": 1}, r"unknown setting\(s\) flush_intervl_s; accepted: .*flush_interval_s"),
     ],
 )

@@ -162,3 +162,33 @@ def test_a_slow_node_is_marked_on_its_ranks_and_the_summary_names_the_nodes(monk
     summary = show(at, "ranks").dataframe[0].value.set_index("rank")
     assert summary.loc[5, "node"] == "node1" and "straggler" in summary.loc[5, "findings"]
     assert summary.loc[0, "findings"] == ""
+
+
+def test_a_findings_traces_link_to_the_trace_ui(monkeypatch, tmp_path):
+    """A run that exported traces (its meta says how steps were chosen): each finding lists the trace
+    ids of its worst steps, linked with the trace UI URL (telemetry dashboard --trace-ui-url)."""
+    import json
+
+    from telemetry.demo.simrun import write_simulated_run
+    from telemetry.traceids import trace_id_hex
+
+    run = str(tmp_path / "traced")
+    sc = Scenario(ranks=4, steps=120, seed=3, faults=(Fault("straggler", ranks=(2,), phase="forward", factor=1.5),))
+    write_simulated_run(sc, run)
+    with open(os.path.join(run, "meta.json")) as f:
+        meta = json.load(f)
+    meta["traces"] = {"job": "traced", "every": 1}
+    with open(os.path.join(run, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_TRACE_UI_URL", "http://127.0.0.1:16686/trace/{trace_id}")
+    at = show(run_app(monkeypatch, run), "findings")
+    table = open_input(run).table
+    rank2 = table[table["rank"] == 2].set_index("step")["forward_s"]
+    links = [m.value for m in at.markdown if m.value.startswith("**Traces of its worst steps**")]
+    assert links, [m.value for m in at.markdown]
+    ids = [trace_id_hex("traced", int(s)) for s in rank2.index]
+    assert any(f"(http://127.0.0.1:16686/trace/{i})" in links[0] for i in ids)
+    monkeypatch.delenv("TELEMETRY_DASHBOARD_TRACE_UI_URL")
+    at = show(run_app(monkeypatch, run), "findings")
+    plain = [m.value for m in at.markdown if m.value.startswith("**Traces of its worst steps**")]
+    assert plain and "http" not in plain[0] and "--trace-ui-url" in plain[0]

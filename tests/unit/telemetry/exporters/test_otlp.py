@@ -7,8 +7,8 @@ import time
 import pytest
 
 import telemetry
-from telemetry.exporters.tracing import step_root_span_id, trace_id
 from telemetry.store import read_run
+from telemetry.traceids import step_root_span_id, trace_id
 from tests.helpers.otlp_receiver import Blackhole, Receiver
 from tests.helpers.servers import free_port
 
@@ -62,8 +62,8 @@ def test_sampling_every_nth_step_and_always_anomalous_ones(run_dir):
 
 
 def test_the_sampling_rule_on_exact_step_times():
-    from telemetry.exporters.otlp import StepSampler
     from telemetry.pipeline.records import StepRecord
+    from telemetry.traceids import StepSampler
 
     def rec(step, duration, ok=True):
         return StepRecord(
@@ -335,3 +335,77 @@ def test_make_span_exporter_follows_the_sdk_variable():
     assert cfg.otlp_traces_exporter == "none"  # the config's field wins over the variable
     with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER='zipkin'; accepted: otlp, console, none"):
         Config.resolve(ep, environ={"OTEL_TRACES_EXPORTER": "zipkin"})
+
+
+class _Memory:
+    """An in-process span exporter: what the sink exported, as the SDK hands it over."""
+
+    def __init__(self):
+        self.spans = []
+
+    def export(self, batch):
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        self.spans.extend(batch)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        pass
+
+
+def _record(step, start, duration=0.1, wait=0.0):
+    from telemetry.pipeline.records import Span, StepRecord
+
+    spans = (Span("data", "data_wait", start - wait, start),) if wait else ()
+    spans += (Span("phase", "forward", start + 0.01, start + duration - 0.01),)
+    return StepRecord(0, step, start, duration, True, {"forward": 0.08}, {}, 0.0, {}, None, None, {}, spans)
+
+
+def test_rank_0_builds_each_root_late_from_every_ranks_extent():
+    """A rank's step span covers its data wait; rank 0 holds its roots until online detection hands it
+    every rank's extents (TraceRoots), and emits a held root on its own extent only at the end."""
+    from types import SimpleNamespace
+
+    from telemetry.config import Config
+    from telemetry.exporters.otlp import OtlpSink
+    from telemetry.pipeline.records import TraceRoots
+
+    config = Config.resolve({"job": "late", "otlp_traces_exporter": "console"}, environ={})
+    ctx = SimpleNamespace(rank=0, local_rank=0, node_rank=0, world_size=2, node="h")
+    mem = _Memory()
+    sink = OtlpSink(config, ctx, {}, exporter=mem)
+    sink.write([_record(0, 100.0, wait=0.004), _record(1, 100.1)])
+    sink.trace_roots(TraceRoots([(0, 99.99, 100.12, 2), (5, 100.5, 100.6, 1)]))
+    sink.trace_roots(TraceRoots([(0, 99.0, 101.0, 2)]))  # a step's root goes out once
+    sink.close(2.0)
+    spans = {(s.name, s.attributes["training.step"]): s for s in mem.spans if "training.step" in s.attributes}
+    step0 = spans[("train.rank_step", 0)]
+    assert step0.start_time == round(99.996e9)  # the data wait's start: no child before its parent
+    roots = sorted(
+        (k[1], s.start_time, s.end_time, s.attributes["training.root_ranks"])
+        for k, s in spans.items()
+        if k[0] == "train.step"
+    )
+    assert roots == [
+        (0, round(99.99e9), round(100.12e9), 2),  # from both ranks' extents
+        (1, round(100.1e9), round(100.2e9), 1),  # none came: rank 0's own, at the end
+        (5, round(100.5e9), round(100.6e9), 1),  # a step another rank alone traced
+    ]
+    assert sum(s.name == "train.step" for s in mem.spans) == 3
+    assert sink.stats()["trace_roots"] == 3 and sink.stats()["trace_roots_rank0_only"] == 2
+
+
+def test_a_single_rank_job_emits_its_root_at_once():
+    from types import SimpleNamespace
+
+    from telemetry.config import Config
+    from telemetry.exporters.otlp import OtlpSink
+
+    config = Config.resolve({"job": "one", "otlp_traces_exporter": "console"}, environ={})
+    mem = _Memory()
+    sink = OtlpSink(config, SimpleNamespace(rank=0, local_rank=0, node_rank=0, world_size=1, node="h"), {}, mem)
+    sink.write([_record(0, 100.0, wait=0.002)])
+    sink.close(2.0)
+    root = next(s for s in mem.spans if s.name == "train.step")
+    step = next(s for s in mem.spans if s.name == "train.rank_step")
+    assert (root.start_time, root.end_time) == (step.start_time, step.end_time) == (round(99.998e9), round(100.1e9))

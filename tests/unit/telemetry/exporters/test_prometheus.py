@@ -200,7 +200,7 @@ def test_tls_with_client_certificates(run_dir, tmp_path):
 
 
 def test_exemplars_link_only_to_traces_the_otlp_sink_exports(run_dir):
-    from telemetry.exporters.tracing import trace_id_hex
+    from telemetry.traceids import trace_id_hex
     from tests.helpers.otlp_receiver import Receiver
 
     port = free_port()
