@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(PY) bench/online_scale.py --out bench/RESULTS.md
 	$(PY) bench/profiler_ranges.py --out bench/RESULTS.md
 	$(PY) bench/prometheus_parity.py --out bench/RESULTS.md
+	$(PY) bench/trace_shapes.py --out bench/RESULTS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

@@ -113,9 +113,7 @@ class Config:
     otlp_sample_every: int = 1  # export every Nth step (anomalous steps always)
     otlp_metrics: bool = False  # also mirror the metrics through the OTel metrics SDK
     otlp_timeout_s: float = 10.0  # timeout of one export call to the collector
-    # a trace UI's URL of one trace, with {trace_id} in it (Jaeger: http://HOST:16686/trace/{trace_id});
-    # the dashboard links each finding's traces with it
-    trace_ui_url: str = ""
+    trace_ui_url: str = ""  # a trace UI's URL of one trace, {trace_id} in it: the dashboard links findings' traces
 
     # ---- construction -------------------------------------------------------------------
     @classmethod

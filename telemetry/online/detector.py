@@ -162,10 +162,12 @@ class OnlineDetector:
             self._dirty = True
 
     def finish(self, budget_s: float) -> list[OnlineResult | TraceRoots]:
-        """At shutdown, after the last records: every rank posts its last, unfilled block; rank 0 stops
-        its thread and collects the blocks still pending, waiting up to ``budget_s`` for the other
-        ranks' last blocks (then takes what is there), so that the last steps' trace roots cover every
-        rank too. No analysis runs. Returns the results for the sinks."""
+        """At shutdown, after the last records, with traces exported: every rank posts its last,
+        unfilled block; rank 0 stops its thread and collects the blocks still pending, waiting up to
+        ``budget_s`` for the other ranks' last blocks (then takes what is there), so that the last
+        steps' trace roots cover every rank too. No analysis runs. Returns the results for the sinks."""
+        if self.summarizer.sampler is None:
+            return []  # no traces exported: the last blocks would serve no root, and no analysis runs
         deadline = time.monotonic() + budget_s
         self._post(self.summarizer.flush())
         if self._thread is None:

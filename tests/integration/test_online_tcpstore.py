@@ -97,7 +97,7 @@ def summary(block, rank, rng, straggler=None):
     fwd = 0.010 * (1.5 if rank == straggler else 1.0) * (1 + 0.02 * rng.standard_normal())
     bwd = 0.020 * (1 + 0.02 * rng.standard_normal())
     step = 0.050
-    return np.array([block, EVERY, step, fwd + bwd + 0.001, step - fwd - bwd - 0.001, 0.001, bwd, fwd])
+    return np.array([block, EVERY, step, fwd + bwd + 0.001, step - fwd - bwd - 0.001, 0.001, 0, bwd, fwd])  # traced: 0
 
 
 def post(store, block, rng, skip=(), straggler=None, junk=None):

@@ -62,7 +62,7 @@ def test_an_online_findings_numbers_and_its_text_come_from_one_source():
         for r in range(4):
             fwd = 0.010 * (1.5 if r == 2 else 1.0) * (1 + 0.02 * rng.standard_normal())
             comm = 0.020 - (0.005 if r == 2 else 0.0)
-            rows[r] = np.array([block, 10, 0.040, fwd + 0.01, comm, 0.0005, fwd])
+            rows[r] = np.array([block, 10, 0.040, fwd + 0.01, comm, 0.0005, 0, fwd])  # traced: 0
         det._rows[block] = Block.of(rows)
     assert det._analyze()
     [result] = det.poll()
@@ -189,7 +189,7 @@ def test_the_busy_bounds_reach_online_detection():
         rng = np.random.default_rng(0)
         for block in range(30):  # every rank computes about half of its 40 ms step, blocked in the other half
             rows = {
-                r: np.array([block, 10, 0.040, 0.020 * (1 + 0.02 * rng.standard_normal()), 0.020, 0.0, 0.020])
+                r: np.array([block, 10, 0.040, 0.020 * (1 + 0.02 * rng.standard_normal()), 0.020, 0.0, 0, 0.020])
                 for r in range(4)
             }
             det._rows[block] = Block.of(rows)
