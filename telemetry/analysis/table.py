@@ -82,10 +82,15 @@ def records_to_table(rows: Iterable[dict[str, Any]], warnings: list[str] | None 
             extra.setdefault("mfu", {})[n] = r["mfu"]
         if r.get("host_duration_s") is not None:
             extra.setdefault("host.duration_s", {})[n] = r["host_duration_s"]
+        for name, (sec, nbytes) in (r.get("comm_groups") or {}).items():
+            extra.setdefault(f"comm_group.{name}_s", {})[n] = sec
+            extra.setdefault(f"comm_group.{name}_bytes", {})[n] = nbytes
         n += 1
     table = pd.DataFrame(cols)
     # Phases in the order a step first ran them, then per-phase comm, then logged values.
-    ordered = sorted(extra, key=lambda k: (k.startswith(("log.", "dev.", "mfu", "host.")), k.startswith("comm.")))
+    ordered = sorted(
+        extra, key=lambda k: (k.startswith(("comm_group.", "log.", "dev.", "mfu", "host.")), k.startswith("comm."))
+    )
     for name in ordered:
         values = extra[name]
         if _zero_when_absent(name):

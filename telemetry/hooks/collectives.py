@@ -3,7 +3,8 @@
 ``instrument_collectives()`` replaces the public functions in ``torch.distributed`` (and in
 ``torch.distributed.distributed_c10d``, where torch's own helpers find them) with thin wrappers
 that read the clock around the call and append one event: op name, bytes moved (from the tensor
-shapes and dtypes), group size, and the nccl-tests bus-bandwidth factor. A collective called from
+shapes and dtypes), group size and label (its parallel dimension: :mod:`.groups`), and the
+nccl-tests bus-bandwidth factor. A collective called from
 inside another (torch helpers do this) is counted once, as the outer one. The wrappers add no
 collective and no device synchronization; exceptions pass through unchanged.
 
@@ -13,8 +14,8 @@ op's duration runs from the call until the Work completes (its future's callback
 
 FSDP (1 and 2) calls these functions through ``torch.distributed`` and is covered. Not covered (see the
 manual, docs/instrumenting.md): code that bound a function before instrumentation (``from torch.distributed import
-all_reduce``), DDP's gradient all-reduce (it runs in C++; use :func:`telemetry.hooks.ddp.ddp_comm_hook`),
-functional collectives (``torch.distributed._functional_collectives``) and compiled graphs.
+all_reduce``), DDP's gradient all-reduce (it runs in C++; use :func:`telemetry.hooks.ddp.ddp_comm_hook`).
+Functional collectives (DTensor's, in eager): :mod:`.functional`. Compiled graphs: not timed.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import logging
 import sys
 import threading
 import time
-import weakref
 from typing import Any, Callable
 
 from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
+from . import groups
 
 log = logging.getLogger("telemetry")
 
@@ -110,42 +111,12 @@ _OP_NAME = {
 }
 
 _originals: dict[tuple[str, str], Callable] = {}
-# id(group), or None for the default group -> (a weak reference to the group, (size, name)). An
-# entry holds only while its group lives: a group created at a destroyed group's address, or a
-# default group made by a new init_process_group, is read afresh instead of being taken for the
-# old one. (A dict lookup and a weakref call: the wrapper runs on every collective.)
-_group_cache: dict[int | None, tuple[weakref.ref, tuple[int, str]]] = {}
-
-
-def _group_info(dist: Any, group: Any) -> tuple[int, str]:
-    key = None if group is None else id(group)
-    entry = _group_cache.get(key)
-    if entry is not None:
-        live = entry[0]()
-        if live is not None and (group is None or live is group):
-            return entry[1]
-    info = _read_group_info(dist, group)
-    target = dist.group.WORLD if group is None else group
-    if target is not None:  # None: not initialized, nothing to remember
-        try:
-            _group_cache[key] = (weakref.ref(target), info)
-        except TypeError:  # not weak-referenceable: read each time rather than risk a stale entry
-            pass
-    return info
-
-
-def _read_group_info(dist: Any, group: Any) -> tuple[int, str]:
-    try:
-        size = dist.get_world_size(group)
-    except Exception:  # noqa: BLE001 - not initialized, or not a member
-        size = 0
-    name = "default" if group is None else (getattr(group, "group_name", None) or f"pg{id(group)}")
-    return size, str(name)
+_group_info = groups.group_info  # (size, label): the label names the group's parallel dimension
 
 
 def forget_groups() -> None:
     """Drop what is known of process groups."""
-    _group_cache.clear()
+    groups.forget()
 
 
 class _Pending:
@@ -282,7 +253,8 @@ def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
 
 
 def instrument_collectives() -> bool:
-    """Wrap the torch.distributed collectives; idempotent. Returns False if torch is absent."""
+    """Wrap the torch.distributed collectives, the functional collectives (DTensor's) and the
+    DeviceMesh constructor (that names its groups); idempotent. Returns False if torch is absent."""
     try:
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
@@ -303,11 +275,19 @@ def instrument_collectives() -> bool:
             if wrapper is None:
                 wrapper = wrappers[id(fn)] = _wrap(dist, op, fn)
             setattr(module, op, wrapper)
+    groups.watch_meshes()
+    from .functional import instrument_functional
+
+    instrument_functional()
     return True
 
 
 def uninstrument_collectives() -> None:
     """Put the original functions back."""
+    from .functional import uninstrument_functional
+
+    uninstrument_functional()
+    groups.unwatch_meshes()
     for (mod_name, op), fn in list(_originals.items()):
         module = sys.modules.get(mod_name)
         if module is not None:

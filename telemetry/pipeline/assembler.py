@@ -27,6 +27,7 @@ from ..recorder.events import (
     COLL_E0,
     COLL_E1,
     COLL_FACTOR,
+    COLL_GROUP_NAME,
     COLL_OP,
     COLL_T0,
     DATA_SAMPLES,
@@ -82,6 +83,7 @@ class Assembler:
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops
         self.last_device: dict[str, float] | None = None
+        self.groups_seen: dict[str, None] = {}  # the process groups' labels this rank has used, in order
         self._epoch = to_epoch_s
         self._open = _Open()
         self._waiting: list[tuple[float, tuple, _Open]] = []  # ended, not yet ready to build
@@ -216,7 +218,9 @@ class Assembler:
             name, p0, p1 = p[PHASE_NAME], p[PHASE_T0], p[T]
             phases[name] = phases.get(name, 0.0) + (p1 - p0) * 1e-9
             spans.append(Span(SPAN_PHASE, name, epoch(p0), epoch(p1), p[PHASE_OK]))
-        comm_ns, phase_comm, ops = _collectives(acc.colls, acc.phases, t0, t1, epoch, spans)
+        comm_ns, phase_comm, ops, groups = _collectives(acc.colls, acc.phases, t0, t1, epoch, spans)
+        for g in groups:
+            self.groups_seen.setdefault(g, None)
         scalars, log_tokens, log_samples = _logged(acc.logs)
         tokens, samples = end[STEP_TOKENS], end[STEP_SAMPLES]
         if tokens is None:
@@ -246,6 +250,8 @@ class Assembler:
             spans_dropped=dropped,
             device=self.last_device,
             mfu=self._mfu(tokens, duration_s),
+            # every group this rank has used, 0 in a step that did not use it
+            comm_groups={g: tuple(groups.get(g, (0.0, 0))) for g in self.groups_seen} or None,
         )
 
     def _mfu(self, tokens: int | None, duration_s: float) -> float | None:
@@ -274,8 +280,9 @@ def _data_waits(
 
 def _collectives(
     colls: list[tuple], phase_events: list[tuple], t0: int, t1: int, epoch: Callable[[int], float], spans: list[Span]
-) -> tuple[int, dict[str, float], dict[str, list]]:
-    """Time blocked in collectives during the step (ns), and inside each phase (s); per-op stats.
+) -> tuple[int, dict[str, float], dict[str, list], dict[str, list]]:
+    """Time blocked in collectives during the step (ns), and inside each phase (s); per-op stats; per
+    group (its label: the parallel dimension) the time blocked in the step (s) and the bytes.
 
     A synchronous op blocks for its whole interval: the part inside the step's window counts, and
     each phase it overlaps is charged the overlap. An async op's blocked time is its ``wait()``,
@@ -284,8 +291,10 @@ def _collectives(
     comm_ns = 0
     phase_comm: dict[str, float] = {}
     ops: dict[str, list] = {}
+    groups: dict[str, list] = {}
     for c in colls:
         op, c0, c1, nbytes, blocked_ns = c[COLL_OP], c[COLL_T0], c[T], c[COLL_BYTES], c[COLL_BLOCKED_NS]
+        before = comm_ns
         if blocked_ns == c1 - c0:  # synchronous
             comm_ns += max(0, min(c1, t1) - max(c0, t0))
             for p in phase_events:
@@ -300,6 +309,11 @@ def _collectives(
                     if p[PHASE_T0] <= c1 <= p[T]:
                         name = p[PHASE_NAME]
                         phase_comm[name] = phase_comm.get(name, 0.0) + blocked_ns * 1e-9
+        g = groups.get(c[COLL_GROUP_NAME])
+        if g is None:
+            g = groups[c[COLL_GROUP_NAME]] = [0.0, 0]
+        g[0] += (comm_ns - before) * 1e-9
+        g[1] += nbytes
         s = ops.get(op)
         if s is None:
             s = ops[op] = [0, 0.0, 0.0, 0, 0.0]  # the fields of OpStats
@@ -309,7 +323,7 @@ def _collectives(
         s[3] += nbytes
         s[4] += nbytes * c[COLL_FACTOR]
         spans.append(Span(SPAN_COLLECTIVE, op, epoch(c0), epoch(c1), True, nbytes))
-    return comm_ns, phase_comm, ops
+    return comm_ns, phase_comm, ops, groups
 
 
 def _logged(logs: list[tuple]) -> tuple[dict[str, Any], int | None, int | None]:

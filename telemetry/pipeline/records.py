@@ -55,6 +55,9 @@ class StepRecord(NamedTuple):
     device: dict[str, float] | None = None  # latest host/GPU reading at the step's end
     mfu: float | None = None  # model FLOPs utilization of the step, when FLOPs and peak are known
     host_duration_s: float | None = None  # on device timing: the host's wall time of the step
+    # per process group's label (its parallel dimension: dp, tp, pp, ..., world, g<hash>): seconds
+    # blocked in its collectives during the step, and their bytes
+    comm_groups: dict[str, tuple[float, int]] | None = None
 
 
 class Progress(NamedTuple):

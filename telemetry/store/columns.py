@@ -4,7 +4,8 @@ A batch of :class:`~telemetry.pipeline.records.StepRecord` becomes two Arrow rec
 
 - **steps**: one row per record (columns: phases in the order a step first ran them), named as the steps table names them (``rank``, ``step``,
   ``start_s``, ``duration_s``, ``ok``, ``tokens``, ``samples``, ``comm_s``, ``comm_bytes``,
-  ``<phase>_s``, ``comm.<phase>_s``, ``log.<name>``, ``dev.<name>``, ``mfu``, ``host.duration_s``),
+  ``<phase>_s``, ``comm.<phase>_s``, ``comm_group.<group>_s`` and ``_bytes`` (per process group's
+  label: its parallel dimension), ``log.<name>``, ``dev.<name>``, ``mfu``, ``host.duration_s``),
   plus what only the store keeps: ``spans_dropped`` and each collective op's per-step statistics
   (``op.<name>.count``, ``.duration_s``, ``.blocked_s``, ``.bytes``, ``.bus_bytes``). A phase that
   did not run in a step took 0 s in it; a missing reading is null. NaN and infinities logged by the
@@ -78,6 +79,10 @@ def steps_batch(records: Sequence[Any]) -> pa.RecordBatch:
         extra["mfu"] = pa.array([r.mfu for r in rs], pa.float64())
     if any(r.host_duration_s is not None for r in rs):
         extra["host.duration_s"] = pa.array([r.host_duration_s for r in rs], pa.float64())
+    for g in _keys(r.comm_groups for r in rs if r.comm_groups):
+        cells = [r.comm_groups.get(g) if r.comm_groups else None for r in rs]
+        extra[f"comm_group.{g}_s"] = pa.array([None if c is None else c[0] for c in cells], pa.float64())
+        extra[f"comm_group.{g}_bytes"] = pa.array([None if c is None else c[1] for c in cells], pa.int64())
     for op in _keys(r.ops for r in rs):
         stats = [r.ops.get(op) for r in rs]
         for i, f in enumerate(OP_FIELDS):
@@ -109,7 +114,7 @@ def _is_phase(name: str) -> bool:
 
 
 def _family(name: str) -> int:
-    order = ("comm.", "log.", "dev.", "mfu", "host.", "op.")
+    order = ("comm.", "comm_group.", "log.", "dev.", "mfu", "host.", "op.")
     return next((i + 1 for i, p in enumerate(order) if name.startswith(p)), 0)
 
 
@@ -154,6 +159,7 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
     logs = [c for c in cols if c.startswith("log.")]
     devs = [c for c in cols if c.startswith("dev.")]
     ops = sorted({c.split(".")[1] for c in cols if c.startswith("op.")})
+    cgroups = [c[11:-2] for c in cols if c.startswith("comm_group.") and c.endswith("_s")]
     for name, default in (("ok", True), ("comm_s", 0.0), ("tokens", None), ("samples", None)):
         if name not in cols:  # a segment written by something else (a simulation): what it lacks
             cols[name] = [default] * n
@@ -192,6 +198,13 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
         device = {c[4:]: cols[c][i] for c in devs if cols[c][i] is not None}
         if device:
             rec["device"] = device
+        cg = {
+            g: [cols[f"comm_group.{g}_s"][i], cols.get(f"comm_group.{g}_bytes", [0] * n)[i] or 0]
+            for g in cgroups
+            if cols[f"comm_group.{g}_s"][i] is not None
+        }
+        if cg:
+            rec["comm_groups"] = cg
         for key, col in (("mfu", "mfu"), ("host_duration_s", "host.duration_s")):
             if col in cols and cols[col][i] is not None:
                 rec[key] = cols[col][i]

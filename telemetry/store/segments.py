@@ -51,6 +51,7 @@ class TailEncoder:
             tuple(r.device) if r.device else None,
             tuple((s.kind, s.name, s.ok) for s in spans),
             opt,
+            tuple(r.comm_groups) if r.comm_groups else None,
         )
         k = self.shapes.get(key)
         head = ""
@@ -67,6 +68,7 @@ class TailEncoder:
                         "device": key[4],
                         "spans": key[5],
                         "opt": opt,
+                        "groups": key[7],
                     }
                 )
                 + "\n"
@@ -85,6 +87,9 @@ class TailEncoder:
         values += [x for x, has in zip((r.tokens, r.samples, r.mfu, r.host_duration_s), opt) if has]
         for s in spans:
             values += (s.start_s, s.end_s, s.nbytes)
+        if r.comm_groups:
+            for blocked, nbytes in r.comm_groups.values():
+                values += (blocked, nbytes)
         try:
             numbers = array("d", values)
         except (TypeError, OverflowError):  # not a float (a bool, None, an int too large): as a float or NaN
@@ -124,9 +129,9 @@ class TailDecoder:
             v.frombytes(base64.b64decode(packed, validate=True))
             phases, pcomm, ops, scalars = shape["phases"], shape["phase_comm"], shape["ops"], shape["scalars"]
             device, spans, opt = shape["device"] or (), shape["spans"], shape["opt"]
-            if len(v) != 3 + len(phases) + len(pcomm) + 5 * len(ops) + len(scalars) + len(device) + sum(opt) + 3 * len(
-                spans
-            ):
+            groups = shape.get("groups") or ()  # a tail written before groups were kept: none
+            sizes = len(phases) + len(pcomm) + 5 * len(ops) + len(scalars) + len(device) + sum(opt)
+            if len(v) != 3 + sizes + 3 * len(spans) + 2 * len(groups):
                 return None
             i = 3
             ph = dict(zip(phases, v[i : i + len(phases)]))
@@ -151,6 +156,10 @@ class TailDecoder:
             for kind, name, span_ok in spans:
                 sp.append(Span(str(kind), str(name), v[i], v[i + 1], bool(span_ok), int(v[i + 2])))
                 i += 3
+            cg = {}
+            for g in groups:
+                cg[str(g)] = (v[i], int(v[i + 1]))
+                i += 2
             return StepRecord(
                 rank,
                 step,
@@ -169,6 +178,7 @@ class TailDecoder:
                 dev,
                 mfu,
                 host,
+                cg or None,
             )
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError):
             return None
@@ -512,6 +522,8 @@ def record_dict(r: StepRecord) -> dict[str, Any]:
     for key in ("device", "mfu", "host_duration_s"):
         if getattr(r, key) is not None:
             d[key] = getattr(r, key)
+    if r.comm_groups:
+        d["comm_groups"] = {k: list(v) for k, v in r.comm_groups.items()}
     if r.spans_dropped:
         d["spans_dropped"] = r.spans_dropped
     return d

@@ -1,0 +1,156 @@
+"""Which parallel dimension a collective belongs to: every process group gets a label.
+
+- A group of a DeviceMesh dimension with a name (``init_device_mesh(..., mesh_dim_names=("dp",
+  "tp"))``) is labelled by that name (``dp``, ``tp``, ``dp_shard``, ``pp``, ``cp``, ``ep``: as the
+  user named it). It is known three ways, each cheap: a mesh built after ``telemetry.init`` says so
+  as it is built (``DeviceMesh.__init__`` is wrapped), a functional collective over ``(mesh, dim)``
+  names its dimension as it is called, and torch itself describes each dimension's group as
+  ``mesh_<name>`` (its ``group_desc``), which covers a mesh built before ``init``.
+- The default group, and any group of every rank, is ``world`` (unless a named dimension is that
+  group: a 1-D mesh named ``tp`` over the whole job is ``tp``).
+- Any other group is ``g`` and 8 hex digits of a hash of its ranks: the same on every rank of it.
+
+Labels are read once per group (the lookup is a dict and a weak reference per collective) and are
+valid Prometheus label values and column names (``comm_group.<label>_s``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import weakref
+from typing import Any
+
+WORLD = "world"
+_LABEL = re.compile(r"[^A-Za-z0-9_]")
+
+# id(group), or None for the default group -> (a weak reference to the group, (size, label)). An entry
+# holds only while its group lives: a group created at a destroyed group's address, or a default group
+# made by a new init_process_group, is read afresh instead of being taken for the old one.
+_cache: dict[int | None, tuple[weakref.ref, tuple[int, str]]] = {}
+# a process group's name (torch's group_name) -> the mesh dimension's name it serves
+_dims: dict[str, str] = {}
+_mesh_init: Any = None  # DeviceMesh.__init__ as torch has it, while ours is installed
+
+
+def clean(name: str) -> str:
+    """A dimension's name as a label: letters, digits and underscores only."""
+    return _LABEL.sub("_", str(name))[:40] or "unnamed"
+
+
+def group_info(dist: Any, group: Any) -> tuple[int, str]:
+    """(size, label) of ``group`` (None: the default group)."""
+    key = None if group is None else id(group)
+    entry = _cache.get(key)
+    if entry is not None:
+        live = entry[0]()
+        if live is not None and (group is None or live is group):
+            return entry[1]
+    info = _read(dist, group)
+    target = dist.group.WORLD if group is None else group
+    if target is not None:  # None: not initialized, nothing to remember
+        try:
+            _cache[key] = (weakref.ref(target), info)
+        except TypeError:  # not weak-referenceable: read each time rather than risk a stale entry
+            pass
+    return info
+
+
+def _read(dist: Any, group: Any) -> tuple[int, str]:
+    try:
+        size = dist.get_world_size(group)
+    except Exception:  # noqa: BLE001 - not initialized, or not a member
+        size = 0
+    return size, label_of(dist, group, size)
+
+
+def label_of(dist: Any, group: Any, size: int) -> str:
+    target = dist.group.WORLD if group is None else group
+    name = getattr(target, "group_name", None)
+    if name is not None and str(name) in _dims:
+        return _dims[str(name)]
+    desc = str(getattr(target, "group_desc", "") or "")
+    if desc.startswith("mesh_") and not re.fullmatch(r"mesh_(dim_\d+|default)", desc):
+        return clean(desc[5:])
+    try:
+        world = dist.get_world_size()
+    except Exception:  # noqa: BLE001 - not initialized
+        world = -1
+    if group is None or target is dist.group.WORLD or (size > 0 and size == world):
+        return WORLD
+    try:
+        ranks = dist.get_process_group_ranks(target)
+    except Exception:  # noqa: BLE001 - not a member, or not a group torch knows
+        ranks = [id(target)]
+    return of_ranks(ranks)
+
+
+def of_ranks(ranks: Any) -> str:
+    """The label of an unnamed group of ``ranks``: ``g`` and 8 hex digits, the same on each of them."""
+    digest = hashlib.blake2b(",".join(map(str, ranks)).encode(), digest_size=4).hexdigest()
+    return f"g{digest}"
+
+
+def learn_mesh(mesh: Any) -> None:
+    """Remember the names of ``mesh``'s dimensions' groups (a mesh without names teaches nothing)."""
+    names = getattr(mesh, "mesh_dim_names", None)
+    groups = getattr(mesh, "_dim_group_names", None)
+    if not names or not groups:
+        return
+    new = False
+    for dim_name, group_name in zip(names, groups):
+        if group_name is not None and _dims.get(str(group_name)) != clean(dim_name):
+            _dims[str(group_name)] = clean(dim_name)
+            new = True
+    if new:
+        _cache.clear()  # a group read before may now have a name
+
+
+def mesh_dim_info(mesh: Any, dim: int) -> tuple[int, str] | None:
+    """(size, label) of dimension ``dim`` of DeviceMesh ``mesh``, when it has a name."""
+    names = getattr(mesh, "mesh_dim_names", None)
+    if not names:
+        return None
+    learn_mesh(mesh)
+    try:
+        return int(mesh.size(dim)), clean(names[dim])
+    except Exception:  # noqa: BLE001 - not a mesh as we know it
+        return None
+
+
+def watch_meshes() -> None:
+    """Wrap ``DeviceMesh.__init__`` so that every mesh built from now on names its groups; idempotent.
+    Imports nothing that was not imported (no DeviceMesh module: nothing to watch yet)."""
+    global _mesh_init
+    import sys
+
+    module = sys.modules.get("torch.distributed.device_mesh")
+    mesh_cls = getattr(module, "DeviceMesh", None) if module is not None else None
+    if mesh_cls is None or _mesh_init is not None:
+        return
+    original = mesh_cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            learn_mesh(self)
+        except Exception:  # noqa: BLE001 - naming groups must never fail a mesh
+            pass
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    mesh_cls.__init__ = __init__
+    _mesh_init = (mesh_cls, original)
+
+
+def unwatch_meshes() -> None:
+    global _mesh_init
+    if _mesh_init is not None:
+        mesh_cls, original = _mesh_init
+        mesh_cls.__init__ = original
+        _mesh_init = None
+
+
+def forget() -> None:
+    """Drop what is known of process groups and meshes."""
+    _cache.clear()
+    _dims.clear()
