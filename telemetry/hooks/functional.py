@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 import sys
-import threading
 import time
 import weakref
 from typing import Any, Callable
 
 from ..recorder import current as _current
+from ..recorder import events as ev
 from ..recorder.null import NULL
 from . import groups
 from .collectives import _allreduce_factor, _nbytes, _one, _Pending, _ring, _sum_bytes
@@ -66,7 +66,6 @@ _SPECS: dict[str, tuple[str, Callable[[tuple, dict, int], int], Callable[[int], 
 _originals: dict[str, Callable] = {}
 # the storage address of an issued op's output -> (a weak reference to that output, its _Pending)
 _in_flight: dict[int, tuple[weakref.ref, _Pending]] = {}
-_local = threading.local()  # .issuing: inside one of our wrappers' issue calls (nested ones step aside)
 stats = {"unwaited": 0}
 
 
@@ -85,26 +84,34 @@ def _storage_key(t: Any) -> int | None:
         return None
 
 
-def _unwrap(t: Any) -> Any:
-    return getattr(t, "elem", t)  # AsyncCollectiveTensor -> the op's output
+# (id(mesh), dim) -> (a weak reference to the mesh, (size, label)): DTensor passes (mesh, dim) on every call
+_mesh_cache: dict[tuple[int, int], tuple[weakref.ref, tuple[int, str]]] = {}
 
 
 def _group_info(group: Any) -> tuple[int, str]:
     """(size, label) of a functional collective's group argument: (mesh, dim), a 1-D mesh, a
     process group, a group's name, or a list of ranks."""
+    if type(group) is tuple and len(group) == 2:
+        entry = _mesh_cache.get((id(group[0]), group[1]))
+        if entry is not None and entry[0]() is group[0]:
+            return entry[1]
+    return _read_group_info(group)
+
+
+def _read_group_info(group: Any) -> tuple[int, str]:
     import torch.distributed as dist
 
     if isinstance(group, tuple) and len(group) == 2 and hasattr(group[0], "mesh_dim_names"):
-        info = groups.mesh_dim_info(group[0], int(group[1]))
-        if info is not None:
-            return info
-        group = group[0].get_group(int(group[1]))
-    elif hasattr(group, "mesh_dim_names") and hasattr(group, "get_group"):
-        info = groups.mesh_dim_info(group, 0) if group.ndim == 1 else None
-        if info is not None:
-            return info
-        group = group.get_group(0) if group.ndim == 1 else None
-    elif isinstance(group, str):
+        mesh, dim = group[0], int(group[1])
+        info = groups.mesh_dim_info(mesh, dim) or groups.group_info(dist, mesh.get_group(dim))
+        try:
+            _mesh_cache[(id(mesh), group[1])] = (weakref.ref(mesh), info)
+        except TypeError:  # not weak-referenceable: read each time
+            pass
+        return info
+    if hasattr(group, "mesh_dim_names") and hasattr(group, "get_group"):
+        return _read_group_info((group, 0)) if group.ndim == 1 else (0, groups.WORLD)
+    if isinstance(group, str):
         group = dist.distributed_c10d._resolve_process_group(group)
     elif isinstance(group, list):
         n = len(group)
@@ -118,37 +125,48 @@ def _wrap(name: str, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         rec = _current._active
-        if rec is NULL or getattr(_local, "issuing", False) or _tracing():
-            return fn(*args, **kwargs)
+        if rec is NULL or rec.current_collective is not None or _tracing():
+            return fn(*args, **kwargs)  # telemetry off, nested in another collective, or Dynamo tracing
         try:
             gsize, gname = _group_info(_group_of(args, kwargs, group_pos))
             nbytes = nbytes_of(args, kwargs, gsize)
         except Exception:  # noqa: BLE001 - odd arguments: let torch report them
             return fn(*args, **kwargs)
         t0 = rec.now()
-        _local.issuing = True
+        rec.current_collective = (op, t0)
         try:
             out = fn(*args, **kwargs)
         finally:
-            _local.issuing = False
+            rec.current_collective = None
         t1 = rec.now()
-        outs = out if isinstance(out, list) else [out]
-        pending = _Pending(op, t0, nbytes, gsize, gname, factor_of(gsize), len(outs))
+        if type(out) is not list:
+            elem = getattr(out, "elem", None)  # an AsyncCollectiveTensor's: the op's output
+            key = _storage_key(elem) if elem is not None else None
+            if key is None:  # waited inside the call (a synchronous path): done
+                rec.emit((ev.COLLECTIVE, t1, op, t0, nbytes, gsize, gname, t1 - t0, factor_of(gsize)))
+            else:
+                _remember(key, elem, [op, t0, nbytes, gsize, gname, factor_of(gsize), t1 - t0])
+            return out
+        pending = _Pending(op, t0, nbytes, gsize, gname, factor_of(gsize), len(out))  # coalesced: one op
         pending.blocked_ns = t1 - t0  # the issue call: the training thread was in it
-        for o in outs:
-            elem = _unwrap(o)
-            key = _storage_key(elem)
-            if key is None or type(o).__name__ != "AsyncCollectiveTensor":
-                pending.finish(t1)  # waited inside the call (a traced or synchronous path): done
-                continue
-            _in_flight[key] = (weakref.ref(elem), pending)
-            if len(_in_flight) > MAX_IN_FLIGHT:
-                _in_flight.pop(next(iter(_in_flight)))
-                stats["unwaited"] += 1
+        for o in out:
+            elem = getattr(o, "elem", None)
+            key = _storage_key(elem) if elem is not None else None
+            if key is None:
+                pending.finish(t1)
+            else:
+                _remember(key, elem, pending)
         return out
 
     wrapper.__telemetry_original__ = fn  # type: ignore[attr-defined]
     return wrapper
+
+
+def _remember(key: int, elem: Any, what: Any) -> None:
+    _in_flight[key] = (weakref.ref(elem), what)
+    if len(_in_flight) > MAX_IN_FLIGHT:
+        _in_flight.pop(next(iter(_in_flight)))
+        stats["unwaited"] += 1
 
 
 def _wrap_wait(fn: Callable) -> Callable:
@@ -160,29 +178,49 @@ def _wrap_wait(fn: Callable) -> Callable:
         entry = _in_flight.pop(key, None) if key is not None else None
         if entry is None or entry[0]() is None:
             return fn(tensor)  # not an op we issued (or its output is gone and the address reused)
-        pending = entry[1]
+        what = entry[1]
         rec = _current._active
+        mark = rec.mark
+        e0 = mark() if mark is not None else None
+        op, t_issue = (what[0], what[1]) if type(what) is list else (what.op, what.t0)
         prev = rec.current_collective
-        rec.current_collective = (pending.op, pending.t0)
+        rec.current_collective = (op, t_issue)
         t0 = time.perf_counter_ns()
         try:
             return fn(tensor)
         finally:
             rec.current_collective = prev
             t1 = time.perf_counter_ns()
-            pending.finish(t1, t1 - t0)
+            if type(what) is not list:
+                if e0 is not None:
+                    what.events = (e0, mark())
+                what.finish(t1, t1 - t0)
+            else:
+                _, _, nbytes, gsize, gname, factor, issue_ns = what
+                blocked = min(issue_ns + t1 - t0, t1 - t_issue)
+                if e0 is None:
+                    rec.emit((ev.COLLECTIVE, t1, op, t_issue, nbytes, gsize, gname, blocked, factor))
+                else:  # on CUDA the wait makes the stream wait for the op: time that on the GPU
+                    rec.emit((ev.COLLECTIVE_DEV, t1, op, t_issue, nbytes, gsize, gname, blocked, factor, e0, mark()))
 
     wait_tensor.__telemetry_original__ = fn  # type: ignore[attr-defined]
     return wait_tensor
 
 
 def _tracing() -> bool:
-    """Dynamo is tracing (the wrappers must add nothing to a graph), or a fake or proxy mode is on."""
-    funcol = sys.modules.get("torch.distributed._functional_collectives")
+    """Dynamo is tracing: the wrappers must add nothing to a graph."""
     try:
-        return bool(funcol is not None and funcol._are_we_tracing())
+        return _is_compiling()
     except Exception:  # noqa: BLE001 - a torch without it: not tracing as far as we can tell
         return False
+
+
+def _is_compiling() -> bool:
+    import torch
+
+    global _is_compiling
+    _is_compiling = torch.compiler.is_compiling  # found once
+    return _is_compiling()
 
 
 def instrument_functional() -> bool:
@@ -211,3 +249,4 @@ def uninstrument_functional() -> None:
             setattr(funcol, name, fn)
     _originals.clear()
     _in_flight.clear()
+    _mesh_cache.clear()

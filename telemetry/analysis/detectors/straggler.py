@@ -547,6 +547,12 @@ def _finding(
         waits_text = f"; it waits {abs(c.waits) * 1e3:.1f} ms less in collectives than its peers (it arrives last)"
     peers = "its stage's peers" if m.has_layout else "its peers"
     after = " (after the larger stragglers above are healed)" if after_larger else ""
+    waiting = _waiting_group(m, c.rank, covered, ref.excess_s)
+    if waiting is not None:
+        waits_text += (
+            f"; its peers wait for it in the {waiting[0]} collectives: {waiting[1] * 1e3:.1f} ms per step "
+            "more than it waits there"
+        )
     evidence = (
         f"rank {rank_id}'s {where} takes {ref.excess_s * 1e3:.1f} ms more than {peers}' "
         f"median {ref.base_s * 1e3:.1f} ms ({1 + ref.excess_s / ref.base_s:.2f}x) over steps "
@@ -570,8 +576,35 @@ def _finding(
             "mode": lead.mode,
             "stage": int(m.groups[c.rank]) if m.has_layout else None,
             "phase_excess_s": {k: h.excess_s for k, h in c.phase_hits.items()},
+            **({"group": waiting[0], "group_wait_s": waiting[1]} if waiting is not None else {}),
         },
     )
+
+
+def _waiting_group(m: StepMatrix, row: int, covered: np.ndarray, excess_s: float) -> tuple[str, float] | None:
+    """The parallel dimension in which the straggler is waited for: per process group's label
+    (``comm_group.<label>_s``), how much less the straggler waits in that group's collectives than
+    its peers' median (medians over the covered steps); the largest. Named when it is at least a
+    quarter of the straggler's excess and the group is not the whole job (``world`` says nothing a
+    1-D job does not). The table does not say which ranks share a group with it: the peers are all
+    the ranks that use a group of that label."""
+    best = None
+    for col in m.columns:
+        if not (col.startswith("comm_group.") and col.endswith("_s")):
+            continue
+        grid = m.extra(col)
+        if grid is None or not covered.any():
+            continue
+        med = nanmedian(grid[:, covered], axis=1)
+        others = np.delete(med, row)
+        if not np.isfinite(med[row]) or not np.isfinite(others).any():
+            continue
+        gap = float(nanmedian(others) - med[row])
+        if best is None or gap > best[1]:
+            best = (col[len("comm_group.") : -2], gap)
+    if best is None or best[0] == "world" or best[1] < 0.25 * excess_s:
+        return None
+    return best
 
 
 def straggler_scores(m: StepMatrix, params: StragglerParams | None = None) -> dict[int, float]:
