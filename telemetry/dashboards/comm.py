@@ -66,6 +66,45 @@ def over_steps(df: pd.DataFrame, max_points: int = MAX_LINE_POINTS) -> pd.DataFr
     return g.melt(["step", "op"], var_name="measure", value_name="value").dropna()
 
 
+def dimensions(table: pd.DataFrame) -> list[str]:
+    """The process groups' labels (parallel dimensions) the steps table has columns for."""
+    return [c[len("comm_group.") : -2] for c in table.columns if c.startswith("comm_group.") and c.endswith("_s")]
+
+
+def by_dimension(
+    table: pd.DataFrame, steps: tuple[int, int] | None = None, ranks: list[int] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per parallel dimension (``comm_group.<label>_s`` and ``_bytes``): per rank, the median ms
+    blocked per step and MB per step (``rank``, ``dimension``, ``blocked ms/step``, ``MB/step``);
+    and over steps, the median over ranks of ms blocked (``step``, ``dimension``, ``value``)."""
+    dims = dimensions(table)
+    if not dims:
+        empty = pd.DataFrame(columns=["rank", "dimension", "blocked ms/step", "MB/step"])
+        return empty, pd.DataFrame(columns=["step", "dimension", "value"])
+    t = table
+    if steps is not None:
+        t = t[(t["step"] >= steps[0]) & (t["step"] <= steps[1])]
+    if ranks:
+        t = t[t["rank"].isin(ranks)]
+    rows, lines = [], []
+    for d in dims:
+        sec, nbytes = f"comm_group.{d}_s", f"comm_group.{d}_bytes"
+        g = t.groupby("rank")
+        per = pd.DataFrame({"blocked ms/step": g[sec].median() * 1e3})
+        per["MB/step"] = g[nbytes].median() / 1e6 if nbytes in t.columns else np.nan
+        rows.append(per.reset_index().assign(dimension=d))
+        over = t.groupby("step")[sec].median() * 1e3
+        lines.append(pd.DataFrame({"step": over.index, "dimension": d, "value": over.to_numpy()}))
+    per_rank_dim = pd.concat(rows, ignore_index=True)[["rank", "dimension", "blocked ms/step", "MB/step"]]
+    series = pd.concat(lines, ignore_index=True).dropna()
+    steps_all = np.sort(series["step"].unique())
+    if len(steps_all) > MAX_LINE_POINTS:  # a point per block of steps, labelled by its first
+        width, _ = _blocks(len(steps_all), MAX_LINE_POINTS)
+        series = series.assign(step=(series["step"] - steps_all[0]) // width * width + steps_all[0])
+        series = series.groupby(["step", "dimension"])["value"].median().reset_index()
+    return per_rank_dim, series
+
+
 def per_rank(df: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, op): calls per step, median latency (ms), median bus bandwidth (GB/s) and median
     time blocked per step (ms)."""

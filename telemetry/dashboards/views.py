@@ -186,6 +186,19 @@ def findings(view: D.RunView, choice: Choice) -> None:
 
 
 def collectives(view: D.RunView, choice: Choice) -> None:
+    dims = comm.dimensions(view.run.table)
+    if dims and dims != ["world"]:
+        st.subheader("By parallel dimension")
+        st.caption(
+            "Time blocked in each process group's collectives, by the group's parallel dimension (its "
+            "DeviceMesh dimension's name; world: every rank; g...: an unnamed group)"
+        )
+        per_rank_dim, series = comm.by_dimension(view.run.table, choice.steps, choice.ranks)
+        st.altair_chart(
+            charts.lines(series, "ms blocked per step (median over ranks)", "dimension", "dimension", step_title(view)),
+            width="stretch",
+        )
+        st.dataframe(per_rank_dim.round(3), hide_index=True, width="stretch")
     df = comm.per_step(view.run, choice.steps, choice.ranks)
     if df.empty:
         m = view.matrix

@@ -211,7 +211,7 @@ class PrometheusSink(Sink):
         self.labels = {"job": config.job, **ctx.labels()}
         self._run_info = run_info
         self._trace_sampled: Any = None  # decided at the first write (see _exemplar)
-        self._gates = {k: LabelGate(k, config.max_label_values) for k in ("phase", "op", "name")}
+        self._gates = {k: LabelGate(k, config.max_label_values) for k in ("phase", "op", "name", "group")}
         self._build_metrics(config)
         self._push: PushWorker | None = None
         self.registry.register(
@@ -313,6 +313,9 @@ class PrometheusSink(Sink):
         self.comm_total = declare(Counter, N.COLLECTIVE_BLOCKED).labels(*base)
         # per phase, so that a reader tells a phase's compute from its waiting (the phase a straggler is slow in)
         self.phase_blocked = declare(Counter, N.PHASE_BLOCKED)
+        # per process group, by its parallel dimension's label (hooks/groups.py)
+        self.group_blocked = declare(Counter, N.COMM_GROUP_BLOCKED)
+        self.group_bytes = declare(Counter, N.COMM_GROUP_BYTES)
         self.steps = declare(Counter, N.STEPS).labels(*base)
         self.failures = declare(Counter, N.STEP_FAILURES).labels(*base)
         # No sample until a real value arrives (_FirstValue): absent, never a false 0.
@@ -389,6 +392,11 @@ class PrometheusSink(Sink):
                         if child is not None:
                             child.set(value / s.duration_s)
             self.comm_total.inc(r.comm_s)
+            for group, (sec, nbytes) in (r.comm_groups or {}).items():
+                child = self._child(self.group_blocked, "group", group)
+                if child is not None:
+                    child.inc(sec)
+                    self._child(self.group_bytes, "group", group).inc(nbytes)
             if r.tokens:
                 self.tokens.inc(r.tokens)
                 if r.duration_s > 0:

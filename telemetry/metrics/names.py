@@ -138,6 +138,21 @@ PHASE_BLOCKED = Metric(
     ("phase",),
     "collective",
 )
+COMM_GROUP_BLOCKED = Metric(
+    "train_comm_group_blocked_seconds",
+    "counter",
+    "Time blocked in collectives per process group, labelled by its parallel dimension (dp, tp, pp, ...; "
+    "world; g<hash> for an unnamed group)",
+    ("group",),
+    "collective",
+)
+COMM_GROUP_BYTES = Metric(
+    "train_comm_group_bytes",
+    "counter",
+    "Bytes of collectives per process group, labelled by its parallel dimension",
+    ("group",),
+    "collective",
+)
 
 # ---- throughput ---------------------------------------------------------------------------------
 TOKENS = Metric("train_tokens", "counter", "Tokens processed (absent until a step carries tokens)", group="throughput")
@@ -318,6 +333,8 @@ ALL: tuple[Metric, ...] = (
     COLLECTIVE_ALGBW,
     COLLECTIVE_BLOCKED,
     PHASE_BLOCKED,
+    COMM_GROUP_BLOCKED,
+    COMM_GROUP_BYTES,
     TOKENS,
     SAMPLES,
     TOKENS_PER_SECOND,

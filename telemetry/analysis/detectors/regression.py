@@ -159,6 +159,20 @@ def _level_change(x: np.ndarray, ch: Change) -> float:
     return float(after - before) if np.isfinite(before) and np.isfinite(after) else 0.0
 
 
+def _dimension_changes(m: StepMatrix, live_idx: np.ndarray, ch: Change) -> dict[str, float]:
+    """Per parallel dimension (``comm_group.<label>_s``): the change at ``ch`` of the time the last
+    rank to arrive is blocked in that dimension's collectives (the least blocked rank, per step: the
+    collectives' own time)."""
+    out = {}
+    for col in m.columns:
+        if col.startswith("comm_group.") and col.endswith("_s"):
+            grid = m.extra(col)
+            if grid is not None:
+                own = np.nanmin(np.where(np.isfinite(grid), grid, np.inf), axis=0)[live_idx]
+                out[col[len("comm_group.") : -2]] = _level_change(np.where(np.isfinite(own), own, np.nan), ch)
+    return out
+
+
 def detect_regressions(
     m: StepMatrix, live: np.ndarray, shift: np.ndarray, p: RegressionParams | None = None
 ) -> list[Finding]:
@@ -208,6 +222,14 @@ def detect_regressions(
         details["before_after"] = ba
     also = _before_after_text(ba)
     if cause == COMM:
+        by_dim = _dimension_changes(m, live_idx, ch)
+        where_dim = ""
+        if by_dim:
+            details["group_change_s"] = by_dim
+            top = max(by_dim, key=by_dim.get)
+            if by_dim[top] >= 0.5 * deltas[cause] and top != "world":
+                details["group"] = top
+                where_dim = f", {by_dim[top] * 1e3:.1f} ms of it in the {top} collectives"
         return [
             Finding(
                 kind="slow_comm",
@@ -217,8 +239,8 @@ def detect_regressions(
                 details=details,
                 evidence=(
                     f"from step {first}{tail} the collectives themselves take {deltas[cause] * 1e3:.1f} ms "
-                    f"longer per step (time blocked by the last rank to arrive, which does not wait), "
-                    f"job-wide; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; at the old "
+                    f"longer per step{where_dim} (time blocked by the last rank to arrive, which does not "
+                    f"wait), job-wide; step time {ch.before * 1e3:.1f} -> {ch.after * 1e3:.1f} ms; at the old "
                     f"speed those steps would be {cost:.1%} faster{also}"
                 ),
             )

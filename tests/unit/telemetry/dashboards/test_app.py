@@ -192,3 +192,36 @@ def test_a_findings_traces_link_to_the_trace_ui(monkeypatch, tmp_path):
     at = show(run_app(monkeypatch, run), "findings")
     plain = [m.value for m in at.markdown if m.value.startswith("**Traces of its worst steps**")]
     assert plain and "http" not in plain[0] and "--trace-ui-url" in plain[0]
+
+
+def test_the_collectives_view_splits_by_parallel_dimension(monkeypatch, tmp_path):
+    """A steps table with comm_group.<dimension> columns (a 2x2 FSDP2 x TP job): the Collectives view
+    shows the time blocked in each dimension's collectives, per rank and over steps."""
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for rank in range(4):
+        for step in range(40):
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": step,
+                    "start_s": step * 0.05,
+                    "duration_s": 0.05,
+                    "comm_s": 0.02,
+                    "forward_s": 0.02,
+                    "comm_group.dp_s": 0.015 if rank == 3 else 0.005,
+                    "comm_group.dp_bytes": 2_000_000,
+                    "comm_group.tp_s": 0.002 + 0.001 * np.sin(step),
+                    "comm_group.tp_bytes": 32_768,
+                }
+            )
+    path = tmp_path / "dims.parquet"
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    at = show(run_app(monkeypatch, str(path)), "collectives")
+    assert any(h.value == "By parallel dimension" for h in at.subheader)
+    table = at.dataframe[0].value
+    assert set(table["dimension"]) == {"dp", "tp"}
+    dp3 = table[(table["dimension"] == "dp") & (table["rank"] == 3)]["blocked ms/step"].iloc[0]
+    assert abs(dp3 - 15.0) < 1e-6 and table[table["dimension"] == "dp"]["MB/step"].max() == 2.0
