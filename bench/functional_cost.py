@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from overhead import _collective_cost, ns_per_call  # noqa: E402 - after the sys.path set-up above
-from results import update_section  # noqa: E402
+from results import update_section  # noqa: E402 - after the sys.path set-up above
 
-from telemetry.recorder.wall import Recorder  # noqa: E402
+from telemetry.recorder.wall import Recorder  # noqa: E402 - after the sys.path set-up above
 
 
 class AsyncCollectiveTensor:  # the result's shape as the wrapper sees it (its class name, .elem)

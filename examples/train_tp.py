@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=0.0)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = ap.parse_args()
     dims = [(name, int(size)) for name, size in (part.split("=") for part in args.mesh.split(","))]
 
@@ -44,6 +45,8 @@ def main() -> None:
 
         model = fully_shard(model, mesh=mesh["dp"])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if args.compile:
+        model = torch.compile(model)
     rank = dist.get_rank()
     for step in range(args.steps):
         x = torch.randn(32, args.width, generator=torch.Generator().manual_seed(step))

@@ -130,7 +130,8 @@ def _coverage(table: pd.DataFrame) -> list[str]:
             f"{ranks} ranks but no time in collectives was recorded: every rank's step counts as "
             "compute, so a straggler cannot be told from the ranks waiting for it (DDP's all-reduce "
             "is timed by telemetry's comm hook, set at the model's first forward unless the model "
-            "has a hook of its own; collectives bound before telemetry.init are not seen)"
+            "has a hook of its own; collectives bound before telemetry.init are not seen, nor those "
+            "inside a torch.compile'd graph: tensor-parallel collectives are timed in eager mode only)"
         ]
     return []
 

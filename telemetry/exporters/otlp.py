@@ -282,7 +282,11 @@ class OtlpSink(ErrorNote, Sink):
                 if p.start_s <= s.start_s and s.end_s <= p.end_s:
                     ctx = otel_trace.set_span_in_context(pspan)
             name = "data_wait" if s.kind == rt.SPAN_DATA else s.name
-            a = {"training.op": s.name, "training.bytes": s.nbytes} if s.kind == rt.SPAN_COLLECTIVE else {}
+            a = {}
+            if s.kind == rt.SPAN_COLLECTIVE:
+                a = {"training.op": s.name, "training.bytes": s.nbytes}
+                if s.group:
+                    a["training.group"] = s.group  # the parallel dimension: dp, tp, pp, ..., world
             span = self.tracer.start_span(name, context=ctx, start_time=_ns(s.start_s), attributes=a)
             span.end(end_time=_ns(s.end_s))
         for s, span in open_phases:

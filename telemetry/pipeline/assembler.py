@@ -322,7 +322,7 @@ def _collectives(
         s[2] += blocked_ns * 1e-9
         s[3] += nbytes
         s[4] += nbytes * c[COLL_FACTOR]
-        spans.append(Span(SPAN_COLLECTIVE, op, epoch(c0), epoch(c1), True, nbytes))
+        spans.append(Span(SPAN_COLLECTIVE, op, epoch(c0), epoch(c1), True, nbytes, c[COLL_GROUP_NAME]))
     return comm_ns, phase_comm, ops, groups
 
 

@@ -35,6 +35,7 @@ class Span(NamedTuple):
     end_s: float
     ok: bool = True
     nbytes: int = 0
+    group: str = ""  # a collective's process group label (its parallel dimension: hooks/groups.py)
 
 
 class StepRecord(NamedTuple):

@@ -12,7 +12,8 @@ A batch of :class:`~telemetry.pipeline.records.StepRecord` becomes two Arrow rec
   user are kept as they are (Arrow has them).
 - **spans**: one row per span (what trace exporters need, never read for the steps table):
   ``step``, ``kind``, ``name``, ``offset_s`` and ``duration_s`` (float32, from the step's start: they
-  compress to a few bytes where absolute epoch times would not), ``ok``, ``nbytes``.
+  compress to a few bytes where absolute epoch times would not), ``ok``, ``nbytes``, ``group`` (a
+  collective's process group label; null otherwise, and absent from segments written before it).
 
 :func:`records_from_columns` turns both back into the store's record dicts (the JSON-lines
 format's shape), for the readers that want spans (trace export, the dashboard's collectives view).
@@ -34,6 +35,7 @@ SPAN_SCHEMA = pa.schema(
         ("duration_s", pa.float32()),
         ("ok", pa.bool_()),
         ("nbytes", pa.int64()),
+        ("group", pa.string()),
     ]
 )
 
@@ -119,7 +121,7 @@ def _family(name: str) -> int:
 
 
 def spans_batch(records: Sequence[Any]) -> pa.RecordBatch:
-    step, kind, name, off, dur, ok, nb = [], [], [], [], [], [], []
+    step, kind, name, off, dur, ok, nb, grp = [], [], [], [], [], [], [], []
     for r in records:
         for s in r.spans:
             step.append(r.step)
@@ -129,6 +131,7 @@ def spans_batch(records: Sequence[Any]) -> pa.RecordBatch:
             dur.append(s.end_s - s.start_s)
             ok.append(s.ok)
             nb.append(s.nbytes)
+            grp.append(s.group or None)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(step, pa.int64()),
@@ -138,6 +141,7 @@ def spans_batch(records: Sequence[Any]) -> pa.RecordBatch:
             pa.array(dur, pa.float32()),
             pa.array(ok, pa.bool_()),
             pa.array(nb, pa.int64()),
+            pa.array(grp, pa.string()),
         ],
         schema=SPAN_SCHEMA,
     )
@@ -191,6 +195,7 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
                     start + sp["offset_s"][j] + sp["duration_s"][j],
                     sp["ok"][j],
                     sp["nbytes"][j],
+                    *([sp["group"][j]] if sp.get("group") and sp["group"][j] else []),
                 ]
                 for j in by_step.get(cols["step"][i], ())
             ],

@@ -49,7 +49,7 @@ class TailEncoder:
             tuple(r.ops),
             tuple(r.scalars),
             tuple(r.device) if r.device else None,
-            tuple((s.kind, s.name, s.ok) for s in spans),
+            tuple((s.kind, s.name, s.ok, s.group) if s.group else (s.kind, s.name, s.ok) for s in spans),
             opt,
             tuple(r.comm_groups) if r.comm_groups else None,
         )
@@ -153,8 +153,10 @@ class TailDecoder:
                 i += 1 if has else 0
             tokens, samples, mfu, host = extra
             sp = []
-            for kind, name, span_ok in spans:
-                sp.append(Span(str(kind), str(name), v[i], v[i + 1], bool(span_ok), int(v[i + 2])))
+            for kind, name, span_ok, *group in spans:  # a collective's group, when it has one
+                sp.append(
+                    Span(str(kind), str(name), v[i], v[i + 1], bool(span_ok), int(v[i + 2]), *map(str, group[:1]))
+                )
                 i += 3
             cg = {}
             for g in groups:

@@ -44,6 +44,7 @@ def test_four_ranks_share_one_trace_per_step(tmp_path):
         assert all(s["parent"] == root[0]["span_id"] for s in rank_steps)
         colls = [s for s in spans if s["trace_id"] == tid and s["name"] == "all_reduce"]
         assert len(colls) == 4 and all(s["attributes"]["training.bytes"] > 0 for s in colls)
+        assert {s["attributes"]["training.group"] for s in colls} == {"world"}  # the group's dimension
         backward = {s["span_id"] for s in spans if s["trace_id"] == tid and s["name"] == "backward"}
         assert all(c["parent"] in backward for c in colls)  # nested in the phase that ran it
 
