@@ -19,6 +19,7 @@ import argparse
 import pathlib
 import statistics
 import sys
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -74,6 +75,46 @@ def functional_cost(torch, mesh, repeats: int = 9, n: int = 20_000) -> float:
     return statistics.median(w) - statistics.median(b)
 
 
+def dispatch_mode_cost(torch, repeats: int = 9) -> tuple[float, int]:
+    """The alternative for collectives out of Python's reach: a TorchDispatchMode that sees every op
+    (and would pick out the _c10d_functional ones). Its tax on every op of a model, in ns per op: a
+    small MLP's forward and backward with a do-nothing mode against without, and the ops it saw."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])
+    x = torch.randn(8, 64)
+
+    def step():
+        model(x).sum().backward()
+
+    def timed(mode: bool, n: int = 200) -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            if mode:
+                with Count():
+                    step()
+            else:
+                step()
+        return (time.perf_counter_ns() - t0) / n
+
+    Count.ops = 0
+    with Count():
+        step()
+    per_step = Count.ops
+    bare, mode = [], []
+    for _ in range(repeats):
+        bare.append(timed(False))
+        mode.append(timed(True))
+    return (statistics.median(mode) - statistics.median(bare)) / per_step, per_step
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out")
@@ -99,6 +140,7 @@ def main() -> int:
         dist.destroy_process_group()
     c10d = statistics.median(r[0] for r in rows)
     funcol = statistics.median(r[1] for r in rows)
+    per_op, ops = dispatch_mode_cost(torch)
     body = f"""Command: `python bench/functional_cost.py` (1-rank gloo group, a DeviceMesh dimension named `tp`;
 no-op collectives, so the figures are the wrappers' own; median of 3 interleaved runs of 9 rounds x
 20,000 calls each).
@@ -107,6 +149,13 @@ no-op collectives, so the figures are the wrappers' own; median of 3 interleaved
 |---|---|
 | Python-API collective (`dist.all_reduce`: one call) | {c10d:.0f} |
 | functional collective (`funcol.all_reduce` issue + `wait_tensor`: two calls) | {funcol:.0f} |
+
+The alternative for collectives out of a Python wrapper's reach (inside compiled graphs): a
+`TorchDispatchMode` that sees every op, to pick out the `_c10d_functional` ones, taxes every op of
+the model, not only collectives: {per_op:.0f} ns per op measured with a do-nothing mode on an 8-layer
+MLP's forward and backward ({ops} ops per step): for a model of 10,000 ops per step that is
+{per_op * 10_000 / 1e6:.1f} ms per step. Not chosen (a mode also changes what Dynamo compiles); on NCCL the
+process group's completion hooks are the way (not built yet: no GPU here).
 
 The functional figure covers two wrapped calls (the issue and the wait) and the group's mesh
 dimension lookup; an all-reduce of tensor parallelism on a GPU takes tens of microseconds or more.

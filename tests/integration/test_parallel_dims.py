@@ -57,3 +57,16 @@ def test_a_slow_rank_in_a_tensor_parallel_pair_is_named_with_its_dimension(tmp_p
     (f,) = [f for f in result.findings if f.kind == "straggler"]
     assert f.ranks == [1] and f.phase == "forward" and f.details["group"] == "tp"
     assert "wait for it in the tp collectives" in f.evidence
+
+
+def test_a_two_stage_pipeline_is_timed_and_named_pp(tmp_path):
+    run = str(tmp_path / "pp")
+    env = {**os.environ, "TELEMETRY_SINKS": "store", "TELEMETRY_ANNOUNCE": "0", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd += ["examples/train_pp.py", "--steps", "20", "--run-dir", run]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = open_input(run).table
+    med = per_rank(table, ["comm_group.pp_s", "comm_group.pp_bytes"])
+    assert sorted(med.index) == [0, 1] and (med > 0).all().all(), med
+    assert not [c for c in table.columns if c.startswith("comm_group.") and not c.startswith("comm_group.pp_")]
