@@ -14,7 +14,8 @@ the others' times when it exports its own. Online detection carries them: each r
 ends with the extents of the steps it traced, and rank 0's online thread hands them to this sink
 (:class:`~telemetry.pipeline.records.TraceRoots`), which then emits the root from the earliest start
 to the latest end (``training.root_ranks``: how many ranks' spans it covers). So a root arrives a
-block or two (``online_every`` steps) after its step. Where no extents come (a single-rank job,
+block or two (``online_every`` steps) after its step; a block read before every rank posted it waits
+up to 10 s more for the late ranks (``online.detector.LATE_ROOTS_S``). Where no extents come (a single-rank job,
 online detection off, no process group, or nothing within ``ROOT_WAIT_S``, and at shutdown for the
 steps of the last, unposted block) the root is rank 0's own span, with ``training.root_ranks`` 1.
 A trace that only one rank chose (a step slow on that rank alone) gets its root the same way.

@@ -25,12 +25,23 @@ from ..logonce import LogOnce
 from ..pipeline.records import OnlineResult, StepRecord, TraceRoots
 from .reads import StoreReads
 from .table import PhaseNames, block_table
-from .wire import BlockSummarizer, decode_phases, encode_phases, parse_block, phases_key, summary_key, trace_roots
+from .wire import (
+    Block,
+    BlockSummarizer,
+    decode_phases,
+    encode_phases,
+    parse_block,
+    phases_key,
+    rank_of,
+    summary_key,
+    trace_roots,
+)
 
 if TYPE_CHECKING:
     from ..analysis.findings import Finding
 
 log = logging.getLogger("telemetry")
+LATE_ROOTS_S = 10.0  # how long a block's trace roots wait for its late ranks' extents
 
 
 def online_finding(finding: Finding, every: int) -> dict[str, Any]:
@@ -91,6 +102,8 @@ class OnlineDetector:
         self._seen: set[tuple] = set()
         self._rows: collections.OrderedDict = collections.OrderedDict()  # block -> Block
         self._pending: dict[int, int] = {}  # rank 0: block -> how many of its chunks are known complete
+        # rank 0, traces on: blocks read before every rank posted -> (deadline, Block so far, missing keys)
+        self._late_roots: dict[int, tuple[float, Block, list[str]]] = {}
         self._stop = threading.Event()
         self._thread = None
         if rank == 0:
@@ -133,6 +146,8 @@ class OnlineDetector:
         while not self._stop.is_set():
             self._receive(0.5)
             self._collect_ready()
+            if self._late_roots:
+                self._late_extents()
             if self._dirty and time.monotonic() - self._last_analysis >= self.min_interval_s:
                 self._dirty = False
                 if self._analyze():  # too few blocks yet: try again with the next, not in 5 s
@@ -183,6 +198,11 @@ class OnlineDetector:
                 if self._pending:
                     time.sleep(0.02)  # the other ranks' last blocks are on their way: ask again shortly
             self._collect_ready(force=True)
+            while self._late_roots and time.monotonic() < deadline:
+                self._late_extents()
+                if self._late_roots:
+                    time.sleep(0.02)
+            self._late_extents(force=True)
         except Exception:  # noqa: BLE001 - the last blocks cost only their trace roots
             self.failures += 1
             self._once("finish", "telemetry: online detection's last blocks not read", exc_info=True)
@@ -191,11 +211,16 @@ class OnlineDetector:
     def _collect(self, block: int, complete_chunks: int) -> None:
         """Read ``block`` (its first ``complete_chunks`` chunks known complete) into the window."""
         got = self.reads.read_block(block, complete_chunks)
-        self.reads.done(block, got, self.wait_blocks)
+        traced = self.summarizer.sampler is not None
+        late = traced and len(got) < self.world
+        self.reads.done(block, got, self.wait_blocks, keep_late=late)
         self._rows[block], rejected = parse_block(block, got)
-        roots = trace_roots(block, self._rows[block], self.every)
-        if roots:
-            self._results.put(TraceRoots(roots))
+        if late:  # the trace roots wait for the late ranks' extents (up to LATE_ROOTS_S)
+            have = {r for r, _, _ in got}
+            missing = [summary_key(block, r) for r in range(self.world) if r not in have]
+            self._late_roots[block] = (time.monotonic() + LATE_ROOTS_S, self._rows[block], missing)
+        elif traced:
+            self._put_roots(block, self._rows[block])
         for r, nbytes in rejected:
             self.bad_summaries += 1
             self._once(
@@ -208,6 +233,32 @@ class OnlineDetector:
             )
         while len(self._rows) > self.window:
             self._rows.popitem(last=False)
+
+    def _put_roots(self, block: int, blk: Block) -> None:
+        roots = trace_roots(block, blk, self.every)
+        if roots:
+            self._results.put(TraceRoots(roots))
+
+    def _late_extents(self, force: bool = False) -> None:
+        """Blocks collected before every rank posted (``wait_blocks`` late): read the late ranks'
+        vectors when they come, and hand on the trace roots once every rank's extents are in, or at
+        ``LATE_ROOTS_S`` (``force``: now) with what came; then the keys still missing are deleted."""
+        now = time.monotonic()
+        for block in list(self._late_roots):
+            deadline, blk, missing = self._late_roots[block]
+            present = self.reads.present(missing) if missing else []
+            if present:
+                got = [(rank_of(k), k, raw) for k, raw in zip(present, self.reads.read(present)) if raw is not None]
+                more, _ = parse_block(block, got)
+                blk = Block(blk.parts + more.parts)
+                self.reads.delete(present)
+                missing = [k for k in missing if k not in set(present)]
+            if missing and now < deadline and not force:
+                self._late_roots[block] = (deadline, blk, missing)
+                continue
+            del self._late_roots[block]
+            self.reads.delete(missing)  # blind, once: a rank later still would leave its key behind
+            self._put_roots(block, blk)
 
     def _table(self):
         """The steps table of the window (see :func:`~.table.block_table`); the phase names of ranks

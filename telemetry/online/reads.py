@@ -95,12 +95,13 @@ class StoreReads:
         raws = self.read(keys)
         return [(r, k, raw) for r, k, raw in zip(ranks, keys, raws) if raw is not None]
 
-    def done(self, block: int, got: list[tuple[int, str, Any]], wait_blocks: int) -> None:
+    def done(self, block: int, got: list[tuple[int, str, Any]], wait_blocks: int, keep_late: bool = False) -> None:
         """``block`` was read (``got``: as :meth:`read_block` gives): its keys are deleted. The keys
         of ranks missing from it are deleted, blind and once, ``2 * wait_blocks`` blocks later: a
-        rank that posts after rank 0 read the block would leave its key behind."""
+        rank that posts after rank 0 read the block would leave its key behind (``keep_late``: the
+        caller reads them later and deletes them itself)."""
         self.delete([k for _, k, _ in got])
-        if len(got) < self.world:
+        if len(got) < self.world and not keep_late:
             have = {r for r, _, _ in got}
             self._late[block] = [summary_key(block, r) for r in range(self.world) if r not in have]
         while self._late and next(iter(self._late)) <= block - 2 * wait_blocks:

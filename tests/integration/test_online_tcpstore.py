@@ -201,3 +201,42 @@ def test_rank_zero_gets_every_row_names_lost_ranks_skips_bad_summaries_and_finds
     assert store.calls["get"] == 0  # nothing read one key at a time
     assert store.calls["multi_get"] <= 2 * blocks * WORLD // CHUNK  # summaries and, once, phase names
     assert "is not a summary vector" in caplog.text
+
+
+def test_trace_roots_wait_for_a_late_ranks_extents(server):
+    """A block read before every rank posted it (``wait_blocks`` late): its trace roots are held until
+    the late ranks' vectors come (then read, and their keys deleted), so each root covers every rank."""
+    from telemetry.online.wire import BlockSummarizer
+    from telemetry.pipeline.records import StepRecord, TraceRoots
+
+    master, ranks = server
+    world = 3
+    det = online.OnlineDetector(
+        master, rank=1, world=world, every=2, window=50, wait_blocks=3, trace_sampler=lambda: lambda r: True
+    )
+
+    def vector(rank, offset):
+        s = BlockSummarizer(2, sampler=lambda r: True)
+        recs = [
+            StepRecord(rank, i, 100.0 + i + offset, 0.5, True, {"fwd": 0.4}, {}, 0.0, {}, None, None, {}, ())
+            for i in range(2)
+        ]
+        return s.add(recs)[0]
+
+    ranks.set("s/0/0", vector(0, 0.0).tobytes())
+    ranks.set("s/0/1", vector(1, -0.01).tobytes())
+    ranks.num_keys()  # the sets are done
+    det._collect(0, 0)  # rank 2 has not posted block 0
+    assert det.poll() == [] and list(det._late_roots) == [0]
+    det._late_extents()
+    assert det.poll() == []  # still waiting for rank 2
+    ranks.set("s/0/2", vector(2, 0.02).tobytes())
+    ranks.num_keys()
+    det._late_extents()
+    [roots] = det.poll()
+    assert isinstance(roots, TraceRoots) and not det._late_roots
+    assert [(s, round(a, 3), round(b, 3), n) for s, a, b, n in roots.roots] == [
+        (0, 99.99, 100.52, 3),
+        (1, 100.99, 101.52, 3),
+    ]
+    assert wait_deleted(det, master, 0) == []  # the late key read and deleted too
