@@ -229,16 +229,17 @@ class OtlpSink(ErrorNote, Sink):
             if now - since < ROOT_WAIT_S and len(self._held_roots) <= ROOTS_HELD:
                 return
             del self._held_roots[step]
-            self._root(step, start, end, 1)
+            self._root(step, start, end, 1, own=True)
 
-    def _root(self, step: int, start_s: float, end_s: float, ranks: int) -> None:
+    def _root(self, step: int, start_s: float, end_s: float, ranks: int, own: bool = False) -> None:
+        """Emit step ``step``'s root over ``ranks`` ranks' extents (``own``: rank 0's span alone)."""
         if step in self._roots_done:
             return
         self._roots_done[step] = None
         if len(self._roots_done) > ROOTS_DONE:
             self._roots_done.popitem(last=False)
         self.roots_emitted += 1
-        self.roots_own_extent += ranks <= 1
+        self.roots_own_extent += own
         self._ids.next_trace, self._ids.next_span = trace_id(self.job, step), step_root_span_id(self.job, step)
         attrs = {"training.step": step, "training.root_ranks": ranks}
         root = self.tracer.start_span("train.step", start_time=_ns(start_s), attributes=attrs)
@@ -253,7 +254,7 @@ class OtlpSink(ErrorNote, Sink):
             if r.step not in self._roots_done:
                 self._held_roots[r.step] = (start_s, end_s, time.monotonic())
         elif self.emits_roots:
-            self._root(r.step, start_s, end_s, 1)
+            self._root(r.step, start_s, end_s, 1, own=True)
         parent = NonRecordingSpan(SpanContext(tid, root_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
         attrs: dict[str, Any] = {"training.step": r.step, "training.rank": self.rank, "training.comm_s": r.comm_s}
         if r.tokens is not None:
