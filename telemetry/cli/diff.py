@@ -1,9 +1,11 @@
-"""``telemetry diff``: two runs or steps tables compared, regressions by phase."""
+"""``telemetry diff``: two runs or steps tables compared, regressions by phase; or two profiler traces
+(a peer's and a slow rank's), op by op, kernel by kernel and collective by collective."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .common import EXIT_USAGE, exit_code, step_range
@@ -11,8 +13,12 @@ from .common import EXIT_USAGE, exit_code, step_range
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from ..analysis.detectors.diff import DiffParams, diff
+    from ..analysis.kineto import looks_like_trace
     from ..analysis.load import open_input
     from ..analysis.table import TableError
+
+    if all(os.path.isfile(p) and looks_like_trace(p) for p in (args.base, args.new)):
+        return _trace_diff(args)
 
     if not 0 < args.min_effect < 1:
         print(
@@ -58,3 +64,24 @@ def cmd_diff(args: argparse.Namespace) -> int:
         for f in doc["findings"]:
             print(f"  [{f['severity']}] {f['kind']}: {f['evidence']}")
     return exit_code((f["severity"] for f in doc["findings"] if f["kind"] == "regression"), args.fail_on)
+
+
+def _trace_diff(args: argparse.Namespace) -> int:
+    """Two profiler traces: NEW (the slow rank's) against BASE (a peer's), by self time per step."""
+    from ..analysis.table import TableError
+    from ..analysis.tracediff import diff_text, profile, trace_diff
+
+    if args.steps:
+        print("telemetry diff: --steps compares runs; two traces are compared whole, per step", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        peer, flagged = profile(args.base), profile(args.new)
+    except TableError as exc:
+        print(f"telemetry diff: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    rows = trace_diff(flagged, peer)
+    if args.json:
+        print(json.dumps({"trace_diff": rows, "steps": {"base": peer.steps, "new": flagged.steps}}, indent=2))
+    else:
+        print(diff_text(rows, f"{args.new} ({flagged.steps} steps)", f"{args.base} ({peer.steps} steps)"))
+    return 0

@@ -161,9 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
         "utilization or SM activity lower here than there is a utilization_regression",
     )
 
-    df = sub.add_parser("diff", help="compare two runs or steps tables: regressions by phase")
-    df.add_argument("base", help="the run to compare against (run directory, .csv, .parquet)")
-    df.add_argument("new", help="the run under test")
+    df = sub.add_parser(
+        "diff",
+        help="compare two runs or steps tables (regressions by phase), or two profiler traces (a slow rank "
+        "against a peer: ops, kernels and collectives by self time per step)",
+    )
+    df.add_argument(
+        "base", help="the run to compare against (run directory, .csv, .parquet), or a peer's profiler trace"
+    )
+    df.add_argument("new", help="the run under test, or the slow rank's profiler trace (.json, .json.gz)")
     df.add_argument("--json", action="store_true", help="print the findings JSON")
     df.add_argument("--min-effect", type=float, default=0.05, help="smallest change reported (default 0.05 = 5%%)")
     df.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a regression reaches this severity")

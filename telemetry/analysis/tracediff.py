@@ -1,0 +1,174 @@
+"""Slow rank against peer: two profiler (Kineto) traces compared op by op, kernel by kernel and
+collective by collective, by **self** time per step.
+
+A trace is streamed (:func:`~.tracefile.iter_trace`); what is kept is a few numbers per CPU operation
+and kernel in typed arrays (about 24 bytes each), so memory grows with the operations of the steps
+captured, not with the file's text. Per name and kind:
+
+- **op**: a ``cpu_op`` event; its self time is its duration less that of the CPU operations directly
+  inside it on its thread (nesting by time containment);
+- **kernel**: a GPU ``kernel`` event (kernels do not nest: self time is the duration);
+- **collective**: a kernel whose name holds ``nccl`` (old ``ncclKernel_*`` and new ``ncclDevKernel_*``
+  names alike), or a CPU operation of a collective (``record_param_comms``, ``c10d::``, ``gloo:``,
+  ``nccl:``): its self time is the time spent in it, its own transfer and its wait for late peers
+  together.
+
+Left out: user annotations (telemetry's phases and steps, ``record_function`` ranges), the profiler's
+``ProfilerStep#N`` ranges, module ranges and Python functions (``python_function``), and runtime
+calls (``cuda_runtime``). Per step: the totals over the trace are divided by its steps (telemetry's
+``telemetry.step#N`` ranges, else the profiler's ``ProfilerStep#N``, else the count given, else 1);
+``count`` is per step too.
+
+:func:`trace_diff` ranks the names by the time per step the flagged rank spends beyond the peer
+(``flagged_ms_per_step - peer_ms_per_step``), largest first; ``ratio`` is None where the peer spent
+nothing. The findings JSON's ``trace_diff`` entries are these dicts.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .kineto import OUR_STEP, PROFILER_STEP
+from .tracefile import iter_trace
+
+_COLLECTIVE_OPS = ("record_param_comms", "c10d::", "gloo:", "nccl:")
+KINDS = ("op", "kernel", "collective")
+
+
+@dataclass
+class TraceProfile:
+    """One trace reduced to self time (µs) and count per (kind, name), and its steps."""
+
+    path: str
+    steps: int
+    self_us: dict[tuple[str, str], float] = field(default_factory=dict)
+    count: dict[tuple[str, str], int] = field(default_factory=dict)
+    events: int = 0
+
+    def per_step(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """(kind, name) -> (ms per step, calls per step)."""
+        n = max(self.steps, 1)
+        return {k: (v / 1e3 / n, self.count.get(k, 0) / n) for k, v in self.self_us.items()}
+
+
+def profile(path: str, steps: int | None = None) -> TraceProfile:
+    """Self time and count per (kind, name) of the trace at ``path`` (``steps``: its number of steps
+    when the trace has no step ranges)."""
+    names: dict[str, int] = {}
+    name_list: list[str] = []
+    threads: dict[Any, tuple[array, array, array]] = {}  # tid -> (ts, end, name id) of CPU ops
+    kern_self: dict[tuple[str, str], float] = {}
+    kern_count: dict[tuple[str, str], int] = {}
+    ours: set[int] = set()
+    prof: set[int] = set()
+    top: dict[str, Any] = {}
+    events = 0
+    for e in iter_trace(path, top):
+        events += 1
+        if type(e) is not dict or e.get("ph") != "X":
+            continue
+        cat, name = e.get("cat") or "", e.get("name") or ""
+        try:
+            ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if cat == "kernel":
+            key = ("collective" if "nccl" in name.lower() else "kernel", name)
+            kern_self[key] = kern_self.get(key, 0.0) + dur
+            kern_count[key] = kern_count.get(key, 0) + 1
+        elif cat == "cpu_op":
+            nid = names.get(name)
+            if nid is None:
+                nid = names[name] = len(name_list)
+                name_list.append(name)
+            cols = threads.get(e.get("tid"))
+            if cols is None:
+                cols = threads[e.get("tid")] = (array("d"), array("d"), array("i"))
+            cols[0].append(ts)
+            cols[1].append(ts + dur)
+            cols[2].append(nid)
+        elif cat == "user_annotation":
+            m = OUR_STEP.match(name)
+            if m:
+                ours.add(int(m.group(1)))
+            else:
+                m = PROFILER_STEP.match(name)
+                if m:
+                    prof.add(int(m.group(1)))
+    out = TraceProfile(path, len(ours) or len(prof) or (steps or 1), events=events)
+    for key, v in kern_self.items():
+        out.self_us[key] = v
+        out.count[key] = kern_count[key]
+    op_self = np.zeros(len(name_list))
+    op_count = np.zeros(len(name_list), dtype=np.int64)
+    for ts, end, nid in threads.values():
+        _self_times(np.frombuffer(ts), np.frombuffer(end), np.frombuffer(nid, dtype=np.int32), op_self, op_count)
+    for i, name in enumerate(name_list):
+        if op_count[i]:
+            key = ("collective" if name.startswith(_COLLECTIVE_OPS) else "op", name)
+            out.self_us[key] = out.self_us.get(key, 0.0) + float(op_self[i])
+            out.count[key] = out.count.get(key, 0) + int(op_count[i])
+    return out
+
+
+def _self_times(ts: np.ndarray, end: np.ndarray, nid: np.ndarray, acc: np.ndarray, count: np.ndarray) -> None:
+    """Add each operation's self time (its duration less its direct children's) to ``acc`` by name:
+    one thread's operations, nested by time containment (sorted by start, the longer first)."""
+    order = np.lexsort((-end, ts))
+    stack: list[int] = []  # indices into order, innermost last
+    self_t = end - ts
+    for i in order:
+        while stack and ts[i] >= end[stack[-1]]:
+            stack.pop()
+        if stack:
+            self_t[stack[-1]] -= min(end[i], end[stack[-1]]) - ts[i]  # a child: not its parent's own time
+        stack.append(i)
+    np.add.at(acc, nid, np.maximum(self_t, 0.0))
+    np.add.at(count, nid, 1)
+
+
+def trace_diff(flagged: TraceProfile, peer: TraceProfile, limit: int = 20) -> list[dict[str, Any]]:
+    """The names the flagged rank spends more time in per step than the peer, largest extra first
+    (at most ``limit``), as the findings JSON's ``trace_diff`` entries."""
+    f, p = flagged.per_step(), peer.per_step()
+    rows = []
+    for key in set(f) | set(p):
+        fm, fc = f.get(key, (0.0, 0.0))
+        pm, pc = p.get(key, (0.0, 0.0))
+        rows.append(
+            {
+                "name": key[1],
+                "kind": key[0],
+                "flagged_ms_per_step": round(fm, 4),
+                "peer_ms_per_step": round(pm, 4),
+                "ratio": round(fm / pm, 3) if pm > 0 else None,
+                "flagged_count": round(fc, 2),
+                "peer_count": round(pc, 2),
+                "_extra": fm - pm,
+            }
+        )
+    rows.sort(key=lambda r: (-r["_extra"], r["name"]))
+    for r in rows:
+        del r["_extra"]
+    return [r for r in rows[:limit] if r["flagged_ms_per_step"] > r["peer_ms_per_step"]]
+
+
+def diff_text(rows: list[dict[str, Any]], flagged: str, peer: str) -> str:
+    """The diff as the report prints it."""
+    if not rows:
+        return f"{flagged} spends no more time per step than {peer} in any op, kernel or collective."
+    lines = [
+        f"{flagged} against {peer}: time per step beyond the peer's, by self time",
+        f"  {'kind':<10} {'ms/step':>9} {'peer':>9} {'ratio':>7} {'calls':>7} {'peer':>7}  name",
+    ]
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "new"
+        lines.append(
+            f"  {r['kind']:<10} {r['flagged_ms_per_step']:>9.3f} {r['peer_ms_per_step']:>9.3f} {ratio:>7} "
+            f"{r['flagged_count']:>7.1f} {r['peer_count']:>7.1f}  {r['name']}"
+        )
+    return "\n".join(lines)
