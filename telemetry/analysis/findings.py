@@ -23,10 +23,16 @@ class Finding:
     details: dict[str, Any] = field(default_factory=dict)
     # the traces of its worst traced steps, worst first (hex; analysis/tracelinks.py), when the run exported traces
     trace_ids: list[str] = field(default_factory=list)
+    # a profiler capture it adopts, and the flagged rank's trace against the peer's (analysis/captures.py)
+    capture: dict[str, Any] | None = None
+    trace_diff: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["slowdown"] = round(float(self.slowdown), 6)
+        for key in ("capture", "trace_diff"):  # only a finding with a capture has them
+            if d[key] is None:
+                del d[key]
         return d
 
 

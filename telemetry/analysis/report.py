@@ -176,6 +176,27 @@ def render(
         if f.trace_ids:
             more = f" (and {len(f.trace_ids) - 1} more in --json)" if len(f.trace_ids) > 1 else ""
             out.append(f"      trace   the worst traced step's trace: {f.trace_ids[0]}{more}")
+        if f.capture is not None:
+            roles = f.capture.get("roles") or {}
+            who = " against ".join(f"rank {r} ({roles.get(str(r), '?')})" for r in f.capture.get("ranks", []))
+            steps = f.capture.get("steps") or ["?", "?"]
+            out.append(f"      capture {f.capture.get('dir')}: {who}, steps {steps[0]}-{steps[1]}")
+            for row in (f.trace_diff or [])[:5]:
+                ratio = f"{row['ratio']:.2f}x" if row.get("ratio") is not None else "only here"
+                out.append(
+                    f"        {row['kind']:<10} {row['name'][:60]:<60} {row['flagged_ms_per_step']:8.2f} ms/step "
+                    f"against {row['peer_ms_per_step']:.2f} ({ratio})"
+                )
+            if not f.trace_diff:
+                out.append(
+                    "        (no diff: "
+                    + (
+                        "traces missing for ranks " + str(f.capture["missing"])
+                        if f.capture.get("missing")
+                        else "no op costs the flagged rank more"
+                    )
+                    + ")"
+                )
     if online:
         out.append("\n" + online_section(online, analysis.findings).rstrip())
     gaps = [f for f in analysis.findings if f.kind == "low_utilization"]

@@ -207,6 +207,7 @@ def analyze_path(
     :class:`~.load.RunInput` of the last window read, and a line saying how the run was split (None
     when it was read whole)."""
     from ..store.segments import step_range
+    from .captures import with_captures
     from .detectors import StragglerParams, UtilizationParams, analyze
     from .load import open_input
     from .tracelinks import with_trace_ids
@@ -244,6 +245,7 @@ def analyze_path(
         result.findings = with_trace_ids(
             result.findings, last_run.meta, last_run.table, lambda a, b: open_input(path, (a, b)).table
         )
+        result.findings = with_captures(result.findings, path, last_run.warnings)
         note = (
             f"telemetry analyze: {span[2]:,} ranks x {span[1] - span[0] + 1:,} steps analyzed in {len(windows)} "
             f"windows of {windows[0][1] - windows[0][0] + 1:,} steps (at most {window_rows:,} rows at once)"
@@ -262,4 +264,6 @@ def analyze_path(
     run = open_input(path, window)
     result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops, **against)
     result.findings = with_trace_ids(result.findings, run.meta, run.table)
+    if os.path.isdir(path):
+        result.findings = with_captures(result.findings, path, run.warnings)
     return result, run, None

@@ -1,0 +1,116 @@
+"""Profiler captures in a run directory, and the findings that adopt them.
+
+A capture (``RUN_DIR/captures/<id>/``) holds ``manifest.json`` (``id``, ``ranks``: the flagged ranks
+then the peer, ``roles``: rank -> ``flagged`` or ``peer``, ``steps``: ``[first, last]``, ``finding``:
+what triggered it, ``block_steps``: online detection's K) and one gzipped Kineto trace per rank,
+``rank-N.json.gz``. A finding adopts a capture when the capture's flagged ranks are among the
+finding's ranks and its steps lie within the finding's steps, or within one online block of them;
+the finding then gains ``capture`` (``id``, ``ranks``, ``roles``, ``steps``, ``dir`` relative to the
+run directory) and ``trace_diff``: the first flagged rank's trace against the peer's
+(:func:`~.tracediff.trace_diff`). A capture without both traces (still being written, or a rank that
+missed its steps) is adopted with ``trace_diff`` empty and ``capture.missing`` naming the ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from .findings import Finding
+from .tracediff import profile, trace_diff
+
+CAPTURES = "captures"
+MANIFEST = "manifest.json"
+
+
+def trace_path(run_dir: str, capture_id: str, rank: int) -> str:
+    return os.path.join(run_dir, CAPTURES, capture_id, f"rank-{rank}.json.gz")
+
+
+def read_manifests(run_dir: str, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """The captures of ``run_dir`` whose manifest reads, oldest first; a bad one said in ``warnings``."""
+    root = os.path.join(run_dir, CAPTURES)
+    out = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for name in names:
+        path = os.path.join(root, name, MANIFEST)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                m = json.load(f)
+            m["ranks"] = [int(r) for r in m["ranks"]]
+            m["steps"] = [int(m["steps"][0]), int(m["steps"][1])]
+            m["roles"] = {int(k): str(v) for k, v in m["roles"].items()}
+            m["id"] = str(m.get("id") or name)
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            if warnings is not None:
+                warnings.append(f"{path}: not a capture manifest ({exc}); skipped")
+            continue
+        out.append(m)
+    return out
+
+
+def adopts(f: Finding, m: dict[str, Any]) -> bool:
+    """Whether finding ``f`` adopts capture ``m`` (its flagged ranks among the finding's; its steps
+    within the finding's, or within one online block of them)."""
+    flagged = [r for r in m["ranks"] if m["roles"].get(r) == "flagged"]
+    if not flagged or not set(flagged) <= set(f.ranks):
+        return False
+    if f.first_step is None or f.last_step is None:
+        return True
+    k = int(m.get("block_steps") or 0)
+    return f.first_step - k <= m["steps"][0] and m["steps"][1] <= f.last_step + k
+
+
+def with_captures(findings: list[Finding], run_dir: str, warnings: list[str] | None = None) -> list[Finding]:
+    """``findings``, each that adopts a capture of ``run_dir`` with its ``capture`` and ``trace_diff``
+    (the latest capture it adopts)."""
+    manifests = read_manifests(run_dir, warnings)
+    if not manifests or not findings:
+        return findings
+    diffs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    out = []
+    for f in findings:
+        chosen = [m for m in manifests if adopts(f, m)]
+        if not chosen:
+            out.append(f)
+            continue
+        m = chosen[-1]
+        if m["id"] not in diffs:
+            diffs[m["id"]] = _diff(run_dir, m, warnings)
+        capture, rows = diffs[m["id"]]
+        out.append(dataclasses.replace(f, capture=capture, trace_diff=rows))
+    return out
+
+
+def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    capture = {
+        "id": m["id"],
+        "ranks": m["ranks"],
+        "roles": {str(r): role for r, role in m["roles"].items()},
+        "steps": m["steps"],
+        "dir": os.path.join(CAPTURES, m["id"]),
+    }
+    flagged = [r for r in m["ranks"] if m["roles"].get(r) == "flagged"]
+    peers = [r for r in m["ranks"] if m["roles"].get(r) == "peer"]
+    missing = [r for r in m["ranks"] if not os.path.isfile(trace_path(run_dir, m["id"], r))]
+    if missing:
+        capture["missing"] = missing
+    if not flagged or not peers or flagged[0] in missing or peers[0] in missing:
+        return capture, []
+    n = m["steps"][1] - m["steps"][0] + 1
+    try:
+        rows = trace_diff(
+            profile(trace_path(run_dir, m["id"], flagged[0]), n), profile(trace_path(run_dir, m["id"], peers[0]), n)
+        )
+    except Exception as exc:  # noqa: BLE001 - a trace that does not read costs only its diff (said)
+        if warnings is not None:
+            warnings.append(f"capture {m['id']}: its traces do not read ({exc}); no trace_diff")
+        return capture, []
+    return capture, rows

@@ -1,0 +1,74 @@
+"""A finding adopts the profiler capture of its rank and steps (telemetry/analysis/captures.py): it gains
+``capture`` and ``trace_diff``, in the JSON and the report; a capture of other ranks or steps is not
+adopted, and a capture whose traces are missing says which."""
+
+import gzip
+import json
+import os
+
+from telemetry.analysis.report import render
+from telemetry.analysis.windows import analyze_path
+from telemetry.demo.simrun import write_simulated_run
+from telemetry.demo.simulate import Fault, Scenario
+
+
+def trace(path, mm_us, extra=()):
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": i * 1000, "dur": 1000, "tid": 1}
+        for i in range(3)
+    ]
+    for i in range(3):
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": i * 1000, "dur": mm_us, "tid": 1})
+        for name, dur in extra:
+            events.append({"ph": "X", "cat": "cpu_op", "name": name, "ts": i * 1000 + 600, "dur": dur, "tid": 1})
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+def capture(run, cid, ranks, roles, steps, traces=True):
+    d = os.path.join(run, "captures", cid)
+    os.makedirs(d)
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump({"id": cid, "ranks": ranks, "roles": roles, "steps": steps, "block_steps": 10}, f)
+    if traces:
+        trace(os.path.join(d, f"rank-{ranks[0]}.json.gz"), 200, [("aten::cdist", 300)])
+        trace(os.path.join(d, f"rank-{ranks[-1]}.json.gz"), 200)
+
+
+def test_the_straggler_adopts_its_capture_and_the_diff_names_the_op(tmp_path):
+    run = str(tmp_path / "run")
+    sc = Scenario(
+        ranks=4, steps=300, seed=1, faults=(Fault("straggler", ranks=(2,), phase="forward", factor=1.5, start=100),)
+    )
+    write_simulated_run(sc, run)
+    capture(run, "c1-straggler", [2, 0], {"2": "flagged", "0": "peer"}, [150, 152])
+    capture(run, "c2-other", [3, 0], {"3": "flagged", "0": "peer"}, [150, 152])  # another rank: not adopted
+    capture(run, "c3-early", [2, 0], {"2": "flagged", "0": "peer"}, [20, 22])  # before the finding: not adopted
+    result, _, _ = analyze_path(run)
+    (f,) = [f for f in result.findings if f.kind == "straggler"]
+    assert f.ranks == [2]
+    assert f.capture == {
+        "id": "c1-straggler",
+        "ranks": [2, 0],
+        "roles": {"2": "flagged", "0": "peer"},
+        "steps": [150, 152],
+        "dir": os.path.join("captures", "c1-straggler"),
+    }
+    assert f.trace_diff[0]["name"] == "aten::cdist" and f.trace_diff[0]["flagged_ms_per_step"] == 0.3
+    d = f.to_dict()
+    assert d["trace_diff"] == f.trace_diff and "capture" in d
+    others = [g.to_dict() for g in result.findings if g.kind != "straggler"]
+    assert all("capture" not in g and "trace_diff" not in g for g in others)
+    assert "aten::cdist" in render(result, run)
+
+
+def test_a_capture_without_its_traces_says_which_are_missing(tmp_path):
+    run = str(tmp_path / "run")
+    sc = Scenario(
+        ranks=4, steps=300, seed=1, faults=(Fault("straggler", ranks=(2,), phase="forward", factor=1.5, start=100),)
+    )
+    write_simulated_run(sc, run)
+    capture(run, "c1", [2, 0], {"2": "flagged", "0": "peer"}, [150, 152], traces=False)
+    result, _, _ = analyze_path(run)
+    (f,) = [f for f in result.findings if f.kind == "straggler"]
+    assert f.capture["missing"] == [2, 0] and f.trace_diff == []
