@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(PY) bench/prometheus_parity.py --out bench/RESULTS.md
 	$(PY) bench/trace_shapes.py --out bench/RESULTS.md
 	$(PY) bench/functional_cost.py --out bench/RESULTS.md
+	$(PY) bench/capture_cost.py --out bench/RESULTS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

@@ -67,6 +67,7 @@ class Session:
             profiler_ranges=config.profiler_ranges,
         )
         self.sampler = None
+        self.capturer: Any = None  # recorder/capture.py's ProfilerCapture, with captures on
         self.sinks: list = []
         self.claim = None
         self.run_info = {
@@ -130,6 +131,29 @@ class Session:
             from .online import OnlineDetector, OnlineStarter
 
             c = config
+            if c.capture and hasattr(self.recorder, "capture"):
+                from .recorder.capture import ProfilerCapture
+
+                self.capturer = ProfilerCapture(self.recorder, ctx.rank, int(c.capture_max_mb * (1 << 20)))
+
+            def captures(store: Any) -> Any:
+                if self.capturer is None:
+                    return None
+                from .online.capture import Captures
+
+                return Captures(
+                    store,
+                    ctx.rank,
+                    ctx.world_size,
+                    c.online_every,
+                    c.online_wait_blocks,
+                    self.capturer,
+                    c.run_dir,
+                    c.capture_steps,
+                    c.capture_max,
+                    c.capture_min_interval_s,
+                )
+
             # Starts now when the process group exists, else on the first pipeline tick that sees it.
             self.pipeline.add_listener(
                 OnlineStarter(
@@ -144,6 +168,7 @@ class Session:
                         c.busy_bound,
                         c.busy_warn_bound,
                         self.run_info.get(TRACE_SAMPLER),
+                        captures(store),
                     )
                 )
             )
@@ -232,6 +257,8 @@ class Session:
         self.closed = True
         if self.sampler is not None:
             self.sampler.stop()
+        if self.capturer is not None:
+            self.capturer.finish()  # a capture still running: stopped here, written by its thread
         current.set_active(NULL)
         if self._instrumented:
             _collectives.uninstrument_collectives()
@@ -248,6 +275,8 @@ class Session:
         self.pipeline.stop(timeout_s, before_final=self._settle_rank if self.pending else None)
         for listener in self.pipeline.listeners:
             listener.stop()
+        if self.capturer is not None:
+            self.capturer.join(2.0)  # its last trace written (a few steps: well under a second)
         if self.claim is not None:
             self.claim.release()
         stats = self.stats()

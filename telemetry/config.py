@@ -91,6 +91,11 @@ class Config:
     online_every: int = 10  # steps per summary block
     online_window: int = 200  # blocks kept for analysis
     online_wait_blocks: int = 3  # how many blocks late a rank may be before it is named missing
+    capture: bool = True  # profile the ranks a new online finding names, and a healthy peer, for a few steps
+    capture_steps: int = 3  # steps per capture
+    capture_max: int = 2  # captures per run at most
+    capture_min_interval_s: float = 600.0  # seconds between two captures at least
+    capture_max_mb: float = 256.0  # a rank's trace of one capture at most (gzipped; a larger one is deleted)
     online_interval_s: float = 5.0  # rank 0 analyzes at most this often
     busy_bound: float = 0.8  # low_utilization: busy share of the job's time under which a stretch is a finding (info)
     busy_warn_bound: float = 0.6  # low_utilization: busy share under which it is a warning, critical under half (<= busy_bound; 0.6 or busy_bound if lower)
@@ -226,6 +231,12 @@ class Config:
         self._set("online_every", _check_int("online_every", self.online_every, 1, 100000))
         self._set("online_window", _check_int("online_window", self.online_window, 8, 100000))
         self._set("online_wait_blocks", _check_int("online_wait_blocks", self.online_wait_blocks, 1, 1000))
+        self._set("capture_steps", _check_int("capture_steps", self.capture_steps, 1, 50))
+        self._set("capture_max", _check_int("capture_max", self.capture_max, 0, 1000))
+        self._set(
+            "capture_min_interval_s", _check_number("capture_min_interval_s", self.capture_min_interval_s, 0.0, 1e7)
+        )
+        self._set("capture_max_mb", _check_number("capture_max_mb", self.capture_max_mb, 1.0, 1e6))
         self._set("online_interval_s", _check_number("online_interval_s", self.online_interval_s, 0.05, 3600.0))
         self._set("busy_bound", _check_number("busy_bound", self.busy_bound, 0.01, 1.0))
         self._set("busy_warn_bound", _check_number("busy_warn_bound", self.busy_warn_bound, 0.01, 1.0))
@@ -234,7 +245,7 @@ class Config:
                 f"busy_warn_bound={self.busy_warn_bound} is above busy_bound={self.busy_bound}; accepted: "
                 "busy_warn_bound <= busy_bound (a busy share under busy_warn_bound is a warning, under busy_bound info)"
             )
-        for name in ("strict", "collectives", "handle_sigterm", "online", "announce", "profiler_ranges"):
+        for name in ("strict", "collectives", "handle_sigterm", "online", "announce", "profiler_ranges", "capture"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prometheus_host, str) or not _HOST_RE.fullmatch(self.prometheus_host):

@@ -20,10 +20,14 @@ _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_R
 
 @pytest.fixture(autouse=True)
 def clean_telemetry(monkeypatch):
-    """Every test starts with no telemetry session and no launcher/TELEMETRY_* variables."""
+    """Every test starts with no telemetry session and no launcher/TELEMETRY_* variables (but
+    TELEMETRY_CAPTURE=0)."""
     for key in list(os.environ):
         if key.startswith(("TELEMETRY_", "SLURM_", "OMPI_")) or key in _LAUNCH_VARS:
             monkeypatch.delenv(key, raising=False)
+    # Profiler captures on findings (on by default) off, so that a capture's cost never moves what another
+    # test measures; the capture tests turn them on (tests/README.md).
+    monkeypatch.setenv("TELEMETRY_CAPTURE", "0")
     import telemetry
 
     telemetry.shutdown()

@@ -23,11 +23,15 @@ would show:
   in the loop): the step time is unchanged and the job's busy share falls (a utilization regression).
 - ``cpu_hog:rank=R[,start=S]``: from step S a competing process spins on rank R's CPU, and rank R is
   pinned to that CPU with it: it gets about half a core (a noisy neighbour, a runaway data worker).
+- ``slow_op:rank=R,op=NAME,factor=F[,start=S]``: from step S rank R's forward also runs the torch op
+  NAME (``exp``, ``softmax``, ``sort``, ``cumsum``) on its logits, over and over, until its forward
+  has taken F times its own compute: one extra heavy op on one rank (what a profiler capture and its
+  diff against a peer should name).
 - ``kill:rank=R,step=S``: rank R's process is killed (SIGKILL, as by the OOM killer or a lost pod)
   inside the forward phase of step S: no shutdown, no last flush. The launcher then stops the job.
 
 >>> parse_inject("straggler:rank=2,phase=forward,factor=1.5")
-Fault(kind='straggler', ranks=(2,), phase='forward', factor=1.5, start=0, end=None, probability=1.0, delay_s=0.0, stage=None, cause=None)
+Fault(kind='straggler', ranks=(2,), phase='forward', factor=1.5, start=0, end=None, probability=1.0, delay_s=0.0, stage=None, cause=None, op=None)
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "kill": (("rank", "step"), ()),
     "cpu_hog": (("rank",), ("start",)),
     "host_gap": (("delay_ms",), ("start",)),
+    "slow_op": (("rank", "op", "factor"), ("start",)),
 }
-_TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str}
+SLOW_OPS = ("exp", "softmax", "sort", "cumsum")  # slow_op's ops (demo/worker.py runs them)
+_TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str, "op": str}
 SIMULATED = ("straggler", "data_stall", "regression", "slow_comm", "host_gap")  # the kinds `telemetry simulate` models
-_PLACEHOLDERS = {"rank": "R", "phase": "P", "factor": "F", "start": "S", "step": "S", "delay_ms": "D"}
+_PLACEHOLDERS = {"rank": "R", "phase": "P", "factor": "F", "start": "S", "step": "S", "delay_ms": "D", "op": "NAME"}
 
 
 def spec_help(kinds: Iterable[str] = KINDS) -> str:
@@ -83,6 +89,7 @@ class Fault:
     delay_s: float = 0.0  # data_stall: extra wait per step; host_overhead, host_gap: extra host work per step
     stage: int | None = None  # stage_imbalance: the slow stage
     cause: str | None = None  # simulated: the signals behind it (simulate.CAUSE_SIGNALS), for cause finding
+    op: str | None = None  # slow_op: the torch op run over and over (SLOW_OPS)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranks", tuple(self.ranks))  # from JSON: a list
@@ -144,6 +151,9 @@ def _check_values(spec: str, kind: str, values: dict[str, Any]) -> None:
     phase = values.get("phase")
     if phase is not None and phase not in DEMO_PHASES:
         raise InjectError(f"--inject {spec!r}: phase={phase!r}; accepted: {', '.join(DEMO_PHASES)}")
+    op = values.get("op")
+    if op is not None and op not in SLOW_OPS:
+        raise InjectError(f"--inject {spec!r}: op={op!r}; accepted: {', '.join(SLOW_OPS)}")
     factor = values.get("factor")
     if factor is not None and not 1.0 < factor <= 100.0:
         raise InjectError(
@@ -187,6 +197,13 @@ class FaultPlan:
             if step >= f.start and f.kind == "straggler" and self.rank in f.ranks and f.phase == phase:
                 factor *= f.factor
         return factor
+
+    def slow_op(self, step: int) -> tuple[str, float] | None:
+        """The op this rank's forward runs over and over at this step, and the forward's factor (slow_op)."""
+        for f in self.faults:
+            if f.kind == "slow_op" and step >= f.start and self.rank in f.ranks and f.op:
+                return f.op, f.factor
+        return None
 
     def work_factor(self, step: int, phase: str) -> float:
         """How many times its own compute this rank's phase should do at this step (regressions)."""

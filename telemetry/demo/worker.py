@@ -68,6 +68,26 @@ def _compute_more(cpu0: float, factor: float) -> None:
             torch.mm(_WORK, _WORK)
 
 
+_SLOW_OPS = {
+    "exp": torch.exp,
+    "softmax": lambda t: torch.softmax(t, -1),
+    "sort": lambda t: torch.sort(t, -1).values,
+    "cumsum": lambda t: torch.cumsum(t, -1),
+}
+
+
+def _slow_op(cpu0: float, op: tuple[str, float] | None, t: torch.Tensor) -> None:
+    """slow_op: run ``op`` on ``t`` until (factor - 1) x the CPU time since ``cpu0`` is spent in it."""
+    if op is None:
+        return
+    fn, factor = _SLOW_OPS[op[0]], op[1]
+    now = time.thread_time()
+    until = now + (now - cpu0) * (factor - 1.0)
+    with torch.no_grad():
+        while time.thread_time() < until:
+            fn(t)
+
+
 def _stall_forever() -> None:
     while True:  # a hung rank: alive, making no progress, until the launcher kills it
         time.sleep(1.0)
@@ -185,6 +205,7 @@ def main() -> None:
                     os.kill(os.getpid(), signal.SIGKILL)  # no shutdown, no last flush: a lost rank
                 logits = model(x)
                 loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+                _slow_op(c0, plan.slow_op(i), logits.detach())
                 _compute_more(c0, plan.work_factor(i, "forward"))
                 _stretch(t0, plan.phase_factor(i, "forward"))
             with telemetry.phase("backward"):

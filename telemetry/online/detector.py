@@ -72,8 +72,10 @@ class OnlineDetector:
         busy_bound: float = 0.8,
         busy_warn_bound: float = 0.6,
         trace_sampler: Callable[[], Callable[[StepRecord], bool]] | None = None,
+        captures: Any = None,
     ) -> None:
         self.store = store
+        self.captures = captures  # online/capture.py's Captures: profiler captures on findings
         self.busy_bound = busy_bound
         self.busy_warn_bound = min(busy_warn_bound, busy_bound)
         self.rank = rank
@@ -125,7 +127,10 @@ class OnlineDetector:
                 return out
 
     def on_records(self, records: Sequence[StepRecord]) -> None:
-        self._post(self.summarizer.add(records))
+        vectors = self.summarizer.add(records)
+        self._post(vectors)
+        if vectors and self.captures is not None:
+            self.captures.poll()  # a capture planned that names this rank: arm it
 
     def _post(self, vectors: list) -> None:
         for vec in vectors:
@@ -314,6 +319,8 @@ class OnlineDetector:
                 d = online_finding(lost_rank_of_blocks(rank, first, latest, self.every), self.every)
                 new.append(d)
                 log.warning("telemetry: [online] %s rank_lost: %s", d["severity"], d["evidence"])
+            if new and self.captures is not None:
+                self.captures.consider(new, latest, self._rows[latest])
             counts = dict(result.summary.get("by_kind", {}))
             if streaks:
                 counts["rank_lost"] = len(streaks)
@@ -338,6 +345,7 @@ class OnlineDetector:
             "online_bad_summaries": self.bad_summaries,
             "analysis_s": round(self.analysis_s, 4),
             "analysis_max_s": round(self.analysis_max_s, 4),
+            **(self.captures.stats() if self.captures is not None else {}),
         }
 
 

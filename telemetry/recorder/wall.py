@@ -66,6 +66,8 @@ class Recorder:
         self.current_collective: tuple[str, int] | None = None  # (op, t_begin)
         # Device-side marker (CudaRecorder: record a CUDA event); None: wall clock only.
         self.mark: Callable[[], Any] | None = None
+        # A profiler capture armed for this rank (recorder/capture.py): asked at each step's begin while set.
+        self.capture: Any = None
 
     # ---- hot path ---------------------------------------------------------------------
     # step() and phase() are made for each strategy by strategy_methods() below, around its context
@@ -136,6 +138,8 @@ class Recorder:
         ctx._index = index
         self._in_step = True
         ctx._live = True
+        if self.capture is not None:  # armed only around a planned capture (it never raises)
+            self.capture.on_step(index)
         t0 = self._clock()
         ctx._t0 = t0
         self.open_step = (index, t0)

@@ -1,0 +1,154 @@
+"""Captures on findings: when online detection raises a finding that names ranks, the job profiles those
+ranks and one healthy peer for a few steps, all from the same future step.
+
+Rank 0's online thread plans (:meth:`Captures.consider`): for a new finding at warning or above of
+kind ``straggler``, ``slow_comm`` or ``data_stall`` that names ranks, within the budget (at most
+``capture_max`` per run, ``capture_min_interval_s`` apart), it picks the peer (the unflagged rank whose
+compute is the median in the latest block), a first step far enough ahead for every rank to hear of
+it (``online_wait_blocks`` + 2 blocks, and at least 3 s of steps at the latest block's step time),
+writes ``RUN_DIR/captures/<id>/manifest.json`` and posts the plan under the store key
+:data:`PLAN_KEY`, where every rank's pipeline thread looks once per block it posts
+(:meth:`Captures.poll`, one ``check`` of one key) and arms its
+:class:`~telemetry.recorder.capture.ProfilerCapture` when the plan names it. The traces land in
+``RUN_DIR/captures/<id>/rank-N.json.gz`` (each rank's own run directory: on a job of several nodes,
+rank 0's holds the manifest and its own trace).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ..logonce import LogOnce
+from ..store.layout import write_json_atomic
+from .wire import FIXED, Block
+
+log = logging.getLogger("telemetry")
+
+PLAN_KEY = "capture/plan"
+TRIGGERS = ("straggler", "slow_comm", "data_stall")
+LEAD_S = 3.0  # the first captured step is at least this far ahead, at the latest step time
+
+
+class Captures:
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        world: int,
+        every: int,
+        wait_blocks: int,
+        capturer: Any,
+        run_dir: str,
+        steps: int = 3,
+        max_captures: int = 2,
+        min_interval_s: float = 600.0,
+    ) -> None:
+        self.store, self.rank, self.world = store, rank, world
+        self.every, self.wait_blocks = every, wait_blocks
+        self.capturer, self.run_dir = capturer, run_dir
+        self.steps, self.max_captures, self.min_interval_s = steps, max_captures, min_interval_s
+        self.planned = 0
+        self.over_budget = 0  # findings that would have been captured, past the budget
+        self._last_plan = -math.inf
+        self._seen: str | None = None
+        self._once = LogOnce()
+
+    # ---- every rank, pipeline thread ---------------------------------------------------------
+    def poll(self) -> None:
+        """Arm this rank's capture when a new plan names it (one ``check`` of one key)."""
+        try:
+            if not self.store.check([PLAN_KEY]):
+                return
+            raw = self.store.get(PLAN_KEY)
+            plan = json.loads(raw.decode() if isinstance(raw, (bytes, bytearray)) else raw)
+            if plan["id"] == self._seen:
+                return
+            self._seen = plan["id"]
+            if self.rank in plan["ranks"]:
+                path = os.path.join(self.run_dir, "captures", plan["id"], f"rank-{self.rank}.json.gz")
+                self.capturer.arm(plan["id"], int(plan["steps"][0]), int(plan["steps"][1]), path)
+        except Exception as exc:  # noqa: BLE001 - a plan not read costs only its capture
+            self._once("poll", "telemetry: a capture plan was not read (%s); further failures skipped", exc)
+
+    # ---- rank 0, online thread ---------------------------------------------------------------
+    def consider(self, findings: list[dict[str, Any]], latest: int, block: Block | None) -> None:
+        """Plan a capture for the first of ``findings`` (new online findings) that warrants one."""
+        for d in findings:
+            if d.get("kind") not in TRIGGERS or d.get("severity") not in ("warning", "critical") or not d.get("ranks"):
+                continue
+            now = time.monotonic()
+            if self.planned >= self.max_captures or now - self._last_plan < self.min_interval_s:
+                self.over_budget += 1
+                continue
+            flagged = [int(r) for r in d["ranks"]][:4]
+            peer = self._peer(flagged, block)
+            if peer is None:
+                continue
+            step_s = self._step_s(block)
+            lead = max((self.wait_blocks + 2) * self.every, math.ceil(LEAD_S / step_s) if step_s > 0 else 0)
+            first = (latest + 1) * self.every + lead
+            cid = f"c{self.planned + 1}-{d['kind']}-rank{'-'.join(map(str, flagged))}"
+            plan = {
+                "id": cid,
+                "ranks": flagged + [peer],
+                "roles": {**{str(r): "flagged" for r in flagged}, str(peer): "peer"},
+                "steps": [first, first + self.steps - 1],
+                "block_steps": self.every,
+                "finding": {k: d.get(k) for k in ("kind", "ranks", "phase", "first_step", "last_step", "severity")},
+                "time_s": time.time(),
+                "reason": "finding",
+            }
+            try:
+                os.makedirs(os.path.join(self.run_dir, "captures", cid), exist_ok=True)
+                write_json_atomic(os.path.join(self.run_dir, "captures", cid, "manifest.json"), plan)
+                self.store.set(PLAN_KEY, json.dumps(plan))
+            except Exception as exc:  # noqa: BLE001 - a capture not planned costs only itself
+                self._once("plan", "telemetry: a capture was not planned (%s); further failures skipped", exc)
+                continue
+            self.planned += 1
+            self._last_plan = now
+            d["capture_id"] = cid
+            log.warning(
+                "telemetry: [online] capturing steps %d-%d on ranks %s (peer rank %d) for %s: %s",
+                first,
+                first + self.steps - 1,
+                flagged,
+                peer,
+                d["kind"],
+                os.path.join(self.run_dir, "captures", cid),
+            )
+            return
+
+    def _peer(self, flagged: list[int], block: Block | None) -> int | None:
+        """The unflagged rank whose compute is the median of the latest block's; else the next rank."""
+        if block is not None and len(block.ranks):
+            ranks, compute = [], []
+            for r, mat in block.parts:
+                ranks.extend(r.tolist())
+                compute.extend(mat[:, FIXED.index("compute_s")].tolist())
+            cand = [(c, r) for r, c in zip(ranks, compute) if r not in flagged and np.isfinite(c)]
+            if cand:
+                cand.sort()
+                return int(cand[len(cand) // 2][1])
+        others = [r for r in range(self.world) if r not in flagged]
+        return others[0] if others else None
+
+    @staticmethod
+    def _step_s(block: Block | None) -> float:
+        if block is None or not len(block.ranks):
+            return 0.0
+        values = np.concatenate([mat[:, FIXED.index("duration_s")] for _, mat in block.parts])
+        values = values[np.isfinite(values)]
+        return float(np.median(values)) if len(values) else 0.0
+
+    def stats(self) -> dict[str, Any]:
+        out = {"captures_planned": self.planned, "captures_over_budget": self.over_budget}
+        out.update({f"captures_{k}": v for k, v in self.capturer.stats.items()})
+        return out

@@ -1,0 +1,150 @@
+"""A profiler capture on the training thread: torch.profiler started at the first planned step's
+begin and stopped at the begin of the step after the last, then written by a thread of its own.
+
+The profiler records the operations of the thread that starts it, so it is started here, from the
+recorder's step begin (:meth:`telemetry.recorder.wall.Recorder._begin_step` calls :meth:`on_step`
+while ``rec.capture`` is set, which it is only while a capture is armed: otherwise the hot path pays
+one attribute test per step). :meth:`arm` is called from the pipeline thread when the job plans a
+capture that names this rank (:mod:`telemetry.online.capture`). Never raises into the training loop:
+a failure is counted and said once, and the capture is dropped.
+
+- A step already past the plan's last when armed: ``missed``.
+- The user's own profiler session active: ``skipped`` (said once): two sessions cannot run at once.
+- The trace is exported (``export_chrome_trace``) and gzipped to the plan's path by a daemon thread,
+  never on the training thread; a trace over ``max_bytes`` is deleted and counted ``over_budget``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import shutil
+import threading
+from typing import Any
+
+from ..logonce import LogOnce
+
+log = logging.getLogger("telemetry")
+
+
+def _user_profiler_active() -> bool:
+    try:
+        import torch
+
+        return bool(torch._C._autograd._profiler_enabled())
+    except Exception:  # noqa: BLE001 - no way to tell: assume none
+        return False
+
+
+class ProfilerCapture:
+    def __init__(self, rec: Any, rank: int, max_bytes: int = 256 << 20) -> None:
+        self.rec = rec
+        self.rank = rank
+        self.max_bytes = max_bytes
+        self.plan: tuple[str, int, int, str] | None = None  # (id, first step, last step, path of the trace)
+        self.prof: Any = None
+        self.stats = {"taken": 0, "missed": 0, "skipped": 0, "failed": 0, "over_budget": 0, "bytes": 0}
+        self._once = LogOnce()
+        self._writers: list[threading.Thread] = []
+
+    # ---- pipeline thread ----------------------------------------------------------------
+    def arm(self, capture_id: str, first: int, last: int, path: str) -> None:
+        """Plan a capture of steps ``first`` to ``last`` into ``path`` (a newer plan replaces one not started)."""
+        if self.prof is not None:
+            return  # one at a time: the running capture finishes first
+        self.plan = (capture_id, first, last, path)
+        self.rec.capture = self
+
+    # ---- training thread ----------------------------------------------------------------
+    def on_step(self, index: int) -> None:
+        """Called at each step's begin while armed."""
+        try:
+            plan = self.plan
+            if plan is None:
+                self.rec.capture = None
+                return
+            _, first, last, path = plan
+            if self.prof is None:
+                if index < first:
+                    return
+                if index > last:
+                    self.stats["missed"] += 1
+                    self._done()
+                    return
+                if _user_profiler_active():
+                    self.stats["skipped"] += 1
+                    self._once(
+                        "user-profiler",
+                        "telemetry: a profiler capture was skipped: your own profiler session is active "
+                        "(further captures during one are skipped too, counted in stats)",
+                    )
+                    self._done()
+                    return
+                import torch
+
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if torch.cuda.is_available():
+                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                prof = torch.profiler.profile(activities=activities)
+                prof.start()
+                self.prof = prof
+            elif index > last:
+                self._stop()
+        except Exception as exc:  # noqa: BLE001 - a capture must never break training
+            self.stats["failed"] += 1
+            self._once("failed", "telemetry: a profiler capture failed (%s); dropped, further failures counted", exc)
+            self.prof = None
+            self._done()
+
+    def finish(self) -> None:
+        """At shutdown: a capture still running is stopped and written (what it has)."""
+        if self.prof is not None:
+            try:
+                self._stop()
+            except Exception as exc:  # noqa: BLE001 - shutdown goes on
+                self.stats["failed"] += 1
+                self._once("failed", "telemetry: a profiler capture failed at shutdown (%s)", exc)
+        self._done()
+
+    def join(self, timeout_s: float) -> None:
+        for t in self._writers:
+            t.join(timeout_s)
+
+    def _stop(self) -> None:
+        prof, self.prof = self.prof, None
+        prof.stop()
+        path = self.plan[3]
+        self._done()
+        t = threading.Thread(target=self._write, args=(prof, path), name="telemetry-capture", daemon=True)
+        self._writers = [w for w in self._writers if w.is_alive()] + [t]
+        t.start()
+
+    def _done(self) -> None:
+        self.plan = None
+        self.rec.capture = None
+
+    def _write(self, prof: Any, path: str) -> None:
+        tmp = path[: -len(".gz")] + f".{os.getpid()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            prof.export_chrome_trace(tmp)
+            with open(tmp, "rb") as src, gzip.open(path + ".part", "wb", compresslevel=3) as dst:
+                shutil.copyfileobj(src, dst)
+            size = os.path.getsize(path + ".part")
+            if size > self.max_bytes:
+                os.remove(path + ".part")
+                self.stats["over_budget"] += 1
+                self._once("budget", "telemetry: a profiler capture of %d bytes was over its budget; deleted", size)
+                return
+            os.replace(path + ".part", path)
+            self.stats["taken"] += 1
+            self.stats["bytes"] += size
+        except Exception as exc:  # noqa: BLE001 - a trace not written costs only itself
+            self.stats["failed"] += 1
+            self._once("write", "telemetry: a profiler capture was not written (%s); further failures counted", exc)
+        finally:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass

@@ -1,0 +1,49 @@
+"""Capture on a finding, end to end (issue 24's done-when): a real 4-rank gloo demo in which rank 2 alone
+runs one extra heavy op (``aten::exp``) in its forward from step 20 gives an online finding, a profiler
+capture of rank 2 and a healthy peer from the same step, and ``analyze --json`` with that finding's
+``trace_diff`` naming the op first."""
+
+import glob
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+from tests.helpers.paths import ROOT
+
+
+def test_a_finding_is_captured_on_its_rank_and_a_peer_and_the_diff_names_the_op(tmp_path):
+    run = str(tmp_path / "run")
+    env = {**os.environ, "TELEMETRY_CAPTURE": "1", "TELEMETRY_ONLINE_INTERVAL_S": "2", "TELEMETRY_SINKS": "store"}
+    demo = subprocess.run(
+        [sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "400", "--run-dir", run]
+        + ["--inject", "slow_op:rank=2,op=exp,factor=3,start=20", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert demo.returncode in (0, 1), demo.stderr[-3000:]
+    with open(os.path.join(run, "findings.jsonl")) as f:
+        online = [json.loads(line) for line in f]
+    captured = [d for d in online if d.get("capture_id")]
+    assert captured and captured[0]["kind"] == "straggler" and captured[0]["ranks"] == [2], online
+    (manifest_path,) = glob.glob(os.path.join(run, "captures", "*", "manifest.json"))
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    assert manifest["id"] == captured[0]["capture_id"] and manifest["ranks"][0] == 2
+    (peer,) = [int(r) for r, role in manifest["roles"].items() if role == "peer"]
+    assert peer != 2 and manifest["steps"][1] - manifest["steps"][0] == 2  # 3 steps, the same on both ranks
+    for rank in (2, peer):
+        with gzip.open(os.path.join(os.path.dirname(manifest_path), f"rank-{rank}.json.gz"), "rt") as f:
+            assert "traceEvents" in f.read(4096)
+    analysis = subprocess.run(
+        [sys.executable, "-m", "telemetry", "analyze", run, "--json"], cwd=ROOT, capture_output=True, text=True
+    )
+    doc = json.loads(analysis.stdout)
+    (f,) = [f for f in doc["findings"] if f["kind"] == "straggler" and f["ranks"] == [2]]
+    assert f["capture"]["id"] == manifest["id"] and f["capture"]["roles"] == manifest["roles"]
+    first = f["trace_diff"][0]
+    assert first["name"] == "aten::exp" and first["peer_ms_per_step"] == 0.0, f["trace_diff"][:3]
