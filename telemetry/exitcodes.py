@@ -28,7 +28,8 @@ class ExitCode(enum.IntEnum):
 
 CODES: dict[ExitCode, str] = {
     ExitCode.OK: "done",
-    ExitCode.JOB_FAILED: "demo: the job failed (a rank exited with an error, or no step completed)",
+    ExitCode.JOB_FAILED: "demo: the job failed (a rank exited with an error, or no step completed); capture "
+    "--wait: the traces did not come in time",
     ExitCode.USAGE: "bad arguments or input (a sentence on stderr says which and what is accepted)",
     ExitCode.FAIL_ON: "--fail-on: a finding reached that severity (analyze, diff)",
     ExitCode.JOB_HUNG: "demo: the job hung and its watchdog stopped it",

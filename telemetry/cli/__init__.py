@@ -12,6 +12,7 @@ import sys
 from typing import Sequence
 
 from .analyze import cmd_analyze
+from .capture import cmd_capture
 from .common import EXIT_INTERRUPTED, OUTPUT_ERRNOS, output_failed
 from .dashboard import cmd_dashboard
 from .demo import cmd_demo
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": cmd_demo,
         "analyze": cmd_analyze,
         "diff": cmd_diff,
+        "capture": cmd_capture,
         "export": cmd_export,
         "dashboard": cmd_dashboard,
         "simulate": cmd_simulate,

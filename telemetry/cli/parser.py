@@ -177,6 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps", metavar="A:B", help="compare steps A to B of each run only (inclusive; either may be empty)"
     )
 
+    cp = sub.add_parser(
+        "capture",
+        help="ask a running job for profiler traces of some ranks (RUN_DIR/captures/<id>/rank-N.json.gz)",
+        description=_wrap(
+            "Writes a request in RUN_DIR/captures/requests/, which rank 0's online detection takes within "
+            "a few seconds: the ranks are profiled (torch.profiler) for the steps asked, from a step a little "
+            "ahead, and their traces written to RUN_DIR/captures/<id>/. Needs a multi-rank job with online "
+            "detection and capture on (the defaults); counts toward capture_max. Compare two of its traces "
+            "with telemetry diff PEER_TRACE SLOW_TRACE."
+        ),
+    )
+    cp.add_argument("run_dir", metavar="RUN_DIR", help="the running job's run directory (rank 0's)")
+    cp.add_argument("--ranks", required=True, help="ranks to profile, separated by commas (e.g. 1,3)")
+    cp.add_argument("--num-steps", type=_positive_int(1, 50), default=3, help="steps to profile (1-50, default 3)")
+    cp.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for the traces")
+
     ds = sub.add_parser("dashboard", help="open the Streamlit dashboard on a run (no argument: choose among runs/)")
     ds.add_argument(
         "path",

@@ -32,6 +32,7 @@ from .wire import FIXED, Block
 log = logging.getLogger("telemetry")
 
 PLAN_KEY = "capture/plan"
+REQUESTS = "requests"  # RUN_DIR/captures/requests/*.json: captures asked for by hand (telemetry capture)
 TRIGGERS = ("straggler", "slow_comm", "data_stall")
 LEAD_S = 3.0  # the first captured step is at least this far ahead, at the latest step time
 
@@ -91,9 +92,7 @@ class Captures:
             peer = self._peer(flagged, block)
             if peer is None:
                 continue
-            step_s = self._step_s(block)
-            lead = max((self.wait_blocks + 2) * self.every, math.ceil(LEAD_S / step_s) if step_s > 0 else 0)
-            first = (latest + 1) * self.every + lead
+            first = self._first_step(latest, block)
             cid = f"c{self.planned + 1}-{d['kind']}-rank{'-'.join(map(str, flagged))}"
             plan = {
                 "id": cid,
@@ -105,26 +104,77 @@ class Captures:
                 "time_s": time.time(),
                 "reason": "finding",
             }
-            try:
-                os.makedirs(os.path.join(self.run_dir, "captures", cid), exist_ok=True)
-                write_json_atomic(os.path.join(self.run_dir, "captures", cid, "manifest.json"), plan)
-                self.store.set(PLAN_KEY, json.dumps(plan))
-            except Exception as exc:  # noqa: BLE001 - a capture not planned costs only itself
-                self._once("plan", "telemetry: a capture was not planned (%s); further failures skipped", exc)
-                continue
-            self.planned += 1
-            self._last_plan = now
-            d["capture_id"] = cid
-            log.warning(
-                "telemetry: [online] capturing steps %d-%d on ranks %s (peer rank %d) for %s: %s",
-                first,
-                first + self.steps - 1,
-                flagged,
-                peer,
-                d["kind"],
-                os.path.join(self.run_dir, "captures", cid),
-            )
+            if self._post_plan(plan):
+                d["capture_id"] = cid
+                return
+
+    def requests(self, latest: int, block: Block | None) -> None:
+        """Rank 0: plan the captures asked for with ``telemetry capture`` (request files in
+        ``RUN_DIR/captures/requests/``, each taken once and removed). Counted in the budget's total
+        but not held to its interval: a person asked. Roles are ``asked``: no finding adopts them."""
+        folder = os.path.join(self.run_dir, "captures", REQUESTS)
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        except OSError:
             return
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    req = json.load(f)
+                os.remove(path)
+                ranks = sorted({int(r) for r in req["ranks"] if 0 <= int(r) < self.world})
+                steps = max(1, min(50, int(req.get("steps") or self.steps)))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                self._once("request", "telemetry: a capture request %s was not read (%s); skipped", path, exc)
+                continue
+            if not ranks:
+                continue
+            if self.planned >= self.max_captures:
+                self.over_budget += 1
+                log.warning("telemetry: capture %s not taken: %d captures this run already", name, self.planned)
+                continue
+            first = self._first_step(latest, block)
+            cid = str(req.get("id") or f"c{self.planned + 1}-asked")
+            self._post_plan(
+                {
+                    "id": cid,
+                    "ranks": ranks,
+                    "roles": {str(r): "asked" for r in ranks},
+                    "steps": [first, first + steps - 1],
+                    "block_steps": self.every,
+                    "finding": None,
+                    "time_s": time.time(),
+                    "reason": "asked",
+                }
+            )
+
+    def _first_step(self, latest: int, block: Block | None) -> int:
+        """The first captured step: far enough ahead for every rank to hear of the plan first."""
+        step_s = self._step_s(block)
+        lead = max((self.wait_blocks + 2) * self.every, math.ceil(LEAD_S / step_s) if step_s > 0 else 0)
+        return (latest + 1) * self.every + lead
+
+    def _post_plan(self, plan: dict[str, Any]) -> bool:
+        cid = plan["id"]
+        try:
+            os.makedirs(os.path.join(self.run_dir, "captures", cid), exist_ok=True)
+            write_json_atomic(os.path.join(self.run_dir, "captures", cid, "manifest.json"), plan)
+            self.store.set(PLAN_KEY, json.dumps(plan))
+        except Exception as exc:  # noqa: BLE001 - a capture not planned costs only itself
+            self._once("plan", "telemetry: a capture was not planned (%s); further failures skipped", exc)
+            return False
+        self.planned += 1
+        self._last_plan = time.monotonic()
+        log.warning(
+            "telemetry: [online] capturing steps %d-%d on ranks %s (%s): %s",
+            plan["steps"][0],
+            plan["steps"][1],
+            plan["ranks"],
+            plan["reason"],
+            os.path.join(self.run_dir, "captures", cid),
+        )
+        return True
 
     def _peer(self, flagged: list[int], block: Block | None) -> int | None:
         """The unflagged rank whose compute is the median of the latest block's; else the next rank."""

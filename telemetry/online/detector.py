@@ -106,6 +106,7 @@ class OnlineDetector:
         self._pending: dict[int, int] = {}  # rank 0: block -> how many of its chunks are known complete
         # rank 0, traces on: blocks read before every rank posted -> (deadline, Block so far, missing keys)
         self._late_roots: dict[int, tuple[float, Block, list[str]]] = {}
+        self._next_requests = 0.0
         self._stop = threading.Event()
         self._thread = None
         if rank == 0:
@@ -153,6 +154,10 @@ class OnlineDetector:
             self._collect_ready()
             if self._late_roots:
                 self._late_extents()
+            if self.captures is not None and self._rows and time.monotonic() >= self._next_requests:
+                self._next_requests = time.monotonic() + 2.0  # captures asked for by hand: looked for every 2 s
+                latest = max(self._rows)
+                self.captures.requests(latest, self._rows[latest])
             if self._dirty and time.monotonic() - self._last_analysis >= self.min_interval_s:
                 self._dirty = False
                 if self._analyze():  # too few blocks yet: try again with the next, not in 5 s

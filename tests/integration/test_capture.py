@@ -47,3 +47,50 @@ def test_a_finding_is_captured_on_its_rank_and_a_peer_and_the_diff_names_the_op(
     assert f["capture"]["id"] == manifest["id"] and f["capture"]["roles"] == manifest["roles"]
     first = f["trace_diff"][0]
     assert first["name"] == "aten::exp" and first["peer_ms_per_step"] == 0.0, f["trace_diff"][:3]
+
+
+def test_telemetry_capture_asks_a_running_job_for_traces(tmp_path):
+    """`telemetry capture RUN_DIR --ranks 0,1 --num-steps 2 --wait 120` while a 2-rank demo runs: both
+    ranks' traces of the same two steps, under a manifest that says they were asked for."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    env = {**os.environ, "TELEMETRY_CAPTURE": "1", "TELEMETRY_SINKS": "store"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry", "demo", "--ranks", "2", "--run-dir", str(run), "--steps", "100000"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "meta.json").exists() or len(list((run / "ranks").glob("rank-*.seg-*.parquet"))) < 1:
+            assert time.monotonic() < deadline and proc.poll() is None  # the job runs, and has sealed steps
+            time.sleep(0.2)
+        asked = subprocess.run(
+            [sys.executable, "-m", "telemetry", "capture", str(run), "--ranks", "0,1", "--num-steps", "2"]
+            + ["--wait", "120"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=200,
+        )
+        assert asked.returncode == 0, asked.stderr
+        (manifest_path,) = glob.glob(str(run / "captures" / "asked-*" / "manifest.json"))
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        assert manifest["reason"] == "asked" and manifest["ranks"] == [0, 1]
+        assert manifest["roles"] == {"0": "asked", "1": "asked"} and manifest["steps"][1] == manifest["steps"][0] + 1
+        for rank in (0, 1):
+            with gzip.open(os.path.join(os.path.dirname(manifest_path), f"rank-{rank}.json.gz"), "rt") as f:
+                assert '"aten::' in f.read()  # the profiler's operations of the demo's steps
+        assert not os.listdir(run / "captures" / "requests")  # the request was taken
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
