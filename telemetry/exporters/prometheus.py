@@ -128,7 +128,8 @@ class _FirstValue:
 
 
 class _DropCollector(Collector):
-    """train_telemetry_dropped_total{sink}: read from the session's counters at scrape time."""
+    """train_telemetry_dropped_total{sink}, and train_captures_total{outcome} with captures on: read from
+    the session's counters at scrape time."""
 
     def __init__(
         self,
@@ -157,6 +158,13 @@ class _DropCollector(Collector):
         if pushes is not None:  # a Pushgateway is configured: its failed pushes (snapshots it never got)
             fam.add_metric(base + ["pushgateway"], float(pushes))
         yield fam
+        if "captures_taken" in s:  # captures on, online detection started: every outcome, 0 included
+            cap = CounterMetricFamily(N.CAPTURES.name, N.CAPTURES.help, labels=list(N.CAPTURES.all_labels))
+            for outcome in ("planned", "taken", "missed", "skipped", "failed"):
+                cap.add_metric(base + [outcome], float(s.get(f"captures_{outcome}", 0)))
+            over = s.get("captures_over_budget", 0)  # traces too large (every rank) + findings past the budget (rank 0)
+            cap.add_metric(base + ["over_budget"], float(over))
+            yield cap
 
 
 def _close_in_forked_children(server: Any) -> None:

@@ -219,6 +219,14 @@ DROPPED = Metric(
     ("sink",),
     "telemetry",
 )
+CAPTURES = Metric(
+    "train_captures",
+    "counter",
+    "Profiler captures on findings, by outcome: planned (rank 0), taken, missed (heard of too late), skipped "
+    "(the user's own profiler ran), failed, over_budget (a trace too large, or a finding past capture_max)",
+    ("outcome",),
+    "telemetry",
+)
 
 
 # ---- device and host readings (the sampler's, read at scrape time) --------------------------------
@@ -348,6 +356,7 @@ ALL: tuple[Metric, ...] = (
     STRAGGLER_COST,
     FINDINGS,
     DROPPED,
+    CAPTURES,
     BUILD_INFO,
     *DEVICE.values(),
     GPU_ECC_ERRORS,

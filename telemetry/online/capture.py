@@ -199,6 +199,7 @@ class Captures:
         return float(np.median(values)) if len(values) else 0.0
 
     def stats(self) -> dict[str, Any]:
-        out = {"captures_planned": self.planned, "captures_over_budget": self.over_budget}
-        out.update({f"captures_{k}": v for k, v in self.capturer.stats.items()})
+        out = {f"captures_{k}": v for k, v in self.capturer.stats.items()}
+        out["captures_planned"] = self.planned
+        out["captures_over_budget"] = self.over_budget + self.capturer.stats["over_budget"]
         return out
