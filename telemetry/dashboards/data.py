@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from telemetry.analysis.captures import with_captures
 from telemetry.analysis.detectors import Analysis, StragglerParams, analyze
 from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian
 from telemetry.analysis.findings import compare_online
@@ -65,6 +66,8 @@ def _analyzed(run: RunInput, result: Analysis | None = None) -> RunView:
     if result is None:
         result = analyze(run.table, run.progress, run.world_size, ops=run.ops)
         result.findings = with_trace_ids(result.findings, run.meta, run.table)
+        if os.path.isdir(run.source):
+            result.findings = with_captures(result.findings, run.source, run.warnings)
     online = compare_online(result.findings, run.online_findings) if run.online_findings else []
     return RunView(run, result, online)
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import pandas as pd
 import streamlit as st
 
 from telemetry.analysis.report import collecting_line
@@ -36,6 +37,8 @@ KNOWN_FIELDS = {
     "evidence",
     "causes",
     "trace_ids",
+    "capture",
+    "trace_diff",
 }
 
 
@@ -84,6 +87,27 @@ def finding_list(
                     + ", ".join(f"`{t}`" for t, _ in traces)
                     + " (to link them, set trace_ui_url or telemetry dashboard --trace-ui-url)"
                 )
+            cap = f.get("capture")
+            if cap:
+                roles = cap.get("roles") or {}
+                who = " against ".join(f"rank {r} ({roles.get(str(r), '?')})" for r in cap.get("ranks", []))
+                steps = cap.get("steps") or ["?", "?"]
+                st.markdown(
+                    f"**Profiler capture** `{cap.get('dir')}`: {who}, steps {steps[0]}-{steps[1]} "
+                    "(open a rank's trace in https://ui.perfetto.dev); where the flagged rank spends more per "
+                    "step than the peer, by self time:"
+                )
+                if f.get("trace_diff"):
+                    st.dataframe(pd.DataFrame(f["trace_diff"]).head(10), hide_index=True, width="stretch")
+                else:
+                    st.caption(
+                        "no diff: "
+                        + (
+                            f"traces missing for ranks {cap['missing']}"
+                            if cap.get("missing")
+                            else "no op costs it more"
+                        )
+                    )
             rest = {k: v for k, v in f.items() if k not in KNOWN_FIELDS}
             if rest:
                 st.code(json.dumps(rest, indent=1, default=str), language="json")

@@ -72,3 +72,20 @@ def test_a_capture_without_its_traces_says_which_are_missing(tmp_path):
     result, _, _ = analyze_path(run)
     (f,) = [f for f in result.findings if f.kind == "straggler"]
     assert f.capture["missing"] == [2, 0] and f.trace_diff == []
+
+
+def test_the_dashboard_shows_the_capture_and_its_diff_under_the_finding(tmp_path, monkeypatch):
+    import pytest
+
+    pytest.importorskip("streamlit")
+    from tests.helpers.apptest import run_app, show
+
+    run = str(tmp_path / "run")
+    sc = Scenario(
+        ranks=4, steps=300, seed=1, faults=(Fault("straggler", ranks=(2,), phase="forward", factor=1.5, start=100),)
+    )
+    write_simulated_run(sc, run)
+    capture(run, "c1-straggler", [2, 0], {"2": "flagged", "0": "peer"}, [150, 152])
+    at = show(run_app(monkeypatch, run), "findings")
+    assert any("**Profiler capture** `captures/c1-straggler`" in m.value for m in at.markdown)
+    assert any("aten::cdist" in set(d.value["name"]) for d in at.dataframe if "name" in d.value.columns)
