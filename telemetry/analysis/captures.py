@@ -85,8 +85,64 @@ def with_captures(findings: list[Finding], run_dir: str, warnings: list[str] | N
         if m["id"] not in diffs:
             diffs[m["id"]] = _diff(run_dir, m, warnings)
         capture, rows = diffs[m["id"]]
-        out.append(dataclasses.replace(f, capture=capture, trace_diff=rows))
+        causes = diff_causes(rows, capture) + [c for c in f.causes]
+        out.append(dataclasses.replace(f, capture=capture, trace_diff=rows, causes=causes))
     return out
+
+
+def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dict[str, str]]:
+    """What a capture's diff says of the cause, first in the finding's causes:
+
+    - one op, kernel or collective holds at least half the flagged rank's extra time per step:
+      ``slow_op`` / ``slow_kernel`` / ``slow_collective``, naming it (look at its inputs, or the device
+      it runs on; for a collective, the link or the peers it waits for);
+    - else at least five names slower by about the same factor (each within 25% of their median ratio,
+      which is 1.2 or more): ``uniform_slowdown``, the device or the host as a whole, not one op.
+    """
+    extra = [(r, r["flagged_ms_per_step"] - r["peer_ms_per_step"]) for r in rows]
+    total = sum(max(0.0, e) for _, e in extra)
+    if not rows or total <= 0:
+        return []
+    roles = capture.get("roles") or {}
+    flagged = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "flagged"), "?")
+    peer = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "peer"), "?")
+    steps = capture.get("steps") or ["?", "?"]
+    top, top_extra = extra[0]
+    if top_extra >= 0.5 * total:
+        kind = {"op": "slow_op", "kernel": "slow_kernel", "collective": "slow_collective"}.get(top["kind"], "slow_op")
+        than = f"{top['ratio']:.2f}x its peer's" if top["ratio"] is not None else "its peer never ran it"
+        where = (
+            "the link, or the peers it waits for"
+            if top["kind"] == "collective"
+            else "its inputs on this rank, or the device it runs on"
+        )
+        return [
+            {
+                "kind": kind,
+                "evidence": (
+                    f"in the profiler capture (steps {steps[0]}-{steps[1]}), {top['name']} takes "
+                    f"{top['flagged_ms_per_step']:.2f} ms per step on rank {flagged} against "
+                    f"{top['peer_ms_per_step']:.2f} on rank {peer} ({than}): {top_extra / total:.0%} of "
+                    f"rank {flagged}'s extra time there; look at {where}"
+                ),
+            }
+        ]
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None and r["peer_ms_per_step"] > 0]
+    if len(ratios) >= 5:
+        med = float(sorted(ratios)[len(ratios) // 2])
+        alike = [x for x in ratios if abs(x - med) <= 0.25 * med]
+        if med >= 1.2 and len(alike) >= 5 and len(alike) >= 0.6 * len(ratios):
+            return [
+                {
+                    "kind": "uniform_slowdown",
+                    "evidence": (
+                        f"in the profiler capture (steps {steps[0]}-{steps[1]}), {len(alike)} ops and kernels "
+                        f"are each about {med:.2f}x slower on rank {flagged} than on rank {peer}: the device or "
+                        "the host as a whole (clocks, contention), not one op"
+                    ),
+                }
+            ]
+    return []
 
 
 def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:

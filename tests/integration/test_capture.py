@@ -47,6 +47,7 @@ def test_a_finding_is_captured_on_its_rank_and_a_peer_and_the_diff_names_the_op(
     assert f["capture"]["id"] == manifest["id"] and f["capture"]["roles"] == manifest["roles"]
     first = f["trace_diff"][0]
     assert first["name"] == "aten::exp" and first["peer_ms_per_step"] == 0.0, f["trace_diff"][:3]
+    assert f["causes"][0]["kind"] == "slow_op" and "aten::exp" in f["causes"][0]["evidence"], f["causes"]
 
 
 def test_telemetry_capture_asks_a_running_job_for_traces(tmp_path):

@@ -55,6 +55,9 @@ def test_the_straggler_adopts_its_capture_and_the_diff_names_the_op(tmp_path):
         "dir": os.path.join("captures", "c1-straggler"),
     }
     assert f.trace_diff[0]["name"] == "aten::cdist" and f.trace_diff[0]["flagged_ms_per_step"] == 0.3
+    assert (
+        f.causes[0]["kind"] == "slow_op" and "aten::cdist takes 0.30 ms per step on rank 2" in f.causes[0]["evidence"]
+    )
     d = f.to_dict()
     assert d["trace_diff"] == f.trace_diff and "capture" in d
     others = [g.to_dict() for g in result.findings if g.kind != "straggler"]
@@ -89,3 +92,26 @@ def test_the_dashboard_shows_the_capture_and_its_diff_under_the_finding(tmp_path
     at = show(run_app(monkeypatch, run), "findings")
     assert any("**Profiler capture** `captures/c1-straggler`" in m.value for m in at.markdown)
     assert any("aten::cdist" in set(d.value["name"]) for d in at.dataframe if "name" in d.value.columns)
+
+
+def test_everything_slower_alike_is_the_device_or_host():
+    from telemetry.analysis.captures import diff_causes
+
+    rows = [
+        {
+            "name": f"op{i}",
+            "kind": "op",
+            "flagged_ms_per_step": 1.5 * (i + 1),
+            "peer_ms_per_step": 1.0 * (i + 1),
+            "ratio": 1.5,
+        }
+        for i in range(6)
+    ]
+    rows.sort(key=lambda r: -(r["flagged_ms_per_step"] - r["peer_ms_per_step"]))
+    capture = {"ranks": [3, 1], "roles": {"3": "flagged", "1": "peer"}, "steps": [10, 12]}
+    (cause,) = diff_causes(rows, capture)
+    assert (
+        cause["kind"] == "uniform_slowdown"
+        and "6 ops and kernels are each about 1.50x slower on rank 3" in cause["evidence"]
+    )
+    assert diff_causes([], capture) == []
