@@ -93,7 +93,8 @@ class Captures:
             if peer is None:
                 continue
             first = self._first_step(latest, block)
-            cid = f"c{self.planned + 1}-{d['kind']}-rank{'-'.join(map(str, flagged))}"
+            # the time in the id: a later session writing the same run directory adds, never overwrites
+            cid = f"{time.strftime('%Y%m%d-%H%M%S')}-{d['kind']}-rank{'-'.join(map(str, flagged))}"
             plan = {
                 "id": cid,
                 "ranks": flagged + [peer],
@@ -135,7 +136,7 @@ class Captures:
                 log.warning("telemetry: capture %s not taken: %d captures this run already", name, self.planned)
                 continue
             first = self._first_step(latest, block)
-            cid = str(req.get("id") or f"c{self.planned + 1}-asked")
+            cid = str(req.get("id") or f"{time.strftime('%Y%m%d-%H%M%S')}-asked")
             self._post_plan(
                 {
                     "id": cid,
