@@ -18,6 +18,12 @@ UNIT = os.path.join(TESTS, "unit")
 _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
 
+# Profiler captures on findings (on by default) off in this process and every process it starts, the
+# session-scoped fixtures' demos too (they are set up before any function-scoped fixture runs): a
+# capture's cost must never move what another test measures; the capture tests turn them on.
+os.environ["TELEMETRY_CAPTURE"] = "0"
+
+
 @pytest.fixture(autouse=True)
 def clean_telemetry(monkeypatch):
     """Every test starts with no telemetry session and no launcher/TELEMETRY_* variables (but

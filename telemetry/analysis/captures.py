@@ -68,10 +68,22 @@ def adopts(f: Finding, m: dict[str, Any]) -> bool:
     return f.first_step - k <= m["steps"][0] and m["steps"][1] <= f.last_step + k
 
 
-def with_captures(findings: list[Finding], run_dir: str, warnings: list[str] | None = None) -> list[Finding]:
+def with_captures(
+    findings: list[Finding], run_dir: str, warnings: list[str] | None = None, last_step: int | None = None
+) -> list[Finding]:
     """``findings``, each that adopts a capture of ``run_dir`` with its ``capture`` and ``trace_diff``
-    (the latest capture it adopts)."""
+    (the latest capture it adopts). A capture planned from a step after ``last_step`` (the run's last:
+    the job ended first) is not adopted, and said."""
     manifests = read_manifests(run_dir, warnings)
+    if last_step is not None:
+        late = [m for m in manifests if m["steps"][0] > last_step]
+        for m in late:
+            if warnings is not None:
+                warnings.append(
+                    f"capture {m['id']} was planned for steps {m['steps'][0]}-{m['steps'][1]}, after the run's "
+                    f"last step {last_step}: the job ended first, nothing was captured"
+                )
+        manifests = [m for m in manifests if m not in late]
     if not manifests or not findings:
         return findings
     diffs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}

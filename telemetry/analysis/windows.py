@@ -219,6 +219,7 @@ def analyze_path(
     if base is not None:
         against = {"base": open_input(base).table, "base_name": f"the base run {base}"}
     span = step_range(path) if os.path.isdir(path) else None
+    run_last = span[1] if span is not None else None  # the run's last step, whatever was asked for
     if span is not None and steps is not None:
         span = (max(span[0], steps[0]), min(span[1], steps[1]), span[2])
     if span is not None and last is not None:
@@ -245,7 +246,7 @@ def analyze_path(
         result.findings = with_trace_ids(
             result.findings, last_run.meta, last_run.table, lambda a, b: open_input(path, (a, b)).table
         )
-        result.findings = with_captures(result.findings, path, last_run.warnings)
+        result.findings = with_captures(result.findings, path, last_run.warnings, run_last)
         note = (
             f"telemetry analyze: {span[2]:,} ranks x {span[1] - span[0] + 1:,} steps analyzed in {len(windows)} "
             f"windows of {windows[0][1] - windows[0][0] + 1:,} steps (at most {window_rows:,} rows at once)"
@@ -265,5 +266,5 @@ def analyze_path(
     result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops, **against)
     result.findings = with_trace_ids(result.findings, run.meta, run.table)
     if os.path.isdir(path):
-        result.findings = with_captures(result.findings, path, run.warnings)
+        result.findings = with_captures(result.findings, path, run.warnings, run_last)
     return result, run, None

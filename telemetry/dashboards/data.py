@@ -67,7 +67,8 @@ def _analyzed(run: RunInput, result: Analysis | None = None) -> RunView:
         result = analyze(run.table, run.progress, run.world_size, ops=run.ops)
         result.findings = with_trace_ids(result.findings, run.meta, run.table)
         if os.path.isdir(run.source):
-            result.findings = with_captures(result.findings, run.source, run.warnings)
+            last = int(run.table["step"].max()) if len(run.table) else None
+            result.findings = with_captures(result.findings, run.source, run.warnings, last)
     online = compare_online(result.findings, run.online_findings) if run.online_findings else []
     return RunView(run, result, online)
 

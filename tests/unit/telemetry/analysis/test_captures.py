@@ -115,3 +115,18 @@ def test_everything_slower_alike_is_the_device_or_host():
         and "6 ops and kernels are each about 1.50x slower on rank 3" in cause["evidence"]
     )
     assert diff_causes([], capture) == []
+
+
+def test_a_capture_planned_after_the_runs_end_is_not_adopted_and_said(tmp_path):
+    run = str(tmp_path / "run")
+    sc = Scenario(
+        ranks=4, steps=300, seed=1, faults=(Fault("straggler", ranks=(2,), phase="forward", factor=1.5, start=100),)
+    )
+    write_simulated_run(sc, run)
+    capture(run, "c9-late", [2, 0], {"2": "flagged", "0": "peer"}, [320, 322], traces=False)
+    result, run_input, _ = analyze_path(run)
+    (f,) = [f for f in result.findings if f.kind == "straggler"]
+    assert f.capture is None and f.trace_diff is None
+    assert any(
+        "capture c9-late was planned for steps 320-322, after the run's last step 299" in w for w in run_input.warnings
+    )
