@@ -255,6 +255,7 @@ class Session:
         if self.closed:
             return self.stats()
         self.closed = True
+        deadline = time.monotonic() + timeout_s
         if self.sampler is not None:
             self.sampler.stop()
         if self.capturer is not None:
@@ -275,8 +276,8 @@ class Session:
         self.pipeline.stop(timeout_s, before_final=self._settle_rank if self.pending else None)
         for listener in self.pipeline.listeners:
             listener.stop()
-        if self.capturer is not None:
-            self.capturer.join(2.0)  # its last trace written (a few steps: well under a second)
+        if self.capturer is not None:  # its last trace written (a few steps: well under a second), in the budget
+            self.capturer.join(max(0.0, min(2.0, deadline - time.monotonic())))
         if self.claim is not None:
             self.claim.release()
         stats = self.stats()
