@@ -105,56 +105,75 @@ def with_captures(
 def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dict[str, str]]:
     """What a capture's diff says of the cause, first in the finding's causes:
 
-    - one op, kernel or collective holds at least half the flagged rank's extra time per step:
-      ``slow_op`` / ``slow_kernel`` / ``slow_collective``, naming it (look at its inputs, or the device
-      it runs on; for a collective, the link or the peers it waits for);
-    - else at least five names slower by about the same factor (each within 25% of their median ratio,
-      which is 1.2 or more): ``uniform_slowdown``, the device or the host as a whole, not one op.
+    - at least five names slower by about the same factor (each within 25% of their median ratio,
+      which is 1.2 or more, and at least 60% of the names both ranks ran): ``uniform_slowdown``, the
+      device or the host as a whole, not one op;
+    - one op, kernel or collective holding at least half the flagged rank's extra time per step, once
+      that uniform factor is taken out of every name (the peer's time times the factor is what the
+      flagged rank would take were nothing else wrong): ``slow_op`` / ``slow_kernel`` /
+      ``slow_collective``, naming it (look at its inputs, or the device it runs on; for a collective,
+      the link or the peers it waits for); beside a uniform factor it must also hold a fifth of all
+      the extra time.
+
+    Both can hold (a rank on a busy host that also runs one op more): the one op comes first.
     """
-    extra = [(r, r["flagged_ms_per_step"] - r["peer_ms_per_step"]) for r in rows]
-    total = sum(max(0.0, e) for _, e in extra)
-    if not rows or total <= 0:
+    if not rows or sum(max(0.0, r["flagged_ms_per_step"] - r["peer_ms_per_step"]) for r in rows) <= 0:
         return []
     roles = capture.get("roles") or {}
     flagged = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "flagged"), "?")
     peer = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "peer"), "?")
     steps = capture.get("steps") or ["?", "?"]
-    top, top_extra = extra[0]
-    if top_extra >= 0.5 * total:
-        kind = {"op": "slow_op", "kernel": "slow_kernel", "collective": "slow_collective"}.get(top["kind"], "slow_op")
-        than = f"{top['ratio']:.2f}x its peer's" if top["ratio"] is not None else "its peer never ran it"
-        where = (
-            "the link, or the peers it waits for"
-            if top["kind"] == "collective"
-            else "its inputs on this rank, or the device it runs on"
-        )
-        return [
-            {
-                "kind": kind,
-                "evidence": (
-                    f"in the profiler capture (steps {steps[0]}-{steps[1]}), {top['name']} takes "
-                    f"{top['flagged_ms_per_step']:.2f} ms per step on rank {flagged} against "
-                    f"{top['peer_ms_per_step']:.2f} on rank {peer} ({than}): {top_extra / total:.0%} of "
-                    f"rank {flagged}'s extra time there; look at {where}"
-                ),
-            }
-        ]
+    where_seen = f"in the profiler capture (steps {steps[0]}-{steps[1]})"
+    causes: list[dict[str, str]] = []
+    factor = 1.0
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None and r["peer_ms_per_step"] > 0]
     if len(ratios) >= 5:
         med = float(sorted(ratios)[len(ratios) // 2])
         alike = [x for x in ratios if abs(x - med) <= 0.25 * med]
         if med >= 1.2 and len(alike) >= 5 and len(alike) >= 0.6 * len(ratios):
-            return [
+            factor = med
+            causes.append(
                 {
                     "kind": "uniform_slowdown",
                     "evidence": (
-                        f"in the profiler capture (steps {steps[0]}-{steps[1]}), {len(alike)} ops and kernels "
-                        f"are each about {med:.2f}x slower on rank {flagged} than on rank {peer}: the device or "
-                        "the host as a whole (clocks, contention), not one op"
+                        f"{where_seen}, {len(alike)} ops and kernels are each about {med:.2f}x slower on "
+                        f"rank {flagged} than on rank {peer}: the device or the host as a whole (clocks, "
+                        "contention), not one op"
                     ),
                 }
-            ]
-    return []
+            )
+    raw = sum(max(0.0, r["flagged_ms_per_step"] - r["peer_ms_per_step"]) for r in rows)
+    beyond = [(r, r["flagged_ms_per_step"] - factor * r["peer_ms_per_step"]) for r in rows]
+    total = sum(max(0.0, e) for _, e in beyond)
+    if total > 0:
+        top, top_extra = max(beyond, key=lambda t: t[1])
+        # beside a uniform factor, the one op must also be a fifth of all the extra time: the
+        # scatter of the alike ratios around their median is not a cause
+        if top_extra >= 0.5 * total and top_extra >= 0.2 * raw:
+            kind = {"op": "slow_op", "kernel": "slow_kernel", "collective": "slow_collective"}.get(
+                top["kind"], "slow_op"
+            )
+            than = f"{top['ratio']:.2f}x its peer's" if top["ratio"] is not None else "its peer never ran it"
+            where = (
+                "the link, or the peers it waits for"
+                if top["kind"] == "collective"
+                else "its inputs on this rank, or the device it runs on"
+            )
+            share = f"{top_extra / total:.0%} of rank {flagged}'s extra time there"
+            if factor > 1.0:
+                share += f" beyond the {factor:.2f}x every op shows"
+            causes.insert(
+                0,
+                {
+                    "kind": kind,
+                    "evidence": (
+                        f"{where_seen}, {top['name']} takes {top['flagged_ms_per_step']:.2f} ms per step on "
+                        f"rank {flagged} against {top['peer_ms_per_step']:.2f} on rank {peer} ({than}): "
+                        f"{share}; look at {where}"
+                    ),
+                },
+            )
+    return causes
 
 
 def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -130,3 +130,43 @@ def test_a_capture_planned_after_the_runs_end_is_not_adopted_and_said(tmp_path):
     assert any(
         "capture c9-late was planned for steps 320-322, after the run's last step 299" in w for w in run_input.warnings
     )
+
+
+def _rows(pairs):
+    rows = [
+        {"name": n, "kind": "op", "flagged_ms_per_step": f, "peer_ms_per_step": p, "ratio": (f / p if p else None)}
+        for n, f, p in pairs
+    ]
+    rows.sort(key=lambda r: -(r["flagged_ms_per_step"] - r["peer_ms_per_step"]))
+    return rows
+
+
+def test_one_op_more_on_a_busy_host_is_named_first_and_the_host_second():
+    # what a CPU-starved stress run gave: rank 2 runs aten::exp its peer never runs, and everything
+    # else is 1.2x slower there too; the op's extra is under half the raw extra, all of it beyond 1.2x
+    from telemetry.analysis.captures import diff_causes
+
+    rows = _rows([(f"op{i}", 1.2 * 10 * (i + 1), 10.0 * (i + 1)) for i in range(8)] + [("aten::exp", 40.0, 0.0)])
+    capture = {"ranks": [2, 0], "roles": {"2": "flagged", "0": "peer"}, "steps": [130, 132]}
+    causes = diff_causes(rows, capture)
+    assert [c["kind"] for c in causes] == ["slow_op", "uniform_slowdown"]
+    assert "aten::exp" in causes[0]["evidence"] and "its peer never ran it" in causes[0]["evidence"]
+    assert "beyond the 1.20x every op shows" in causes[0]["evidence"]
+
+
+def test_the_scatter_of_a_uniform_slowdown_names_no_op():
+    from telemetry.analysis.captures import diff_causes
+
+    ratios = [1.45, 1.5, 1.5, 1.55, 1.5, 1.62]
+    rows = _rows([(f"op{i}", r * 10.0, 10.0) for i, r in enumerate(ratios)])
+    capture = {"ranks": [3, 1], "roles": {"3": "flagged", "1": "peer"}, "steps": [10, 12]}
+    assert [c["kind"] for c in diff_causes(rows, capture)] == ["uniform_slowdown"]
+
+
+def test_one_slow_op_without_a_uniform_factor_is_named_alone():
+    from telemetry.analysis.captures import diff_causes
+
+    rows = _rows([("aten::mm", 30.0, 10.0), ("aten::add", 5.1, 5.0), ("aten::relu", 2.0, 2.0)])
+    capture = {"ranks": [1, 0], "roles": {"1": "flagged", "0": "peer"}, "steps": [5, 7]}
+    (cause,) = diff_causes(rows, capture)
+    assert cause["kind"] == "slow_op" and "aten::mm" in cause["evidence"] and "3.00x its peer's" in cause["evidence"]
