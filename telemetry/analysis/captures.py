@@ -19,7 +19,8 @@ import os
 from typing import Any
 
 from .findings import Finding
-from .tracediff import profile, trace_diff
+from .tracebreakdown import breakdown, summarize
+from .tracediff import trace_diff
 
 CAPTURES = "captures"
 MANIFEST = "manifest.json"
@@ -193,11 +194,11 @@ def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[
         return capture, []
     n = m["steps"][1] - m["steps"][0] + 1
     try:
-        rows = trace_diff(
-            profile(trace_path(run_dir, m["id"], flagged[0]), n), profile(trace_path(run_dir, m["id"], peers[0]), n)
-        )
+        parts = {r: breakdown(trace_path(run_dir, m["id"], r), steps_hint=n) for r in m["ranks"] if r not in missing}
+        rows = trace_diff(parts[flagged[0]].profile, parts[peers[0]].profile)
     except Exception as exc:  # noqa: BLE001 - a trace that does not read costs only its diff (said)
         if warnings is not None:
             warnings.append(f"capture {m['id']}: its traces do not read ({exc}); no trace_diff")
         return capture, []
+    capture["breakdown"] = summarize(parts)
     return capture, rows

@@ -17,6 +17,7 @@ from .detectors import Analysis, share_of_run
 from .detectors.matrix import StepMatrix, nanmedian
 from .detectors.utilization import PARTS
 from .findings import Finding
+from .tracebreakdown import breakdown_text, waits_text
 
 MAX_RANK_ROWS = 16
 
@@ -147,6 +148,12 @@ def render(
     busy = busy_line(s.get("utilization"))
     if busy:
         out.append(busy)
+    tb = s.get("trace_breakdown") or {}
+    if tb.get("ranks"):
+        out.append("The traces broken down (the definitions follow HTA's: docs/detectors.md):")
+        out.extend(breakdown_text(part) for part in tb["ranks"].values())
+        out.extend(waits_text(tb.get("waits") or {}))
+        out.append("")
     if s.get("collecting"):
         out.append(f"Findings: none yet, {collecting_line(s['collecting'])}.\n")
         if not analysis.findings:
@@ -187,6 +194,10 @@ def render(
                     f"        {row['kind']:<10} {row['name'][:60]:<60} {row['flagged_ms_per_step']:8.2f} ms/step "
                     f"against {row['peer_ms_per_step']:.2f} ({ratio})"
                 )
+            bd = f.capture.get("breakdown") or {}
+            for part in (bd.get("ranks") or {}).values():
+                out.append("        " + breakdown_text(part, brief=True))
+            out.extend("      " + line for line in waits_text(bd.get("waits") or {}))
             if not f.trace_diff:
                 out.append(
                     "        (no diff: "

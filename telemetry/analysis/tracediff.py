@@ -58,61 +58,74 @@ class TraceProfile:
 def profile(path: str, steps: int | None = None) -> TraceProfile:
     """Self time and count per (kind, name) of the trace at ``path`` (``steps``: its number of steps
     when the trace has no step ranges)."""
-    names: dict[str, int] = {}
-    name_list: list[str] = []
-    threads: dict[Any, tuple[array, array, array]] = {}  # tid -> (ts, end, name id) of CPU ops
-    kern_self: dict[tuple[str, str], float] = {}
-    kern_count: dict[tuple[str, str], int] = {}
-    ours: set[int] = set()
-    prof: set[int] = set()
+    b = ProfileBuilder()
     top: dict[str, Any] = {}
-    events = 0
     for e in iter_trace(path, top):
-        events += 1
+        b.events += 1
         if type(e) is not dict or e.get("ph") != "X":
             continue
-        cat, name = e.get("cat") or "", e.get("name") or ""
         try:
             ts, dur = float(e["ts"]), float(e.get("dur") or 0.0)
         except (KeyError, TypeError, ValueError):
             continue
+        b.add(e.get("cat") or "", e.get("name") or "", ts, dur, e.get("tid"))
+    return b.result(path, steps)
+
+
+class ProfileBuilder:
+    """:func:`profile`'s state, fed one complete event at a time (also by the breakdown's own pass
+    over a trace, so that one reading gives both)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.name_list: list[str] = []
+        self.threads: dict[Any, tuple[array, array, array]] = {}  # tid -> (ts, end, name id) of CPU ops
+        self.kern_self: dict[tuple[str, str], float] = {}
+        self.kern_count: dict[tuple[str, str], int] = {}
+        self.ours: set[int] = set()
+        self.prof: set[int] = set()
+        self.events = 0
+
+    def add(self, cat: str, name: str, ts: float, dur: float, tid: Any) -> None:
         if cat == "kernel":
             key = ("collective" if "nccl" in name.lower() else "kernel", name)
-            kern_self[key] = kern_self.get(key, 0.0) + dur
-            kern_count[key] = kern_count.get(key, 0) + 1
+            self.kern_self[key] = self.kern_self.get(key, 0.0) + dur
+            self.kern_count[key] = self.kern_count.get(key, 0) + 1
         elif cat == "cpu_op":
-            nid = names.get(name)
+            nid = self.names.get(name)
             if nid is None:
-                nid = names[name] = len(name_list)
-                name_list.append(name)
-            cols = threads.get(e.get("tid"))
+                nid = self.names[name] = len(self.name_list)
+                self.name_list.append(name)
+            cols = self.threads.get(tid)
             if cols is None:
-                cols = threads[e.get("tid")] = (array("d"), array("d"), array("i"))
+                cols = self.threads[tid] = (array("d"), array("d"), array("i"))
             cols[0].append(ts)
             cols[1].append(ts + dur)
             cols[2].append(nid)
         elif cat == "user_annotation":
             m = OUR_STEP.match(name)
             if m:
-                ours.add(int(m.group(1)))
+                self.ours.add(int(m.group(1)))
             else:
                 m = PROFILER_STEP.match(name)
                 if m:
-                    prof.add(int(m.group(1)))
-    out = TraceProfile(path, len(ours) or len(prof) or (steps or 1), events=events)
-    for key, v in kern_self.items():
-        out.self_us[key] = v
-        out.count[key] = kern_count[key]
-    op_self = np.zeros(len(name_list))
-    op_count = np.zeros(len(name_list), dtype=np.int64)
-    for ts, end, nid in threads.values():
-        _self_times(np.frombuffer(ts), np.frombuffer(end), np.frombuffer(nid, dtype=np.int32), op_self, op_count)
-    for i, name in enumerate(name_list):
-        if op_count[i]:
-            key = ("collective" if name.startswith(_COLLECTIVE_OPS) else "op", name)
-            out.self_us[key] = out.self_us.get(key, 0.0) + float(op_self[i])
-            out.count[key] = out.count.get(key, 0) + int(op_count[i])
-    return out
+                    self.prof.add(int(m.group(1)))
+
+    def result(self, path: str, steps: int | None = None) -> TraceProfile:
+        out = TraceProfile(path, len(self.ours) or len(self.prof) or (steps or 1), events=self.events)
+        for key, v in self.kern_self.items():
+            out.self_us[key] = v
+            out.count[key] = self.kern_count[key]
+        op_self = np.zeros(len(self.name_list))
+        op_count = np.zeros(len(self.name_list), dtype=np.int64)
+        for ts, end, nid in self.threads.values():
+            _self_times(np.frombuffer(ts), np.frombuffer(end), np.frombuffer(nid, dtype=np.int32), op_self, op_count)
+        for i, name in enumerate(self.name_list):
+            if op_count[i]:
+                key = ("collective" if name.startswith(_COLLECTIVE_OPS) else "op", name)
+                out.self_us[key] = out.self_us.get(key, 0.0) + float(op_self[i])
+                out.count[key] = out.count.get(key, 0) + int(op_count[i])
+        return out
 
 
 def _self_times(ts: np.ndarray, end: np.ndarray, nid: np.ndarray, acc: np.ndarray, count: np.ndarray) -> None:

@@ -209,7 +209,7 @@ def analyze_path(
     from ..store.segments import step_range
     from .captures import with_captures
     from .detectors import StragglerParams, UtilizationParams, analyze
-    from .load import open_input
+    from .load import KINETO_TRACES, open_input
     from .tracelinks import with_trace_ids
 
     window_rows = window_rows or WINDOW_ROWS
@@ -267,4 +267,23 @@ def analyze_path(
     result.findings = with_trace_ids(result.findings, run.meta, run.table)
     if os.path.isdir(path):
         result.findings = with_captures(result.findings, path, run.warnings, run_last)
+    if run.kind == KINETO_TRACES:
+        result.summary["trace_breakdown"] = trace_breakdown(path, run.ranks, run.warnings)
     return result, run, None
+
+
+def trace_breakdown(path: str, ranks: dict[int, dict], warnings: list[str]) -> dict:
+    """``summary.trace_breakdown`` of a directory of Kineto traces: each rank's trace broken down
+    (:mod:`.tracebreakdown`) and the collectives' wait for late peers across them."""
+    from .table import TableError
+    from .tracebreakdown import breakdown, summarize
+
+    parts = {}
+    for rank, info in sorted(ranks.items()):
+        if not info.get("trace"):
+            continue
+        try:
+            parts[rank] = breakdown(os.path.join(path, info["trace"]))
+        except TableError as exc:
+            warnings.append(f"trace breakdown of rank {rank}: {exc}")
+    return summarize(parts)

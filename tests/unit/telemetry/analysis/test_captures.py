@@ -47,6 +47,7 @@ def test_the_straggler_adopts_its_capture_and_the_diff_names_the_op(tmp_path):
     result, _, _ = analyze_path(run)
     (f,) = [f for f in result.findings if f.kind == "straggler"]
     assert f.ranks == [2]
+    breakdown = f.capture.pop("breakdown")
     assert f.capture == {
         "id": "c1-straggler",
         "ranks": [2, 0],
@@ -54,6 +55,10 @@ def test_the_straggler_adopts_its_capture_and_the_diff_names_the_op(tmp_path):
         "steps": [150, 152],
         "dir": os.path.join("captures", "c1-straggler"),
     }
+    # each captured rank broken down (CPU traces: over CPU operators), the extra op on rank 2 on top
+    assert set(breakdown["ranks"]) == {"2", "0"} and breakdown["ranks"]["2"]["device"] == "cpu"
+    assert breakdown["ranks"]["2"]["ops"][0]["name"] == "aten::cdist"
+    assert breakdown["ranks"]["2"]["temporal"]["compute_us"] > breakdown["ranks"]["0"]["temporal"]["compute_us"]
     assert f.trace_diff[0]["name"] == "aten::cdist" and f.trace_diff[0]["flagged_ms_per_step"] == 0.3
     assert (
         f.causes[0]["kind"] == "slow_op" and "aten::cdist takes 0.30 ms per step on rank 2" in f.causes[0]["evidence"]
@@ -170,3 +175,37 @@ def test_one_slow_op_without_a_uniform_factor_is_named_alone():
     capture = {"ranks": [1, 0], "roles": {"1": "flagged", "0": "peer"}, "steps": [5, 7]}
     (cause,) = diff_causes(rows, capture)
     assert cause["kind"] == "slow_op" and "aten::mm" in cause["evidence"] and "3.00x its peer's" in cause["evidence"]
+
+
+def test_the_kernels_view_breaks_the_capture_down_per_rank_with_its_diff(tmp_path, monkeypatch):
+    import pytest
+
+    pytest.importorskip("streamlit")
+    from tests.helpers.apptest import run_app, show
+
+    run = str(tmp_path / "run")
+    sc = Scenario(
+        ranks=4, steps=300, seed=1, faults=(Fault("straggler", ranks=(2,), phase="forward", factor=1.5, start=100),)
+    )
+    write_simulated_run(sc, run)
+    capture(run, "c1-straggler", [2, 0], {"2": "flagged", "0": "peer"}, [150, 152])
+    at = show(run_app(monkeypatch, run), "kernels")
+    frames = [d.value for d in at.dataframe]
+    (temporal,) = [d for d in frames if "compute ms" in d.columns]
+    assert sorted(temporal["rank"]) == [0, 2] and set(temporal["role"]) == {"flagged", "peer"}
+    by_rank = temporal.set_index("rank")
+    assert by_rank.loc[2, "compute ms"] > by_rank.loc[0, "compute ms"]  # the extra aten::cdist
+    assert any("name" in d.columns and d["name"].iloc[0] == "aten::cdist" for d in frames)  # the diff first
+    assert any("ui.perfetto.dev" in c.value and "rank-2.json.gz" in c.value for c in at.caption)
+
+
+def test_the_kernels_view_says_how_to_get_traces_when_there_are_none(tmp_path, monkeypatch):
+    import pytest
+
+    pytest.importorskip("streamlit")
+    from tests.helpers.apptest import run_app, show
+
+    run = str(tmp_path / "run")
+    write_simulated_run(Scenario(ranks=2, steps=50, seed=1), run)
+    at = show(run_app(monkeypatch, run), "kernels")
+    assert any("telemetry capture RUN_DIR" in i.value for i in at.info)
