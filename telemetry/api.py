@@ -152,6 +152,7 @@ class Session:
                     c.capture_steps,
                     c.capture_max,
                     c.capture_min_interval_s,
+                    ctx.local_world_size,
                 )
 
             # Starts now when the process group exists, else on the first pipeline tick that sees it.

@@ -117,9 +117,14 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
       the extra time.
 
     Both can hold (a rank on a busy host that also runs one op more): the one op comes first.
+
+    With GPU traces, a third: the flagged rank's GPU idles waiting for launches (HTA's host wait: a
+    kernel launched after the previous one ended) for at least half of the span it has beyond the
+    peer's: ``host_bound``, first (the host side, not a kernel, is what to make faster).
     """
+    host = _host_bound(capture)
     if not rows or sum(max(0.0, r["flagged_ms_per_step"] - r["peer_ms_per_step"]) for r in rows) <= 0:
-        return []
+        return host
     roles = capture.get("roles") or {}
     flagged = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "flagged"), "?")
     peer = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "peer"), "?")
@@ -174,7 +179,40 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
                     ),
                 },
             )
-    return causes
+    return host + causes
+
+
+def _host_bound(capture: dict[str, Any]) -> list[dict[str, str]]:
+    parts = (capture.get("breakdown") or {}).get("ranks") or {}
+    roles = capture.get("roles") or {}
+    who = next((r for r in parts if roles.get(r) == "flagged"), None)
+    flagged = parts.get(who) if who is not None else None
+    peer = next((parts[r] for r in parts if roles.get(r) == "peer"), None)
+    if not flagged or not peer or flagged.get("device") != "gpu" or peer.get("device") != "gpu":
+        return []
+    n_f, n_p = max(len(flagged["steps"]), 1), max(len(peer["steps"]), 1)
+    extra_span = flagged["temporal"]["span_us"] / n_f - peer["temporal"]["span_us"] / n_p
+    extra_wait = flagged["idle"].get("host_wait_us", 0.0) / n_f - peer["idle"].get("host_wait_us", 0.0) / n_p
+    if extra_span <= 0 or extra_wait < 0.5 * extra_span:
+        return []
+    la = flagged.get("launch") or {}
+    launches = (
+        f"; its launch calls take {la['call_us_mean']:.1f} µs on average and {la['shorter_than_call']} of "
+        f"{la['count']} kernels run shorter than their launch"
+        if la.get("count")
+        else ""
+    )
+    return [
+        {
+            "kind": "host_bound",
+            "evidence": (
+                f"in the profiler capture, rank {who}'s GPU waits {extra_wait / 1e3:.2f} ms per step "
+                f"more than its peer's for the host to launch kernels ({extra_wait / extra_span:.0%} of its "
+                f"{extra_span / 1e3:.2f} ms longer step){launches}: the host is the bottleneck (CPU contention, "
+                "Python overhead, small kernels), not the device"
+            ),
+        }
+    ]
 
 
 def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -6,7 +6,9 @@ kind ``straggler``, ``slow_comm`` or ``data_stall`` that names ranks, within the
 ``capture_max`` per run, ``capture_min_interval_s`` apart), it picks the peer (the unflagged rank whose
 compute is the median in the latest block), a first step far enough ahead for every rank to hear of
 it (``online_wait_blocks`` + 2 blocks, and at least 3 s of steps at the latest block's step time),
-writes ``RUN_DIR/captures/<id>/manifest.json`` and posts the plan under the store key
+(on the first flagged rank's node when the ranks per node are known and another rank is there: a
+peer on the same host shares its CPU, memory and network, so what differs is the rank), writes
+``RUN_DIR/captures/<id>/manifest.json`` and posts the plan under the store key
 :data:`PLAN_KEY`, where every rank's pipeline thread looks once per block it posts
 (:meth:`Captures.poll`, one ``check`` of one key) and arms its
 :class:`~telemetry.recorder.capture.ProfilerCapture` when the plan names it. The traces land in
@@ -50,8 +52,10 @@ class Captures:
         steps: int = 3,
         max_captures: int = 2,
         min_interval_s: float = 600.0,
+        local_world: int = 0,
     ) -> None:
         self.store, self.rank, self.world = store, rank, world
+        self.local_world = local_world  # ranks per node (0: not known)
         self.every, self.wait_blocks = every, wait_blocks
         self.capturer, self.run_dir = capturer, run_dir
         self.steps, self.max_captures, self.min_interval_s = steps, max_captures, min_interval_s
@@ -89,7 +93,7 @@ class Captures:
                 self.over_budget += 1
                 continue
             flagged = [int(r) for r in d["ranks"]][:4]
-            peer = self._peer(flagged, block)
+            peer, peer_on = self._peer(flagged, block)
             if peer is None:
                 continue
             first = self._first_step(latest, block)
@@ -99,6 +103,7 @@ class Captures:
                 "id": cid,
                 "ranks": flagged + [peer],
                 "roles": {**{str(r): "flagged" for r in flagged}, str(peer): "peer"},
+                "peer": peer_on,
                 "steps": [first, first + self.steps - 1],
                 "block_steps": self.every,
                 "finding": {k: d.get(k) for k in ("kind", "ranks", "phase", "first_step", "last_step", "severity")},
@@ -177,19 +182,31 @@ class Captures:
         )
         return True
 
-    def _peer(self, flagged: list[int], block: Block | None) -> int | None:
-        """The unflagged rank whose compute is the median of the latest block's; else the next rank."""
+    def _node(self, rank: int) -> int | None:
+        """The node of ``rank``: ranks placed contiguously, ``local_world`` per node (as torchrun, SLURM's
+        block distribution and MPI's by-node mapping place them); None when not known."""
+        if 1 < self.local_world < self.world:
+            return rank // self.local_world
+        return None
+
+    def _peer(self, flagged: list[int], block: Block | None) -> tuple[int | None, str]:
+        """The peer and how it was chosen: the unflagged rank on the first flagged rank's node whose
+        compute is the median of theirs in the latest block ("same node"); with none there, the
+        unflagged rank with the median compute of all ("median rank"); with no block, the next rank."""
+        node = self._node(flagged[0])
         if block is not None and len(block.ranks):
             ranks, compute = [], []
             for r, mat in block.parts:
                 ranks.extend(r.tolist())
                 compute.extend(mat[:, FIXED.index("compute_s")].tolist())
-            cand = [(c, r) for r, c in zip(ranks, compute) if r not in flagged and np.isfinite(c)]
+            cand = sorted((c, r) for r, c in zip(ranks, compute) if r not in flagged and np.isfinite(c))
+            near = [(c, r) for c, r in cand if node is not None and self._node(int(r)) == node]
+            if near:
+                return int(near[len(near) // 2][1]), "same node"
             if cand:
-                cand.sort()
-                return int(cand[len(cand) // 2][1])
+                return int(cand[len(cand) // 2][1]), "median rank"
         others = [r for r in range(self.world) if r not in flagged]
-        return others[0] if others else None
+        return (others[0], "next rank") if others else (None, "")
 
     @staticmethod
     def _step_s(block: Block | None) -> float:

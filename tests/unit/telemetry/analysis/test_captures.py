@@ -209,3 +209,32 @@ def test_the_kernels_view_says_how_to_get_traces_when_there_are_none(tmp_path, m
     write_simulated_run(Scenario(ranks=2, steps=50, seed=1), run)
     at = show(run_app(monkeypatch, run), "kernels")
     assert any("telemetry capture RUN_DIR" in i.value for i in at.info)
+
+
+def _gpu_part(span_us, host_wait_us):
+    return {
+        "rank": None,
+        "device": "gpu",
+        "steps": [1, 2],
+        "temporal": {"span_us": span_us},
+        "idle": {"host_wait_us": host_wait_us},
+        "launch": {"count": 100, "call_us_mean": 12.0, "shorter_than_call": 80},
+    }
+
+
+def test_a_gpu_waiting_on_its_host_is_host_bound_before_any_op():
+    from telemetry.analysis.captures import diff_causes
+
+    capture = {
+        "ranks": [1, 0],
+        "roles": {"1": "flagged", "0": "peer"},
+        "steps": [10, 12],
+        "breakdown": {"ranks": {"1": _gpu_part(30_000, 12_000), "0": _gpu_part(20_000, 2_000)}},
+    }
+    rows = [{"name": "aten::mm", "kind": "op", "flagged_ms_per_step": 9.0, "peer_ms_per_step": 4.0, "ratio": 2.25}]
+    causes = diff_causes(rows, capture)
+    assert [c["kind"] for c in causes] == ["host_bound", "slow_op"]
+    assert "rank 1's GPU waits 5.00 ms per step more" in causes[0]["evidence"] and "100%" in causes[0]["evidence"]
+    # the same host wait on both ranks: not the cause
+    capture["breakdown"]["ranks"]["0"] = _gpu_part(20_000, 12_000)
+    assert [c["kind"] for c in diff_causes(rows, capture)] == ["slow_op"]
