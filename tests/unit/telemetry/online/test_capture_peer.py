@@ -8,9 +8,8 @@ from telemetry.online.wire import FIXED, Block
 
 
 def block(compute):
-    vec = lambda c: np.array([1, 10, 0.1, c, 0.0, 0.0, 0.0])  # noqa: E731
     assert len(FIXED) == 7
-    return Block.of({r: vec(c) for r, c in compute.items()})
+    return Block.of({r: np.array([1, 10, 0.1, c, 0.0, 0.0, 0.0]) for r, c in compute.items()})
 
 
 def captures(world, local_world):
