@@ -153,6 +153,7 @@ class Session:
                     c.capture_max,
                     c.capture_min_interval_s,
                     ctx.local_world_size,
+                    c.capture_baseline,
                 )
 
             # Starts now when the process group exists, else on the first pipeline tick that sees it.

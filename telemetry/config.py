@@ -93,7 +93,10 @@ class Config:
     online_wait_blocks: int = 3  # how many blocks late a rank may be before it is named missing
     capture: bool = True  # profile the ranks a new online finding names, and a healthy peer, for a few steps
     capture_steps: int = 3  # steps per capture
-    capture_max: int = 2  # captures per run at most
+    capture_max: int = 3  # captures per run at most (the baseline counts)
+    capture_baseline: bool = (
+        True  # one baseline capture per run, after warm-up: what a job-wide finding is compared with
+    )
     capture_min_interval_s: float = 600.0  # seconds between two captures at least
     capture_max_mb: float = 256.0  # a rank's trace of one capture at most (gzipped; a larger one is deleted)
     online_interval_s: float = 5.0  # rank 0 analyzes at most this often
@@ -245,7 +248,16 @@ class Config:
                 f"busy_warn_bound={self.busy_warn_bound} is above busy_bound={self.busy_bound}; accepted: "
                 "busy_warn_bound <= busy_bound (a busy share under busy_warn_bound is a warning, under busy_bound info)"
             )
-        for name in ("strict", "collectives", "handle_sigterm", "online", "announce", "profiler_ranges", "capture"):
+        for name in (
+            "strict",
+            "collectives",
+            "handle_sigterm",
+            "online",
+            "announce",
+            "profiler_ranges",
+            "capture",
+            "capture_baseline",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prometheus_host, str) or not _HOST_RE.fullmatch(self.prometheus_host):

@@ -9,6 +9,12 @@ the finding then gains ``capture`` (``id``, ``ranks``, ``roles``, ``steps``, ``d
 run directory) and ``trace_diff``: the first flagged rank's trace against the peer's
 (:func:`~.tracediff.trace_diff`). A capture without both traces (still being written, or a rank that
 missed its steps) is adopted with ``trace_diff`` empty and ``capture.missing`` naming the ranks.
+
+A job-wide finding (no ranks: a regression, or a job-wide slow_comm or data_stall) adopts a capture
+planned for a job-wide finding (manifest ``job_wide``) whose steps lie within its own, the same way;
+its ``trace_diff`` compares the capture's first rank with that rank's trace in the run's baseline
+capture (manifest ``reason`` ``baseline``, named by the capture's ``baseline``), and ``capture``
+gains ``baseline`` (``id``, ``steps``, ``rank``). The baseline capture itself is adopted by no finding.
 """
 
 from __future__ import annotations
@@ -61,7 +67,12 @@ def adopts(f: Finding, m: dict[str, Any]) -> bool:
     """Whether finding ``f`` adopts capture ``m`` (its flagged ranks among the finding's; its steps
     within the finding's, or within one online block of them)."""
     flagged = [r for r in m["ranks"] if m["roles"].get(r) == "flagged"]
-    if not flagged or not set(flagged) <= set(f.ranks):
+    if not flagged:
+        return False
+    if m.get("job_wide"):
+        if f.ranks:
+            return False
+    elif not set(flagged) <= set(f.ranks):
         return False
     if f.first_step is None or f.last_step is None:
         return True
@@ -87,6 +98,7 @@ def with_captures(
         manifests = [m for m in manifests if m not in late]
     if not manifests or not findings:
         return findings
+    by_id = {m["id"]: m for m in manifests}
     diffs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     out = []
     for f in findings:
@@ -95,9 +107,20 @@ def with_captures(
             out.append(f)
             continue
         m = chosen[-1]
-        if m["id"] not in diffs:
-            diffs[m["id"]] = _diff(run_dir, m, warnings)
-        capture, rows = diffs[m["id"]]
+        base = by_id.get(m.get("baseline") or "") if m.get("job_wide") else None
+        if base is not None and f.first_step is not None and base["steps"][1] >= f.first_step:
+            if warnings is not None:
+                warnings.append(
+                    f"capture {m['id']}: its baseline {base['id']} (steps {base['steps'][0]}-{base['steps'][1]}) "
+                    f"was taken after the change began at step {f.first_step}; no diff against it"
+                )
+            base = None
+        key = f"{m['id']} {base['id'] if base else ''}"
+        if key not in diffs:
+            diffs[key] = (
+                _baseline_diff(run_dir, m, base, warnings) if m.get("job_wide") else _diff(run_dir, m, warnings)
+            )
+        capture, rows = diffs[key]
         causes = diff_causes(rows, capture) + [c for c in f.causes]
         out.append(dataclasses.replace(f, capture=capture, trace_diff=rows, causes=causes))
     return out
@@ -125,9 +148,7 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
     host = _host_bound(capture)
     if not rows or sum(max(0.0, r["flagged_ms_per_step"] - r["peer_ms_per_step"]) for r in rows) <= 0:
         return host
-    roles = capture.get("roles") or {}
-    flagged = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "flagged"), "?")
-    peer = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "peer"), "?")
+    us, them, other = _sides(capture)
     steps = capture.get("steps") or ["?", "?"]
     where_seen = f"in the profiler capture (steps {steps[0]}-{steps[1]})"
     causes: list[dict[str, str]] = []
@@ -143,8 +164,7 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
                     "kind": "uniform_slowdown",
                     "evidence": (
                         f"{where_seen}, {len(alike)} ops and kernels are each about {med:.2f}x slower on "
-                        f"rank {flagged} than on rank {peer}: the device or the host as a whole (clocks, "
-                        "contention), not one op"
+                        f"{us} than on {them}: the device or the host as a whole (clocks, contention), not one op"
                     ),
                 }
             )
@@ -159,13 +179,13 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
             kind = {"op": "slow_op", "kernel": "slow_kernel", "collective": "slow_collective"}.get(
                 top["kind"], "slow_op"
             )
-            than = f"{top['ratio']:.2f}x its peer's" if top["ratio"] is not None else "its peer never ran it"
+            than = f"{top['ratio']:.2f}x {other}'s" if top["ratio"] is not None else f"{other} never ran it"
             where = (
                 "the link, or the peers it waits for"
                 if top["kind"] == "collective"
                 else "its inputs on this rank, or the device it runs on"
             )
-            share = f"{top_extra / total:.0%} of rank {flagged}'s extra time there"
+            share = f"{top_extra / total:.0%} of the extra time there"
             if factor > 1.0:
                 share += f" beyond the {factor:.2f}x every op shows"
             causes.insert(
@@ -174,20 +194,37 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
                     "kind": kind,
                     "evidence": (
                         f"{where_seen}, {top['name']} takes {top['flagged_ms_per_step']:.2f} ms per step on "
-                        f"rank {flagged} against {top['peer_ms_per_step']:.2f} on rank {peer} ({than}): "
-                        f"{share}; look at {where}"
+                        f"{us} against {top['peer_ms_per_step']:.2f} on {them} ({than}): {share}; look at {where}"
                     ),
                 },
             )
     return host + causes
 
 
+def _sides(capture: dict[str, Any]) -> tuple[str, str, str]:
+    """How the causes name the two sides of a diff: (the flagged side, the other, the other in short)."""
+    base = capture.get("baseline")
+    if base:
+        steps = base.get("steps") or ["?", "?"]
+        return f"rank {base.get('rank')} now", f"its baseline capture (steps {steps[0]}-{steps[1]})", "the baseline"
+    roles = capture.get("roles") or {}
+    flagged = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "flagged"), "?")
+    peer = next((r for r in capture.get("ranks", []) if roles.get(str(r)) == "peer"), "?")
+    return f"rank {flagged}", f"rank {peer}", "its peer"
+
+
 def _host_bound(capture: dict[str, Any]) -> list[dict[str, str]]:
     parts = (capture.get("breakdown") or {}).get("ranks") or {}
-    roles = capture.get("roles") or {}
-    who = next((r for r in parts if roles.get(r) == "flagged"), None)
-    flagged = parts.get(who) if who is not None else None
-    peer = next((parts[r] for r in parts if roles.get(r) == "peer"), None)
+    base = capture.get("baseline") or {}
+    if base:
+        who = str(base.get("rank"))
+        flagged, peer = parts.get(who), base.get("breakdown")
+    else:
+        roles = capture.get("roles") or {}
+        who = next((r for r in parts if roles.get(r) == "flagged"), None)
+        flagged = parts.get(who) if who is not None else None
+        peer = next((parts[r] for r in parts if roles.get(r) == "peer"), None)
+    _, them, _ = _sides(capture)
     if not flagged or not peer or flagged.get("device") != "gpu" or peer.get("device") != "gpu":
         return []
     n_f, n_p = max(len(flagged["steps"]), 1), max(len(peer["steps"]), 1)
@@ -207,7 +244,7 @@ def _host_bound(capture: dict[str, Any]) -> list[dict[str, str]]:
             "kind": "host_bound",
             "evidence": (
                 f"in the profiler capture, rank {who}'s GPU waits {extra_wait / 1e3:.2f} ms per step "
-                f"more than its peer's for the host to launch kernels ({extra_wait / extra_span:.0%} of its "
+                f"more than on {them} for the host to launch kernels ({extra_wait / extra_span:.0%} of its "
                 f"{extra_span / 1e3:.2f} ms longer step){launches}: the host is the bottleneck (CPU contention, "
                 "Python overhead, small kernels), not the device"
             ),
@@ -240,3 +277,50 @@ def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[
         return capture, []
     capture["breakdown"] = summarize(parts)
     return capture, rows
+
+
+def _baseline_diff(
+    run_dir: str, m: dict[str, Any], base: dict[str, Any] | None, warnings: list[str] | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A job-wide finding's capture against the run's baseline capture: the first rank with a trace in
+    both, its steps now against its steps then."""
+    capture = {
+        "id": m["id"],
+        "ranks": m["ranks"],
+        "roles": {str(r): role for r, role in m["roles"].items()},
+        "steps": m["steps"],
+        "dir": os.path.join(CAPTURES, m["id"]),
+    }
+    have = [r for r in m["ranks"] if os.path.isfile(trace_path(run_dir, m["id"], r))]
+    if len(have) < len(m["ranks"]):
+        capture["missing"] = [r for r in m["ranks"] if r not in have]
+    if not have:
+        return capture, []
+    n = m["steps"][1] - m["steps"][0] + 1
+    try:
+        parts = {r: breakdown(trace_path(run_dir, m["id"], r), steps_hint=n) for r in have}
+    except Exception as exc:  # noqa: BLE001 - a trace that does not read costs only its diff (said)
+        if warnings is not None:
+            warnings.append(f"capture {m['id']}: its traces do not read ({exc}); no trace_diff")
+        return capture, []
+    capture["breakdown"] = summarize(parts)
+    rank = next((r for r in have if base and os.path.isfile(trace_path(run_dir, base["id"], r))), None)
+    if base is None or rank is None:
+        if warnings is not None and base is not None:
+            warnings.append(f"capture {m['id']}: its baseline {base['id']} has no trace of its ranks; no diff")
+        return capture, []
+    nb = base["steps"][1] - base["steps"][0] + 1
+    try:
+        then = breakdown(trace_path(run_dir, base["id"], rank), steps_hint=nb)
+    except Exception as exc:  # noqa: BLE001 - a baseline that does not read costs only the diff (said)
+        if warnings is not None:
+            warnings.append(f"capture {base['id']}: its trace of rank {rank} does not read ({exc}); no trace_diff")
+        return capture, []
+    capture["baseline"] = {
+        "id": base["id"],
+        "steps": base["steps"],
+        "rank": rank,
+        "dir": os.path.join(CAPTURES, base["id"]),
+        "breakdown": summarize({rank: then})["ranks"][str(rank)],
+    }
+    return capture, trace_diff(parts[rank].profile, then.profile)

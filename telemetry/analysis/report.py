@@ -188,6 +188,12 @@ def render(
             who = " against ".join(f"rank {r} ({roles.get(str(r), '?')})" for r in f.capture.get("ranks", []))
             steps = f.capture.get("steps") or ["?", "?"]
             out.append(f"      capture {f.capture.get('dir')}: {who}, steps {steps[0]}-{steps[1]}")
+            base = f.capture.get("baseline")
+            if base:
+                out.append(
+                    f"      against the run's baseline capture {base.get('dir')}: rank {base.get('rank')}, steps "
+                    f"{base['steps'][0]}-{base['steps'][1]} (the diff: its time per step now against then)"
+                )
             for row in (f.trace_diff or [])[:5]:
                 ratio = f"{row['ratio']:.2f}x" if row.get("ratio") is not None else "only here"
                 out.append(
@@ -197,17 +203,17 @@ def render(
             bd = f.capture.get("breakdown") or {}
             for part in (bd.get("ranks") or {}).values():
                 out.append("        " + breakdown_text(part, brief=True))
+            if base and base.get("breakdown"):
+                out.append("        baseline: " + breakdown_text(base["breakdown"], brief=True))
             out.extend("      " + line for line in waits_text(bd.get("waits") or {}))
             if not f.trace_diff:
-                out.append(
-                    "        (no diff: "
-                    + (
-                        "traces missing for ranks " + str(f.capture["missing"])
-                        if f.capture.get("missing")
-                        else "no op costs the flagged rank more"
-                    )
-                    + ")"
-                )
+                if f.capture.get("missing"):
+                    why = f"traces missing for ranks {f.capture['missing']}"
+                elif "peer" not in roles.values() and not base:
+                    why = "no baseline capture to compare with"
+                else:
+                    why = "no op costs the flagged rank more"
+                out.append(f"        (no diff: {why})")
     if online:
         out.append("\n" + online_section(online, analysis.findings).rstrip())
     gaps = [f for f in analysis.findings if f.kind == "low_utilization"]

@@ -35,7 +35,9 @@ log = logging.getLogger("telemetry")
 
 PLAN_KEY = "capture/plan"
 REQUESTS = "requests"  # RUN_DIR/captures/requests/*.json: captures asked for by hand (telemetry capture)
-TRIGGERS = ("straggler", "slow_comm", "data_stall")
+TRIGGERS = ("straggler", "slow_comm", "data_stall")  # with ranks: those ranks and a peer
+JOB_WIDE = ("regression", "utilization_regression", "slow_comm", "data_stall")  # without: against the baseline
+POSTED = 4  # plans PLAN_KEY holds (the latest)
 LEAD_S = 3.0  # the first captured step is at least this far ahead, at the latest step time
 
 
@@ -53,6 +55,7 @@ class Captures:
         max_captures: int = 2,
         min_interval_s: float = 600.0,
         local_world: int = 0,
+        baseline: bool = True,
     ) -> None:
         self.store, self.rank, self.world = store, rank, world
         self.local_world = local_world  # ranks per node (0: not known)
@@ -62,57 +65,124 @@ class Captures:
         self.planned = 0
         self.over_budget = 0  # findings that would have been captured, past the budget
         self._last_plan = -math.inf
-        self._seen: str | None = None
+        self._busy_until = -1  # the last step of the latest plan: the next starts after it
+        self._seen: list[str] = []  # plan ids this rank has read
+        self._posted: list[dict[str, Any]] = []  # rank 0: the latest plans, as PLAN_KEY holds them
+        # the run's baseline capture: None to take (when ``baseline``), then its plan ({} when not taken)
+        self.baseline_plan: dict[str, Any] | None = None if baseline else {}
         self._once = LogOnce()
 
     # ---- every rank, pipeline thread ---------------------------------------------------------
     def poll(self) -> None:
-        """Arm this rank's capture when a new plan names it (one ``check`` of one key)."""
+        """Arm this rank's captures when new plans name it (one ``check`` of one key, which holds the
+        latest :data:`POSTED` plans: two planned between this rank's polls are both seen)."""
         try:
             if not self.store.check([PLAN_KEY]):
                 return
             raw = self.store.get(PLAN_KEY)
-            plan = json.loads(raw.decode() if isinstance(raw, (bytes, bytearray)) else raw)
-            if plan["id"] == self._seen:
-                return
-            self._seen = plan["id"]
-            if self.rank in plan["ranks"]:
-                path = os.path.join(self.run_dir, "captures", plan["id"], f"rank-{self.rank}.json.gz")
-                self.capturer.arm(plan["id"], int(plan["steps"][0]), int(plan["steps"][1]), path)
+            plans = json.loads(raw.decode() if isinstance(raw, (bytes, bytearray)) else raw)
+            for plan in plans if isinstance(plans, list) else [plans]:
+                if plan["id"] in self._seen:
+                    continue
+                self._seen = (self._seen + [plan["id"]])[-2 * POSTED :]
+                if self.rank in plan["ranks"]:
+                    path = os.path.join(self.run_dir, "captures", plan["id"], f"rank-{self.rank}.json.gz")
+                    self.capturer.arm(plan["id"], int(plan["steps"][0]), int(plan["steps"][1]), path)
         except Exception as exc:  # noqa: BLE001 - a plan not read costs only its capture
             self._once("poll", "telemetry: a capture plan was not read (%s); further failures skipped", exc)
 
     # ---- rank 0, online thread ---------------------------------------------------------------
     def consider(self, findings: list[dict[str, Any]], latest: int, block: Block | None) -> None:
-        """Plan a capture for the first of ``findings`` (new online findings) that warrants one."""
+        """After each online analysis: plan a capture for the first of ``findings`` (its new findings)
+        that warrants one, or else, once, the run's baseline."""
         for d in findings:
-            if d.get("kind") not in TRIGGERS or d.get("severity") not in ("warning", "critical") or not d.get("ranks"):
+            if d.get("severity") not in ("warning", "critical"):
+                continue
+            job_wide = not d.get("ranks")
+            if (d.get("kind") not in JOB_WIDE) if job_wide else (d.get("kind") not in TRIGGERS):
                 continue
             now = time.monotonic()
             if self.planned >= self.max_captures or now - self._last_plan < self.min_interval_s:
                 self.over_budget += 1
                 continue
-            flagged = [int(r) for r in d["ranks"]][:4]
-            peer, peer_on = self._peer(flagged, block)
-            if peer is None:
-                continue
-            first = self._first_step(latest, block)
-            # the time in the id: a later session writing the same run directory adds, never overwrites
-            cid = f"{time.strftime('%Y%m%d-%H%M%S')}-{d['kind']}-rank{'-'.join(map(str, flagged))}"
-            plan = {
-                "id": cid,
-                "ranks": flagged + [peer],
-                "roles": {**{str(r): "flagged" for r in flagged}, str(peer): "peer"},
-                "peer": peer_on,
-                "steps": [first, first + self.steps - 1],
-                "block_steps": self.every,
-                "finding": {k: d.get(k) for k in ("kind", "ranks", "phase", "first_step", "last_step", "severity")},
-                "time_s": time.time(),
-                "reason": "finding",
-            }
-            if self._post_plan(plan):
-                d["capture_id"] = cid
+            plan = self._job_wide_plan(d, latest, block) if job_wide else self._finding_plan(d, latest, block)
+            if plan is not None and self._post_plan(plan):
+                d["capture_id"] = plan["id"]
                 return
+        if self.baseline_plan is None:
+            self._plan_baseline(latest, block)
+
+    def _finding_plan(self, d: dict[str, Any], latest: int, block: Block | None) -> dict[str, Any] | None:
+        flagged = [int(r) for r in d["ranks"]][:4]
+        peer, peer_on = self._peer(flagged, block)
+        if peer is None:
+            return None
+        first = self._first_step(latest, block)
+        return {
+            # the time in the id: a later session writing the same run directory adds, never overwrites
+            "id": f"{time.strftime('%Y%m%d-%H%M%S')}-{d['kind']}-rank{'-'.join(map(str, flagged))}",
+            "ranks": flagged + [peer],
+            "roles": {**{str(r): "flagged" for r in flagged}, str(peer): "peer"},
+            "peer": peer_on,
+            "steps": [first, first + self.steps - 1],
+            "block_steps": self.every,
+            "finding": self._finding(d),
+            "time_s": time.time(),
+            "reason": "finding",
+        }
+
+    def _job_wide_plan(self, d: dict[str, Any], latest: int, block: Block | None) -> dict[str, Any]:
+        """A job-wide finding: the baseline's ranks again, to be compared with their baseline traces
+        (with no baseline, rank 0 and a peer, and no comparison)."""
+        base = self.baseline_plan or {}
+        onset = d.get("first_step")
+        if base and onset is not None and base["steps"][1] >= int(onset):
+            base = {"ranks": base["ranks"]}  # taken after the change began: not what the job was before it
+        ranks = list(base.get("ranks") or self._baseline_ranks(block))
+        first = self._first_step(latest, block)
+        return {
+            "id": f"{time.strftime('%Y%m%d-%H%M%S')}-{d['kind']}-job",
+            "ranks": ranks,
+            "roles": {str(r): "flagged" for r in ranks},
+            "job_wide": True,
+            "baseline": base.get("id"),
+            "steps": [first, first + self.steps - 1],
+            "block_steps": self.every,
+            "finding": self._finding(d),
+            "time_s": time.time(),
+            "reason": "finding",
+        }
+
+    def _plan_baseline(self, latest: int, block: Block | None) -> None:
+        """The run's baseline: rank 0 and a peer, a few steps after the first analysis (past warm-up),
+        for a job-wide finding later to be compared with. Counted in ``capture_max``, not held to
+        its interval (a finding soon after is still captured)."""
+        if self.planned >= self.max_captures:
+            self.baseline_plan = {}
+            return
+        ranks = self._baseline_ranks(block)
+        first = self._first_step(latest, block)
+        plan = {
+            "id": f"{time.strftime('%Y%m%d-%H%M%S')}-baseline",
+            "ranks": ranks,
+            "roles": {str(r): "baseline" for r in ranks},
+            "steps": [first, first + self.steps - 1],
+            "block_steps": self.every,
+            "finding": None,
+            "time_s": time.time(),
+            "reason": "baseline",
+        }
+        last_plan = self._last_plan
+        self.baseline_plan = plan if self._post_plan(plan) else {}
+        self._last_plan = last_plan  # the baseline does not start the interval
+
+    def _baseline_ranks(self, block: Block | None) -> list[int]:
+        peer, _ = self._peer([0], block)
+        return [0] if peer is None else [0, peer]
+
+    @staticmethod
+    def _finding(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: d.get(k) for k in ("kind", "ranks", "phase", "first_step", "last_step", "severity")}
 
     def requests(self, latest: int, block: Block | None) -> None:
         """Rank 0: plan the captures asked for with ``telemetry capture`` (request files in
@@ -156,23 +226,27 @@ class Captures:
             )
 
     def _first_step(self, latest: int, block: Block | None) -> int:
-        """The first captured step: far enough ahead for every rank to hear of the plan first."""
+        """The first captured step: far enough ahead for every rank to hear of the plan first, and after
+        the last step of the plan before (plans never overlap: each rank runs them in turn)."""
         step_s = self._step_s(block)
         lead = max((self.wait_blocks + 2) * self.every, math.ceil(LEAD_S / step_s) if step_s > 0 else 0)
-        return (latest + 1) * self.every + lead
+        return max((latest + 1) * self.every + lead, self._busy_until + 1)
 
     def _post_plan(self, plan: dict[str, Any]) -> bool:
         cid = plan["id"]
         try:
             os.makedirs(os.path.join(self.run_dir, "captures", cid), exist_ok=True)
             write_json_atomic(os.path.join(self.run_dir, "captures", cid, "manifest.json"), plan)
-            self.store.set(PLAN_KEY, json.dumps(plan))
+            self.store.set(PLAN_KEY, json.dumps((self._posted + [plan])[-POSTED:]))
         except Exception as exc:  # noqa: BLE001 - a capture not planned costs only itself
             self._once("plan", "telemetry: a capture was not planned (%s); further failures skipped", exc)
             return False
+        self._posted = (self._posted + [plan])[-POSTED:]
         self.planned += 1
         self._last_plan = time.monotonic()
-        log.warning(
+        self._busy_until = max(self._busy_until, int(plan["steps"][1]))
+        log.log(
+            logging.INFO if plan["reason"] == "baseline" else logging.WARNING,  # every run takes one: no warning
             "telemetry: [online] capturing steps %d-%d on ranks %s (%s): %s",
             plan["steps"][0],
             plan["steps"][1],

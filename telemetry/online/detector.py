@@ -287,6 +287,8 @@ class OnlineDetector:
         """One analysis of the window; False when there were too few blocks to analyze."""
         from ..analysis.detectors import UtilizationParams, analyze
         from ..analysis.detectors.lost import lost_rank_of_blocks, missing_streaks
+        from ..analysis.detectors.matrix import MIN_WINDOWS
+        from ..analysis.detectors.regression import RegressionParams
 
         t0 = time.perf_counter()
         try:
@@ -294,7 +296,13 @@ class OnlineDetector:
             if table.empty or table["step"].nunique() < 4:
                 return False
             util = UtilizationParams(bound=self.busy_bound, warn_bound=self.busy_warn_bound)
-            result = analyze(table, step_resolution=False, utilization=util)
+            # rows are blocks of K steps, each a median of many: a regression is held to the bar the live
+            # view holds its windows to (segments of 5 blocks, z 3.5), not a single step's (8 rows, z 6:
+            # a change after 15 blocks could never reach it)
+            blocks = RegressionParams(
+                min_segment=MIN_WINDOWS, min_persist_steps=MIN_WINDOWS, z_min=RegressionParams.z_windows
+            )
+            result = analyze(table, step_resolution=False, utilization=util, regression=blocks)
             self.analyses += 1
             took = time.perf_counter() - t0
             self.analysis_s += took
@@ -324,7 +332,7 @@ class OnlineDetector:
                 d = online_finding(lost_rank_of_blocks(rank, first, latest, self.every), self.every)
                 new.append(d)
                 log.warning("telemetry: [online] %s rank_lost: %s", d["severity"], d["evidence"])
-            if new and self.captures is not None:
+            if self.captures is not None:  # a capture for a new finding, or else (once) the run's baseline
                 self.captures.consider(new, latest, self._rows[latest])
             counts = dict(result.summary.get("by_kind", {}))
             if streaks:

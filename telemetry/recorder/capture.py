@@ -9,6 +9,8 @@ capture that names this rank (:mod:`telemetry.online.capture`). Never raises int
 a failure is counted and said once, and the capture is dropped.
 
 - A step already past the plan's last when armed: ``missed``.
+- Several plans may be held at once (the job plans them over disjoint steps: a baseline, a finding's,
+  one asked for): each runs in turn, by its first step.
 - The user's own profiler session active: ``skipped`` (said once): two sessions cannot run at once.
 - The trace is exported (``export_chrome_trace``) and gzipped to the plan's path by a daemon thread,
   never on the training thread; a trace over ``max_bytes`` is deleted and counted ``over_budget``.
@@ -37,41 +39,53 @@ def _user_profiler_active() -> bool:
         return False
 
 
+PENDING = 4  # plans held at once (a baseline, a finding's and an asked capture, over disjoint steps)
+
+
 class ProfilerCapture:
     def __init__(self, rec: Any, rank: int, max_bytes: int = 256 << 20) -> None:
         self.rec = rec
         self.rank = rank
         self.max_bytes = max_bytes
-        self.plan: tuple[str, int, int, str] | None = None  # (id, first step, last step, path of the trace)
+        # plans not yet done, by first step: (id, first step, last step, path of the trace); replaced whole
+        # (a tuple) under _lock, which no user code runs inside
+        self.plans: tuple[tuple[str, int, int, str], ...] = ()
+        self.running: tuple[str, int, int, str] | None = None
         self.prof: Any = None
         self.stats = {"taken": 0, "missed": 0, "skipped": 0, "failed": 0, "over_budget": 0, "bytes": 0}
         self._once = LogOnce()
+        self._lock = threading.Lock()
         self._writers: list[threading.Thread] = []
 
     # ---- pipeline thread ----------------------------------------------------------------
     def arm(self, capture_id: str, first: int, last: int, path: str) -> None:
-        """Plan a capture of steps ``first`` to ``last`` into ``path`` (a newer plan replaces one not started)."""
-        if self.prof is not None:
-            return  # one at a time: the running capture finishes first
-        self.plan = (capture_id, first, last, path)
-        self.rec.capture = self
+        """Plan a capture of steps ``first`` to ``last`` into ``path``, beside the plans already held
+        (the job plans them over disjoint steps); one already held is not planned twice, and past
+        :data:`PENDING` plans the latest-starting is dropped."""
+        with self._lock:
+            if any(p[0] == capture_id for p in self.plans) or (self.running and self.running[0] == capture_id):
+                return
+            plans = sorted(self.plans + ((capture_id, first, last, path),), key=lambda p: p[1])
+            self.plans = tuple(plans[:PENDING])
+            self.rec.capture = self
 
     # ---- training thread ----------------------------------------------------------------
     def on_step(self, index: int) -> None:
         """Called at each step's begin while armed."""
+        plan = None
         try:
-            plan = self.plan
-            if plan is None:
-                self.rec.capture = None
-                return
-            _, first, last, path = plan
-            if self.prof is None:
+            if self.prof is not None:
+                if index <= self.running[2]:
+                    return
+                self._stop()
+            for plan in self.plans:
+                _, first, last, _path = plan
                 if index < first:
                     return
                 if index > last:
                     self.stats["missed"] += 1
-                    self._done()
-                    return
+                    self._done(plan)
+                    continue
                 if _user_profiler_active():
                     self.stats["skipped"] += 1
                     self._once(
@@ -79,8 +93,8 @@ class ProfilerCapture:
                         "telemetry: a profiler capture was skipped: your own profiler session is active "
                         "(further captures during one are skipped too, counted in stats)",
                     )
-                    self._done()
-                    return
+                    self._done(plan)
+                    continue
                 import torch
 
                 activities = [torch.profiler.ProfilerActivity.CPU]
@@ -88,24 +102,27 @@ class ProfilerCapture:
                     activities.append(torch.profiler.ProfilerActivity.CUDA)
                 prof = torch.profiler.profile(activities=activities)
                 prof.start()
-                self.prof = prof
-            elif index > last:
-                self._stop()
+                self.prof, self.running = prof, plan
+                return
+            self._done(None)
         except Exception as exc:  # noqa: BLE001 - a capture must never break training
             self.stats["failed"] += 1
             self._once("failed", "telemetry: a profiler capture failed (%s); dropped, further failures counted", exc)
             self.prof = None
-            self._done()
+            self._done(self.running or plan)
+            self.running = None
 
     def finish(self) -> None:
-        """At shutdown: a capture still running is stopped and written (what it has)."""
+        """At shutdown: a capture still running is stopped and written (what it has); the rest are dropped."""
         if self.prof is not None:
             try:
                 self._stop()
             except Exception as exc:  # noqa: BLE001 - shutdown goes on
                 self.stats["failed"] += 1
                 self._once("failed", "telemetry: a profiler capture failed at shutdown (%s)", exc)
-        self._done()
+        with self._lock:
+            self.plans = ()
+            self.rec.capture = None
 
     def join(self, timeout_s: float) -> None:
         for t in self._writers:
@@ -113,16 +130,19 @@ class ProfilerCapture:
 
     def _stop(self) -> None:
         prof, self.prof = self.prof, None
+        plan, self.running = self.running, None
+        self._done(plan)
         prof.stop()
-        path = self.plan[3]
-        self._done()
-        t = threading.Thread(target=self._write, args=(prof, path), name="telemetry-capture", daemon=True)
+        t = threading.Thread(target=self._write, args=(prof, plan[3]), name="telemetry-capture", daemon=True)
         self._writers = [w for w in self._writers if w.is_alive()] + [t]
         t.start()
 
-    def _done(self) -> None:
-        self.plan = None
-        self.rec.capture = None
+    def _done(self, plan: tuple[str, int, int, str] | None) -> None:
+        """``plan`` is over (taken, missed or dropped); with none left the hot path is back to one test."""
+        with self._lock:
+            self.plans = tuple(p for p in self.plans if p is not plan)
+            if not self.plans:
+                self.rec.capture = None
 
     def _write(self, prof: Any, path: str) -> None:
         tmp = path[: -len(".gz")] + f".{os.getpid()}.tmp"

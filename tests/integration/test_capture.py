@@ -30,9 +30,13 @@ def test_a_finding_is_captured_on_its_rank_and_a_peer_and_the_diff_names_the_op(
         online = [json.loads(line) for line in f]
     captured = [d for d in online if d.get("capture_id")]
     assert captured and captured[0]["kind"] == "straggler" and captured[0]["ranks"] == [2], online
-    (manifest_path,) = glob.glob(os.path.join(run, "captures", "*", "manifest.json"))
-    with open(manifest_path) as f:
-        manifest = json.load(f)
+    manifests = {}
+    for path in glob.glob(os.path.join(run, "captures", "*", "manifest.json")):
+        with open(path) as f:
+            manifests[path] = json.load(f)
+    # the run's baseline (rank 0 and a peer, after the first analysis) and the finding's capture
+    assert sorted(m["reason"] for m in manifests.values()) == ["baseline", "finding"], manifests
+    ((manifest_path, manifest),) = [(p, m) for p, m in manifests.items() if m["reason"] == "finding"]
     assert manifest["id"] == captured[0]["capture_id"] and manifest["ranks"][0] == 2
     (peer,) = [int(r) for r, role in manifest["roles"].items() if role == "peer"]
     assert peer != 2 and manifest["steps"][1] - manifest["steps"][0] == 2  # 3 steps, the same on both ranks
@@ -95,3 +99,39 @@ def test_telemetry_capture_asks_a_running_job_for_traces(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_a_job_wide_regression_is_captured_and_diffed_against_the_runs_baseline(tmp_path):
+    """A real 2-rank gloo demo whose every rank does its compute twice from step 500: the run's baseline
+    capture (rank 0 and 1, early), an online regression, a capture of the same ranks after it naming the
+    baseline, and ``analyze --json`` whose regression diffs rank 0 now against rank 0 then."""
+    run = str(tmp_path / "run")
+    env = {**os.environ, "TELEMETRY_CAPTURE": "1", "TELEMETRY_ONLINE_INTERVAL_S": "2", "TELEMETRY_SINKS": "store"}
+    demo = subprocess.run(
+        [sys.executable, "-m", "telemetry", "demo", "--ranks", "2", "--steps", "1000", "--run-dir", run]
+        + ["--inject", "regression:factor=2,start=500", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert demo.returncode in (0, 1), demo.stderr[-3000:]
+    manifests = {}
+    for path in glob.glob(os.path.join(run, "captures", "*", "manifest.json")):
+        with open(path) as f:
+            m = json.load(f)
+            manifests[m["reason"] if not m.get("job_wide") else "job_wide"] = m
+    base, job = manifests["baseline"], manifests.get("job_wide")
+    assert job is not None, (manifests, demo.stderr[-3000:])
+    assert base["steps"][1] < 500 and job["steps"][0] > 500 and job["baseline"] == base["id"]
+    assert job["ranks"] == base["ranks"] and job["finding"]["kind"] == "regression"
+    analysis = subprocess.run(
+        [sys.executable, "-m", "telemetry", "analyze", run, "--json"], cwd=ROOT, capture_output=True, text=True
+    )
+    doc = json.loads(analysis.stdout)
+    (f,) = [f for f in doc["findings"] if f["kind"] == "regression"]
+    assert f["capture"]["id"] == job["id"] and f["capture"]["baseline"]["id"] == base["id"]
+    # the demo's regression runs each phase's matmuls twice: they lead the diff, twice or more the baseline's
+    first = f["trace_diff"][0]
+    assert first["name"] in ("aten::mm", "aten::addmm") and first["ratio"] >= 1.5, f["trace_diff"][:3]

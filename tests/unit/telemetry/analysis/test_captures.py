@@ -238,3 +238,53 @@ def test_a_gpu_waiting_on_its_host_is_host_bound_before_any_op():
     # the same host wait on both ranks: not the cause
     capture["breakdown"]["ranks"]["0"] = _gpu_part(20_000, 12_000)
     assert [c["kind"] for c in diff_causes(rows, capture)] == ["slow_op"]
+
+
+def regression_run(tmp_path, baseline_steps):
+    """A 4-rank run whose step time rises from step 150 on every rank, its baseline capture of ranks 0
+    and 2 at ``baseline_steps``, and a job-wide capture at steps 200-202 that runs aten::cdist more."""
+    run = str(tmp_path / "run")
+    sc = Scenario(ranks=4, steps=300, seed=1, faults=(Fault("regression", phase="forward", factor=1.5, start=150),))
+    write_simulated_run(sc, run)
+    base = os.path.join(run, "captures", "c0-baseline")
+    os.makedirs(base)
+    with open(os.path.join(base, "manifest.json"), "w") as f:
+        roles = {"0": "baseline", "2": "baseline"}
+        man = {"id": "c0-baseline", "ranks": [0, 2], "roles": roles, "steps": baseline_steps, "reason": "baseline"}
+        json.dump(man, f)
+    for r in (0, 2):
+        trace(os.path.join(base, f"rank-{r}.json.gz"), 200)
+    now = os.path.join(run, "captures", "c1-regression-job")
+    os.makedirs(now)
+    with open(os.path.join(now, "manifest.json"), "w") as f:
+        plan = {"id": "c1-regression-job", "ranks": [0, 2], "roles": {"0": "flagged", "2": "flagged"}}
+        json.dump({**plan, "steps": [200, 202], "job_wide": True, "baseline": "c0-baseline", "block_steps": 10}, f)
+    for r in (0, 2):
+        trace(os.path.join(now, f"rank-{r}.json.gz"), 200, [("aten::cdist", 300)])
+    return run
+
+
+def test_a_job_wide_regression_adopts_its_capture_and_is_diffed_against_the_baseline(tmp_path):
+    run = regression_run(tmp_path, [60, 62])
+    result, _, _ = analyze_path(run)
+    (f,) = [f for f in result.findings if f.kind == "regression"]
+    assert f.ranks == [] and f.capture["id"] == "c1-regression-job"
+    assert f.capture["baseline"]["id"] == "c0-baseline" and f.capture["baseline"]["rank"] == 0
+    assert f.capture["baseline"]["steps"] == [60, 62] and f.capture["baseline"]["breakdown"]["device"] == "cpu"
+    assert f.trace_diff[0]["name"] == "aten::cdist" and f.trace_diff[0]["peer_ms_per_step"] == 0.0
+    assert f.causes[0]["kind"] == "slow_op"
+    assert "on rank 0 now against 0.00 on its baseline capture (steps 60-62)" in f.causes[0]["evidence"]
+    assert all(g.capture is None for g in result.findings if g is not f)  # the baseline: adopted by none
+    assert "against the run's baseline capture" in render(result, run)
+
+
+def test_a_baseline_taken_after_the_change_is_not_compared_with(tmp_path):
+    run = regression_run(tmp_path, [160, 162])
+    result, run_input, _ = analyze_path(run)
+    (f,) = [f for f in result.findings if f.kind == "regression"]
+    assert f.capture["id"] == "c1-regression-job" and "baseline" not in f.capture and f.trace_diff == []
+    assert set(f.capture["breakdown"]["ranks"]) == {"0", "2"}  # still broken down
+    assert "(no diff: no baseline capture to compare with)" in render(result, run)
+    assert any(
+        "its baseline c0-baseline (steps 160-162) was taken after the change began" in w for w in run_input.warnings
+    )

@@ -52,3 +52,24 @@ def test_a_plan_already_past_is_missed_and_the_users_profiler_is_left_alone(run_
     assert cap.stats["skipped"] == 1 and not (tmp_path / "busy.json.gz").exists()
     assert any(e.name == "aten::mm" for e in mine.events())  # the user's session got its events
     telemetry.shutdown()
+
+
+def test_two_plans_on_disjoint_steps_are_each_taken_in_turn(run_dir, tmp_path):
+    """A baseline and a finding's capture held at once (armed in either order): each covers its steps."""
+    telemetry.init(run_dir=run_dir, job="cap3", sinks=["store"], online=False)
+    rec = current.active()
+    cap = ProfilerCapture(rec, 0)
+    later, first = str(tmp_path / "later.json.gz"), str(tmp_path / "first.json.gz")
+    cap.arm("later", 4, 4, later)
+    cap.arm("first", 2, 3, first)
+    cap.arm("first", 2, 3, first)  # the same plan read twice: held once
+    assert [p[0] for p in cap.plans] == ["first", "later"]
+    steps(6)
+    assert rec.capture is None
+    cap.join(10.0)
+    assert cap.stats["taken"] == 2
+    for path, want in ((first, {"aten::mm": 1, "aten::exp": 1}), (later, {"aten::mm": 1, "aten::exp": 0})):
+        with gzip.open(path, "rt") as f:
+            names = [e.get("name") for e in json.load(f)["traceEvents"]]
+        assert {k: names.count(k) for k in want} == want
+    telemetry.shutdown()
