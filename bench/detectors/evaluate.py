@@ -364,9 +364,10 @@ def main() -> None:
         from scale import run as run_scale
 
         scale = run_scale(1024, 10000)
-    from online_phase import score_online
+    from online_phase import score_online, score_online_regressions
 
     online = score_online(SCENARIOS)
+    reg = score_online_regressions(SCENARIOS)
     text = render(sim, demos, corpus, scale)
     text += (
         f"\n\n**Online phase attribution** (bench/detectors/online_phase.py: each simulated straggler scenario "
@@ -376,6 +377,12 @@ def main() -> None:
         f"{len(online['rows'])} are not found online ("
         + ", ".join(f"{r['scenario']}" for r in online["rows"] if r["online"] == "not found")
         + ")."
+        f"\n\n**Online regressions** (the same path; rows of 10-step blocks held to 5-block segments and z 3.5, "
+        f"as the live view's windows): {len(reg['found'])} of {len(reg['found']) + len(reg['missed'])} "
+        f"regression scenarios found online (missed: {', '.join(reg['missed']) or 'none'}); a regression raised "
+        f"at warning or above in {len(reg['false'])} of the other scenarios"
+        + (f" ({', '.join(reg['false'])})" if reg["false"] else "")
+        + "."
     )
     print(text)
     if args.out:

@@ -4,7 +4,7 @@ scenarios.)
 For each simulated scenario with a straggler, the table goes through online detection's own code
 path: each rank's rows become step records, each rank's BlockSummarizer packs blocks of ``every``
 steps into summary vectors (medians), rank 0's block_table builds the window's table from them, and
-analyze() runs on it as the online thread runs it (``step_resolution=False``). Its straggler findings'
+analyze_blocks() runs on it as the online thread runs it. Its straggler findings'
 phases are compared with offline analysis' on the full table.
 
     python bench/detectors/online_phase.py          (evaluate.py calls score_online for RESULTS.md)
@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from telemetry.analysis.detectors import analyze
+from telemetry.online.detector import analyze_blocks
 from telemetry.online.table import PhaseNames, block_table
 from telemetry.online.wire import Block, BlockSummarizer
 from telemetry.pipeline.records import StepRecord
@@ -74,7 +75,7 @@ def online_table(table, every: int = 10, window: int = 200):
 
 
 def online_findings(table, every: int = 10):
-    return analyze(online_table(table, every), step_resolution=False).findings
+    return analyze_blocks(online_table(table, every)).findings
 
 
 def score_online(scenarios) -> dict:
@@ -98,6 +99,24 @@ def score_online(scenarios) -> dict:
     return {"rows": rows, "compared": len(both), "same": same}
 
 
+def score_online_regressions(scenarios) -> dict:
+    """Online detection's job-wide regressions: found in the scenarios that expect one, raised (at warning
+    or above) in those that do not."""
+    from telemetry.demo.simulate import simulate
+
+    found, missed, false = [], [], []
+    for sc, expect in scenarios:
+        if sc.ranks > 256:
+            continue
+        wants = any(e.kind == "regression" for e in expect)
+        got = any(f.kind == "regression" and f.severity != "info" for f in online_findings(simulate(sc)))
+        if wants:
+            (found if got else missed).append(sc.name)
+        elif got:
+            false.append(sc.name)
+    return {"found": found, "missed": missed, "false": false}
+
+
 if __name__ == "__main__":
     import os
     import sys
@@ -109,3 +128,4 @@ if __name__ == "__main__":
     for r in res["rows"]:
         print(r)
     print(f"same phase: {res['same']} of {res['compared']} found both ways")
+    print(score_online_regressions(SCENARIOS))

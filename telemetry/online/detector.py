@@ -54,6 +54,20 @@ def online_finding(finding: Finding, every: int) -> dict[str, Any]:
     return d
 
 
+def analyze_blocks(table: Any, utilization: Any = None) -> Any:
+    """Online detection's analysis of a window's table (:func:`~.table.block_table`: a row per rank and
+    block of K steps). Each row is a median of K steps, so a regression is held to the bar the live
+    view holds its windows to (segments of 5 blocks, z 3.5), not a single step's (8 rows, z 6, which a
+    change 15 blocks into the window could never reach); moving imbalance and the gaps between steps
+    are not looked for (``step_resolution=False``)."""
+    from ..analysis.detectors import analyze
+    from ..analysis.detectors.matrix import MIN_WINDOWS
+    from ..analysis.detectors.regression import RegressionParams
+
+    blocks = RegressionParams(min_segment=MIN_WINDOWS, min_persist_steps=MIN_WINDOWS, z_min=RegressionParams.z_windows)
+    return analyze(table, step_resolution=False, utilization=utilization, regression=blocks)
+
+
 class OnlineDetector:
     """A pipeline listener (see :class:`telemetry.pipeline.thread.Listener`): every rank posts its
     summaries; rank 0 also runs the analysis thread, which reads the store through
@@ -285,10 +299,8 @@ class OnlineDetector:
 
     def _analyze(self) -> bool:
         """One analysis of the window; False when there were too few blocks to analyze."""
-        from ..analysis.detectors import UtilizationParams, analyze
+        from ..analysis.detectors import UtilizationParams
         from ..analysis.detectors.lost import lost_rank_of_blocks, missing_streaks
-        from ..analysis.detectors.matrix import MIN_WINDOWS
-        from ..analysis.detectors.regression import RegressionParams
 
         t0 = time.perf_counter()
         try:
@@ -296,13 +308,7 @@ class OnlineDetector:
             if table.empty or table["step"].nunique() < 4:
                 return False
             util = UtilizationParams(bound=self.busy_bound, warn_bound=self.busy_warn_bound)
-            # rows are blocks of K steps, each a median of many: a regression is held to the bar the live
-            # view holds its windows to (segments of 5 blocks, z 3.5), not a single step's (8 rows, z 6:
-            # a change after 15 blocks could never reach it)
-            blocks = RegressionParams(
-                min_segment=MIN_WINDOWS, min_persist_steps=MIN_WINDOWS, z_min=RegressionParams.z_windows
-            )
-            result = analyze(table, step_resolution=False, utilization=util, regression=blocks)
+            result = analyze_blocks(table, util)
             self.analyses += 1
             took = time.perf_counter() - t0
             self.analysis_s += took
