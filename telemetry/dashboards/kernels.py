@@ -143,9 +143,25 @@ def collectives_table(bd: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def diff_of(cards: list[dict[str, Any]], capture_id: str) -> list[dict[str, Any]]:
-    """The trace diff of the finding that adopted ``capture_id`` ([] when none did)."""
+def diff_of(cards: list[dict[str, Any]], capture_id: str) -> tuple[list[dict[str, Any]], str, str]:
+    """The trace diff of the finding that adopted ``capture_id`` ([] when none did), its title and what
+    it compares."""
     for f in cards:
-        if (f.get("capture") or {}).get("id") == capture_id:
-            return f.get("trace_diff") or []
-    return []
+        capture = f.get("capture") or {}
+        if capture.get("id") != capture_id:
+            continue
+        base = capture.get("baseline")
+        if base:
+            return (
+                f.get("trace_diff") or [],
+                "Now against the run's baseline",
+                f"where rank {base.get('rank')} now spends more per step than in the baseline capture {base.get('id')} "
+                f"(steps {base['steps'][0]}-{base['steps'][1]}), by self time (the finding's trace_diff; "
+                "peer_ms_per_step is the baseline's)",
+            )
+        return (
+            f.get("trace_diff") or [],
+            "Slow rank against peer",
+            "where the flagged rank spends more per step than the peer, by self time (the finding's trace_diff)",
+        )
+    return [], "", ""

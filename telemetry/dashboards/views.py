@@ -392,10 +392,10 @@ def kernels_view(view: D.RunView, choice: Choice) -> None:
         )
     )
     st.dataframe(kernels.temporal_table(bd, src.roles).round(2), hide_index=True, width="stretch")
-    diff = kernels.diff_of(D.finding_cards(view), src.key) if src.key else []
+    diff, title, compared = kernels.diff_of(D.finding_cards(view), src.key) if src.key else ([], "", "")
     if diff:
-        st.subheader("Slow rank against peer")
-        st.caption("where the flagged rank spends more per step than the peer, by self time (the finding's trace_diff)")
+        st.subheader(title)
+        st.caption(compared)
         st.dataframe(pd.DataFrame(diff).head(15), hide_index=True, width="stretch")
     idle = kernels.idle_table(bd)
     if not idle.empty:

@@ -288,3 +288,17 @@ def test_a_baseline_taken_after_the_change_is_not_compared_with(tmp_path):
     assert any(
         "its baseline c0-baseline (steps 160-162) was taken after the change began" in w for w in run_input.warnings
     )
+
+
+def test_the_kernels_view_shows_a_job_wide_capture_against_the_baseline(tmp_path, monkeypatch):
+    import pytest
+
+    pytest.importorskip("streamlit")
+    from tests.helpers.apptest import run_app, show
+
+    run = regression_run(tmp_path, [60, 62])
+    at = show(run_app(monkeypatch, run), "kernels")  # the newest capture first: the job-wide one
+    assert "Now against the run's baseline" in [h.value for h in at.subheader]
+    assert any("baseline capture c0-baseline (steps 60-62)" in c.value for c in at.caption)
+    frames = [d.value for d in at.dataframe]
+    assert any("name" in d.columns and d["name"].iloc[0] == "aten::cdist" for d in frames)
