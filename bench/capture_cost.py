@@ -1,6 +1,7 @@
 """What a capture on a finding costs (issue 24): a real 4-rank CPU demo in which rank 2 alone runs an
 extra op (``slow_op:rank=2,op=exp,factor=3,start=20``), captures on (``TELEMETRY_CAPTURE=1``). The
-online finding plans a capture of rank 2 and a peer; the job's step time (the median over ranks of
+online finding plans a capture of rank 2 and a peer (after the run's baseline capture of rank 0 and
+a peer, measured the same way); the job's step time (the median over ranks of
 each step's wall time, from the run store) during the captured steps is set against the 10 steps
 before and the 10 after, in the same run; the traces' sizes; and the diff's first row.
 
@@ -39,37 +40,43 @@ def main() -> int:
         env = {**os.environ, "TELEMETRY_CAPTURE": "1", "TELEMETRY_ONLINE_INTERVAL_S": "2", "TELEMETRY_SINKS": "store"}
         cmd = [sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", str(args.steps), "--run-dir", run]
         subprocess.run(cmd + ["--inject", INJECT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-        manifests = glob.glob(os.path.join(run, "captures", "*", "manifest.json"))
+        manifests = sorted(glob.glob(os.path.join(run, "captures", "*", "manifest.json")))
         if not manifests:
             print("no capture was taken", file=sys.stderr)
             return 1
-        with open(manifests[0]) as f:
-            m = json.load(f)
-        first, last = m["steps"]
         table = open_input(run).table
         step = table.groupby("step")["duration_s"].median()
-        during = float(step.loc[first:last].median())
-        around = float(step.reindex(list(range(first - 10, first)) + list(range(last + 1, last + 11))).median())
-        sizes = {
-            os.path.basename(p): os.path.getsize(p)
-            for p in glob.glob(os.path.join(os.path.dirname(manifests[0]), "*.gz"))
-        }
+        rows = []
+        for path in manifests:  # the run's baseline, then the finding's
+            with open(path) as f:
+                m = json.load(f)
+            first, last = m["steps"]
+            during = float(step.loc[first:last].median())
+            around = float(step.reindex(list(range(first - 10, first)) + list(range(last + 1, last + 11))).median())
+            sizes = {
+                os.path.basename(p): os.path.getsize(p) for p in glob.glob(os.path.join(os.path.dirname(path), "*.gz"))
+            }
+            rows.append((m, during, around, sizes))
         analysis = subprocess.run(
             [sys.executable, "-m", "telemetry", "analyze", run, "--json"], cwd=ROOT, capture_output=True, text=True
         )
         doc = json.loads(analysis.stdout)
         top = [f["trace_diff"][0] for f in doc["findings"] if f.get("trace_diff")]
+    table_rows = "\n".join(
+        f"| `{m['id']}` ({m['reason']}) | ranks {m['ranks']}, steps {m['steps'][0]}-{m['steps'][1]} | "
+        f"{during * 1e3:.1f} ms | {around * 1e3:.1f} ms | {during / around - 1:+.1%} | "
+        + ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sorted(sizes.items()))
+        + " |"
+        for m, during, around, sizes in rows
+    )
     body = f"""Command: `python bench/capture_cost.py` (a real 4-rank CPU demo, `--inject {INJECT}`, {args.steps}
 steps, captures on; the job's step time is the median over ranks of each step's wall time).
 
-| measure | value |
-|---|---|
-| capture | `{m["id"]}`: ranks {m["ranks"]} (roles {m["roles"]}), steps {first}-{last} |
-| step time during the captured steps (median) | {during * 1e3:.1f} ms |
-| step time over the 10 steps before and the 10 after (median) | {around * 1e3:.1f} ms |
-| cost during a capture | {during / around - 1:+.1%} of the step |
-| traces written (gzipped) | {", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sorted(sizes.items()))} |
-| the finding's trace_diff, first row | {top[0]["name"] if top else "none"} ({top[0]["flagged_ms_per_step"] if top else 0} ms/step against {top[0]["peer_ms_per_step"] if top else 0}) |
+| capture | ranks, steps | step time during (median) | over the 10 steps before and 10 after | cost during it | traces (gzipped) |
+|---|---|---|---|---|---|
+{table_rows}
+
+The finding's trace_diff, first row: {top[0]["name"] if top else "none"} ({top[0]["flagged_ms_per_step"] if top else 0} ms/step against {top[0]["peer_ms_per_step"] if top else 0}).
 
 Outside a capture the training thread pays one attribute test per step (`rec.capture is not None` in
 the recorder's step begin); the profiler is not imported until a capture starts. One run on a shared

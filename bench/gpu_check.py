@@ -7,6 +7,10 @@
    the same forward phase (median relative difference; target under 5%).
 3. A one-rank NCCL all_reduce per step: its time comes from CUDA events (comm_s > 0).
 4. NVML readings of this GPU (what the sampler exports), and the MFU of the loop.
+5. Profiler captures of the NCCL job (issue 24): two captures of the same rank armed as the job arms
+   them (ProfilerCapture), 3 steps as trained, then 3 steps that also run an extra ``torch.sort`` in
+   forward; each broken down (GPU activities, NCCL all-reduce with its bytes and bus bandwidth, idle
+   split, launches), and the second diffed against the first: the diff must name sort first.
 
 Writes a markdown section to --out (for bench/RESULTS.md) and prints it.
 """
@@ -94,6 +98,21 @@ def main() -> int:
             torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize()
         loop_s = time.perf_counter() - t0
+
+        def train_step(extra: bool) -> None:
+            with telemetry.step(tokens=batch * seq, samples=batch):
+                with telemetry.phase("forward"):
+                    loss = model(x).float().square().mean()
+                    if extra:
+                        loss = loss + torch.sort(x.float().flatten())[0][-1]
+                with telemetry.phase("backward"):
+                    loss.backward()
+                    dist.all_reduce(grads_buf)
+                with telemetry.phase("optimizer"):
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+
+        result["capture"] = capture_check(train_step, tmp)
         time.sleep(0.6)
         stats = telemetry.shutdown()
         table = open_input(run_dir).table
@@ -119,11 +138,13 @@ def main() -> int:
     src = open_nvml(0)
     result["nvml"] = src.read() if src is not None else None
     dist.destroy_process_group()
+    cap = result["capture"]
     ok = (
         error is None
         and result["forward_rel_diff_median"] is not None
         and result["forward_rel_diff_median"] < 0.05
         and result["comm_ms_median"] > 0
+        and cap.get("ok", False)
     )
     lines = [
         f"Run on {name} ({time.strftime('%Y-%m-%d')}, `python bench/gpu_check.py`): **{'PASS' if ok else 'FAIL'}**",
@@ -139,6 +160,10 @@ def main() -> int:
         f"| GPU step / host step (median) | {result['step_ms_median']:.2f} / {result['host_step_ms_median']} ms | |",
         f"| MFU (median) | {result['mfu_median']} | |",
         f"| records, events dropped, losses read | {result['records']}, {result['events_dropped']}, {result['loss_logged']} | |",
+        f"| capture: device, GPU activities' compute / communication / idle (ms) | {cap.get('temporal', cap.get('error'))} | gpu |",
+        f"| capture: NCCL collectives (count, bytes, bus GB/s) | {cap.get('collectives')} | allreduce with bytes |",
+        f"| capture: idle split, launches | {cap.get('idle')}, {cap.get('launch')} | |",
+        f"| capture: diff, first row (extra sort in the second) | {cap.get('diff_first')} | sort |",
         "",
         "NVML readings:",
         "",
@@ -155,6 +180,52 @@ def main() -> int:
 
         update_section(args.out, "GPU check (bench/gpu_check.py)", text)
     return 0 if ok else 1
+
+
+def capture_check(train_step, tmp: str) -> dict:
+    """Two captures of this rank, as the job arms them: 3 steps as trained, then 3 with an extra sort
+    (``train_step(extra)`` runs one step); each broken down, the second diffed against the first."""
+    from telemetry.analysis.tracebreakdown import breakdown
+    from telemetry.analysis.tracediff import trace_diff
+    from telemetry.recorder import current
+    from telemetry.recorder.capture import ProfilerCapture
+
+    out: dict = {}
+    try:
+        rec = current.active()
+        cap = ProfilerCapture(rec, 0)
+        s0 = rec.step_index + 1
+        base, slow = os.path.join(tmp, "base.json.gz"), os.path.join(tmp, "slow.json.gz")
+        cap.arm("base", s0, s0 + 2, base)
+        cap.arm("slow", s0 + 3, s0 + 5, slow)
+        for i in range(rec.step_index, s0 + 7):
+            train_step(extra=i >= s0 + 3)
+        cap.join(60.0)
+        out["stats"] = dict(cap.stats)
+        b, f = breakdown(base, steps_hint=3), breakdown(slow, steps_hint=3)
+        bd = b.to_dict()
+        t = bd["temporal"]
+        out["device"] = bd["device"]
+        out["temporal"] = (
+            f"{bd['device']}: {t['compute_us'] / 1e3:.2f} / {t.get('communication_us', 0) / 1e3:.2f} / "
+            f"{t['idle_us'] / 1e3:.2f} of {t['span_us'] / 1e3:.2f}"
+        )
+        colls = bd.get("collectives") or []
+        out["collectives"] = [(c.get("name"), c.get("count"), c.get("bytes"), c.get("busbw_GBps")) for c in colls[:3]]
+        out["idle"] = {k: round(v / 1e3, 3) for k, v in bd["idle"].items() if k.endswith("_us")}
+        out["launch"] = {k: bd["launch"].get(k) for k in ("count", "call_us_mean", "delay_us_p50")}
+        rows = trace_diff(f.profile, b.profile)
+        out["diff_first"] = (rows[0]["kind"], rows[0]["name"][:80], rows[0]["ratio"]) if rows else None
+        out["ok"] = (
+            bd["device"] == "gpu"
+            and any("allreduce" in str(c.get("name")) and (c.get("bytes") or 0) > 0 for c in colls)
+            and bool(rows)
+            and "sort" in rows[0]["name"].lower()
+        )
+    except Exception as exc:  # noqa: BLE001 - a failed check is reported in the table, not raised
+        out["error"] = repr(exc)[:200]
+        out["ok"] = False
+    return out
 
 
 if __name__ == "__main__":

@@ -100,7 +100,8 @@ class ProfilerCapture:
                 activities = [torch.profiler.ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(torch.profiler.ProfilerActivity.CUDA)
-                prof = torch.profiler.profile(activities=activities)
+                # shapes: the collectives' bytes on a CPU trace (gloo), and what an op was given
+                prof = torch.profiler.profile(activities=activities, record_shapes=True)
                 prof.start()
                 self.prof, self.running = prof, plan
                 return
