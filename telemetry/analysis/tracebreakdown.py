@@ -204,7 +204,7 @@ def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = 
     kernel_coll: dict[int, tuple[str, float, int]] = {}  # GPU row -> the same, from the kernel's args
     kernel_ext: dict[int, int] = {}  # GPU row of an NCCL kernel -> its External id
     step_names: set[str] = set()
-    cpu_coll: list[tuple[str, float, float]] = []  # gloo/c10d/nccl CPU ranges: (name, start, end)
+    cpu_coll: list[tuple[str, float, float, float]] = []  # gloo/c10d/nccl CPU ranges: (name, start, end, bytes)
     prof = ProfileBuilder()
     events = 0
     float_ts = False
@@ -255,7 +255,7 @@ def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = 
                 is_coll = name.startswith(_CPU_COLLECTIVE)
                 cpu_ops.add(ts, ts + dur, 1 if is_coll else 0)
                 if is_coll and name.startswith(("gloo:", "c10d::", "nccl:")):
-                    cpu_coll.append((name, ts, ts + dur))
+                    cpu_coll.append((name, ts, ts + dur, _shape_bytes(args)))
             if name == "record_param_comms":
                 ext = args.get("External id")
                 if isinstance(ext, int) and args.get("Collective name"):
@@ -343,6 +343,25 @@ def _coll_meta(name: str, args: dict[str, Any]) -> tuple[str, float, int]:
     except (TypeError, ValueError):
         group = 0
     return coll, max(nelems, out) * size, group
+
+
+_SHAPE_TYPES = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
+    "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+}  # fmt: skip
+
+
+def _shape_bytes(args: dict[str, Any]) -> float:
+    """The bytes of a range's first input from the shapes the profiler records (``record_shapes``:
+    ``Input Dims`` [[1000]], ``Input type`` ['float']; a gloo collective's range has them); 0 when
+    not recorded or of a type not known."""
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list) or not dims or not types:
+        return 0.0
+    size = _SHAPE_TYPES.get(str(types[0]), 0)
+    if not size or not isinstance(dims[0], list) or not all(isinstance(d, int) for d in dims[0]):
+        return 0.0
+    return float(math.prod(dims[0]) * size)
 
 
 def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -514,7 +533,8 @@ def _coll_rows(acc: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         if a["bytes"] > 0 and t > 0:
             alg = a["bytes"] / (t * 1e-6) / 1e9
             row["algbw_GBps"] = float(f"{alg:.4g}")
-            row["busbw_GBps"] = float(f"{alg * bus_factor(name, n):.4g}")
+            if n > 0:  # the group's size known (NCCL records it; gloo's ranges do not)
+                row["busbw_GBps"] = float(f"{alg * bus_factor(name, n):.4g}")
         out.append(row)
     return out
 
@@ -548,21 +568,23 @@ def _gpu_collectives(
 
 
 def _cpu_collectives(
-    ranges: list[tuple[str, float, float]],
+    ranges: list[tuple[str, float, float, float]],
 ) -> tuple[list[dict[str, Any]], dict[str, list[tuple[float, float, float]]]]:
     """On a CPU trace, gloo's ranges (``gloo:*``, on its own threads) are the collectives' run; the
-    ``c10d::`` ops on the caller's thread are their enqueue, counted only when no gloo range is seen."""
+    ``c10d::`` ops on the caller's thread are their enqueue, counted only when no gloo range is seen.
+    Bytes come from the ranges' recorded shapes (:func:`_shape_bytes`; captures record them)."""
     acc: dict[str, dict[str, Any]] = {}
     inst: dict[str, list[tuple[float, float, float]]] = {}
-    ran = any(n.startswith(("gloo:", "nccl:")) for n, _, _ in ranges)
-    for name, ts, end in ranges:
+    ran = any(n.startswith(("gloo:", "nccl:")) for n, _, _, _ in ranges)
+    for name, ts, end, nbytes in ranges:
         if (ran and name.startswith("c10d::")) or name.startswith(("c10d::wait", "c10d::barrier")):
             continue
         coll = collective_name(name)
         a = acc.setdefault(coll, {"ts": [], "end": [], "bytes": 0.0, "group": 0})
         a["ts"].append(ts)
         a["end"].append(end)
-        inst.setdefault(coll, []).append((ts, end, 0.0))
+        a["bytes"] += nbytes
+        inst.setdefault(coll, []).append((ts, end, nbytes))
     for v in inst.values():
         v.sort()
     return _coll_rows(acc), inst

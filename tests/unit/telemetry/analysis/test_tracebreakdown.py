@@ -157,3 +157,20 @@ def test_traces_without_a_shared_clock_give_no_wait_split(tmp_path):
     b = breakdown(gloo_trace(tmp_path / "b.json.gz", 1, [(10_000, 10)]))
     assert "ranks" not in split_waits({0: a, 1: b}) and "clock" in split_waits({0: a, 1: b})["note"]
     assert "two or more" in split_waits({0: a})["note"]
+
+
+def test_a_gloo_collectives_bytes_come_from_its_recorded_shapes(tmp_path):
+    """A capture records shapes: gloo's range carries ``Input Dims`` and ``Input type``; its bytes and
+    algorithm bandwidth follow, and no bus bandwidth (gloo's ranges do not say the group's size)."""
+    shapes = {"Input Dims": [[1000]], "Input type": ["float"]}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 90, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 100, "dur": 4, "tid": 9, "args": shapes},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 200, "dur": 4, "tid": 9, "args": shapes},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:broadcast", "ts": 300, "dur": 4, "tid": 9},  # no shapes
+    ]
+    b = breakdown(write(tmp_path / "t.json.gz", events))
+    by = {c["name"]: c for c in b.collectives}
+    assert by["allreduce"]["bytes"] == 8000 and by["allreduce"]["algbw_GBps"] == 1.0  # 8000 B in 8 µs
+    assert "busbw_GBps" not in by["allreduce"]
+    assert by["broadcast"]["bytes"] == 0 and "algbw_GBps" not in by["broadcast"]
