@@ -14,7 +14,9 @@ A job-wide finding (no ranks: a regression, or a job-wide slow_comm or data_stal
 planned for a job-wide finding (manifest ``job_wide``) whose steps lie within its own, the same way;
 its ``trace_diff`` compares the capture's first rank with that rank's trace in the run's baseline
 capture (manifest ``reason`` ``baseline``, named by the capture's ``baseline``), and ``capture``
-gains ``baseline`` (``id``, ``steps``, ``rank``). The baseline capture itself is adopted by no finding.
+gains ``baseline`` (``id``, ``steps``, ``rank``, ``dir``, ``breakdown``). A baseline that ended
+after the finding's first step is not compared with (said). The baseline capture itself is adopted
+by no finding.
 """
 
 from __future__ import annotations
@@ -252,14 +254,19 @@ def _host_bound(capture: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
-def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    capture = {
+def _capture(m: dict[str, Any]) -> dict[str, Any]:
+    """A finding's ``capture`` from the manifest ``m``."""
+    return {
         "id": m["id"],
         "ranks": m["ranks"],
         "roles": {str(r): role for r, role in m["roles"].items()},
         "steps": m["steps"],
         "dir": os.path.join(CAPTURES, m["id"]),
     }
+
+
+def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    capture = _capture(m)
     flagged = [r for r in m["ranks"] if m["roles"].get(r) == "flagged"]
     peers = [r for r in m["ranks"] if m["roles"].get(r) == "peer"]
     missing = [r for r in m["ranks"] if not os.path.isfile(trace_path(run_dir, m["id"], r))]
@@ -284,13 +291,7 @@ def _baseline_diff(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A job-wide finding's capture against the run's baseline capture: the first rank with a trace in
     both, its steps now against its steps then."""
-    capture = {
-        "id": m["id"],
-        "ranks": m["ranks"],
-        "roles": {str(r): role for r, role in m["roles"].items()},
-        "steps": m["steps"],
-        "dir": os.path.join(CAPTURES, m["id"]),
-    }
+    capture = _capture(m)
     have = [r for r in m["ranks"] if os.path.isfile(trace_path(run_dir, m["id"], r))]
     if len(have) < len(m["ranks"]):
         capture["missing"] = [r for r in m["ranks"] if r not in have]
