@@ -31,6 +31,8 @@ from .tracebreakdown import breakdown, summarize
 from .tracediff import trace_diff
 
 CAPTURES = "captures"
+# the job-wide kinds a job-wide capture is taken for and adopted by (online/capture.py's JOB_WIDE)
+JOB_WIDE = ("regression", "utilization_regression", "slow_comm", "data_stall")
 MANIFEST = "manifest.json"
 
 
@@ -66,20 +68,28 @@ def read_manifests(run_dir: str, warnings: list[str] | None = None) -> list[dict
 
 
 def adopts(f: Finding, m: dict[str, Any]) -> bool:
-    """Whether finding ``f`` adopts capture ``m`` (its flagged ranks among the finding's; its steps
-    within the finding's, or within one online block of them)."""
+    """Whether finding ``f`` adopts capture ``m``: its flagged ranks among the finding's (a job-wide
+    capture: the finding job-wide too, of a kind in :data:`JOB_WIDE`), and its steps within the finding's, or within one online block
+    of them. A job-wide capture is also adopted by a job-wide finding of the kind that planned it whose
+    steps meet the stretch from that finding's first step to the capture's last (the whole run's
+    analysis may date the change, or its end, a little apart from the online window's)."""
     flagged = [r for r in m["ranks"] if m["roles"].get(r) == "flagged"]
     if not flagged:
         return False
     if m.get("job_wide"):
-        if f.ranks:
+        if f.ranks or f.kind not in JOB_WIDE:
             return False
     elif not set(flagged) <= set(f.ranks):
         return False
     if f.first_step is None or f.last_step is None:
         return True
     k = int(m.get("block_steps") or 0)
-    return f.first_step - k <= m["steps"][0] and m["steps"][1] <= f.last_step + k
+    if f.first_step - k <= m["steps"][0] and m["steps"][1] <= f.last_step + k:
+        return True
+    planned_by = m.get("finding") or {}
+    if m.get("job_wide") and planned_by.get("kind") == f.kind and planned_by.get("first_step") is not None:
+        return f.first_step <= m["steps"][1] and f.last_step >= int(planned_by["first_step"])
+    return False
 
 
 def with_captures(
@@ -139,7 +149,8 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
       flagged rank would take were nothing else wrong): ``slow_op`` / ``slow_kernel`` /
       ``slow_collective``, naming it (look at its inputs, or the device it runs on; for a collective,
       the link or the peers it waits for); beside a uniform factor it must also hold a fifth of all
-      the extra time.
+      the extra time. Also the largest name the other side never ran, once it holds a fifth of the
+      extra time beyond the factor (no factor explains a name one side alone runs); the larger first.
 
     Both can hold (a rank on a busy host that also runs one op more): the one op comes first.
 
@@ -174,33 +185,47 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
     beyond = [(r, r["flagged_ms_per_step"] - factor * r["peer_ms_per_step"]) for r in rows]
     total = sum(max(0.0, e) for _, e in beyond)
     if total > 0:
+        named: list[tuple[dict[str, Any], float]] = []
         top, top_extra = max(beyond, key=lambda t: t[1])
         # beside a uniform factor, the one op must also be a fifth of all the extra time: the
         # scatter of the alike ratios around their median is not a cause
         if top_extra >= 0.5 * total and top_extra >= 0.2 * raw:
-            kind = {"op": "slow_op", "kernel": "slow_kernel", "collective": "slow_collective"}.get(
-                top["kind"], "slow_op"
-            )
-            than = f"{top['ratio']:.2f}x {other}'s" if top["ratio"] is not None else f"{other} never ran it"
-            where = (
-                "the link, or the peers it waits for"
-                if top["kind"] == "collective"
-                else "its inputs on this rank, or the device it runs on"
-            )
-            share = f"{top_extra / total:.0%} of the extra time there"
-            if factor > 1.0:
-                share += f" beyond the {factor:.2f}x every op shows"
-            causes.insert(
-                0,
-                {
-                    "kind": kind,
-                    "evidence": (
-                        f"{where_seen}, {top['name']} takes {top['flagged_ms_per_step']:.2f} ms per step on "
-                        f"{us} against {top['peer_ms_per_step']:.2f} on {them} ({than}): {share}; look at {where}"
-                    ),
-                },
-            )
+            named.append((top, top_extra))
+        # a name the other side never ran is no host's or device's factor: the strongest clue there
+        # is (another code path, a data-dependent op), named too once it is a fifth of the extra time
+        # beyond the factor
+        only = [(r, e) for r, e in beyond if r["peer_ms_per_step"] == 0 and r["flagged_ms_per_step"] > 0]
+        if only:
+            alone, alone_extra = max(only, key=lambda t: t[1])
+            if all(alone is not r for r, _ in named) and alone_extra >= 0.2 * total:
+                named.append((alone, alone_extra))
+        named.sort(key=lambda t: -t[1])
+        causes[:0] = [_one_name_cause(r, e, total, factor, where_seen, us, them, other) for r, e in named]
     return host + causes
+
+
+def _one_name_cause(
+    row: dict[str, Any], extra: float, total: float, factor: float, where_seen: str, us: str, them: str, other: str
+) -> dict[str, str]:
+    """The cause naming one op, kernel or collective of a diff: ``slow_op`` / ``slow_kernel`` /
+    ``slow_collective``, with its times on both sides and its share of the extra time."""
+    kind = {"op": "slow_op", "kernel": "slow_kernel", "collective": "slow_collective"}.get(row["kind"], "slow_op")
+    than = f"{row['ratio']:.2f}x {other}'s" if row["ratio"] is not None else f"{other} never ran it"
+    where = (
+        "the link, or the peers it waits for"
+        if row["kind"] == "collective"
+        else "its inputs on this rank, or the device it runs on"
+    )
+    share = f"{extra / total:.0%} of the extra time there"
+    if factor > 1.0:
+        share += f" beyond the {factor:.2f}x every op shows"
+    return {
+        "kind": kind,
+        "evidence": (
+            f"{where_seen}, {row['name']} takes {row['flagged_ms_per_step']:.2f} ms per step on "
+            f"{us} against {row['peer_ms_per_step']:.2f} on {them} ({than}): {share}; look at {where}"
+        ),
+    }
 
 
 def _sides(capture: dict[str, Any]) -> tuple[str, str, str]:

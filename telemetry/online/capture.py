@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.captures import JOB_WIDE  # without ranks: captured against the baseline
 from ..logonce import LogOnce
 from ..store.layout import write_json_atomic
 from .wire import FIXED, Block
@@ -44,7 +45,6 @@ log = logging.getLogger("telemetry")
 PLAN_KEY = "capture/plan"
 REQUESTS = "requests"  # RUN_DIR/captures/requests/*.json: captures asked for by hand (telemetry capture)
 TRIGGERS = ("straggler", "slow_comm", "data_stall")  # with ranks: those ranks and a peer
-JOB_WIDE = ("regression", "utilization_regression", "slow_comm", "data_stall")  # without: against the baseline
 POSTED = 4  # plans PLAN_KEY holds (the latest)
 LEAD_S = 3.0  # the first captured step is at least this far ahead, at the latest step time
 

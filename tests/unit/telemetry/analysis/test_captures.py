@@ -159,6 +159,32 @@ def test_one_op_more_on_a_busy_host_is_named_first_and_the_host_second():
     assert "beyond the 1.20x every op shows" in causes[0]["evidence"]
 
 
+def test_an_op_only_the_flagged_rank_runs_is_named_beside_a_scattered_slowdown_and_a_slow_collective():
+    # what a CPU-starved CI run gave: 13 names about 1.26x slower on rank 2, scattered; its allreduce
+    # descheduled on one step; and aten::exp, which rank 2 alone runs: under half the extra beyond the
+    # factor, and not the largest, but the op to look at
+    from telemetry.analysis.captures import diff_causes
+
+    ratios = [1.0, 1.05, 1.1, 1.2, 1.22, 1.25, 1.26, 1.3, 1.35, 1.45, 1.5, 1.55, 1.58]
+    pairs = [(f"op{i}", r * 4.0, 4.0) for i, r in enumerate(ratios)] + [("aten::exp", 3.0, 0.0)]
+    rows = _rows(pairs) + [
+        {
+            "name": "c10d::allreduce_",
+            "kind": "collective",
+            "flagged_ms_per_step": 7.9,
+            "peer_ms_per_step": 0.14,
+            "ratio": 7.9 / 0.14,
+        }
+    ]
+    capture = {"ranks": [2, 1], "roles": {"2": "flagged", "1": "peer"}, "steps": [148, 150]}
+    causes = diff_causes(rows, capture)
+    assert [c["kind"] for c in causes] == ["slow_collective", "slow_op", "uniform_slowdown"], causes
+    assert "aten::exp" in causes[1]["evidence"] and "its peer never ran it" in causes[1]["evidence"]
+    # and without the collective, the op alone leads
+    causes = diff_causes(_rows(pairs), capture)
+    assert [c["kind"] for c in causes] == ["slow_op", "uniform_slowdown"], causes
+
+
 def test_the_scatter_of_a_uniform_slowdown_names_no_op():
     from telemetry.analysis.captures import diff_causes
 
@@ -302,3 +328,26 @@ def test_the_kernels_view_shows_a_job_wide_capture_against_the_baseline(tmp_path
     assert any("baseline capture c0-baseline (steps 60-62)" in c.value for c in at.caption)
     frames = [d.value for d in at.dataframe]
     assert any("name" in d.columns and d["name"].iloc[0] == "aten::cdist" for d in frames)
+
+
+def test_a_job_wide_capture_is_adopted_by_the_finding_of_its_kind_dated_a_little_apart():
+    """The whole run's analysis may end a regression before the capture's steps (noise on a busy host);
+    the job-wide finding of the kind that planned it still adopts it; another kind or a rank's does not."""
+    from telemetry.analysis.captures import adopts
+    from telemetry.analysis.findings import Finding
+
+    m = {
+        "id": "c1",
+        "ranks": [0, 1],
+        "roles": {0: "flagged", 1: "flagged"},
+        "steps": [640, 642],
+        "block_steps": 10,
+        "job_wide": True,
+        "finding": {"kind": "regression", "first_step": 430},
+    }
+    f = Finding("regression", [], "forward", 500, 600, "warning", 0.4, "...")
+    assert adopts(f, m)  # steps 500-600 meet 430-642
+    assert not adopts(Finding("data_stall", [], "data", 500, 600, "warning", 0.4, "..."), m)
+    assert not adopts(Finding("regression", [0], "forward", 500, 700, "warning", 0.4, "..."), m)
+    assert not adopts(Finding("regression", [], "forward", 700, 900, "warning", 0.4, "..."), m)  # after it
+    assert not adopts(f, {**m, "finding": None})  # no planning finding: the steps rule alone
