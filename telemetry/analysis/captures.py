@@ -69,10 +69,11 @@ def read_manifests(run_dir: str, warnings: list[str] | None = None) -> list[dict
 
 def adopts(f: Finding, m: dict[str, Any]) -> bool:
     """Whether finding ``f`` adopts capture ``m``: its flagged ranks among the finding's (a job-wide
-    capture: the finding job-wide too, of a kind in :data:`JOB_WIDE`), and its steps within the finding's, or within one online block
-    of them. A job-wide capture is also adopted by a job-wide finding of the kind that planned it whose
-    steps meet the stretch from that finding's first step to the capture's last (the whole run's
-    analysis may date the change, or its end, a little apart from the online window's)."""
+    capture: the finding job-wide too, of a kind in :data:`JOB_WIDE`), and its steps within the
+    finding's, or within one online block of them. A job-wide capture is also adopted by a job-wide
+    finding of the kind that planned it whose steps meet the stretch from that finding's first step to
+    the capture's last (the whole run's analysis may date the change, or its end, a little apart from
+    the online window's)."""
     flagged = [r for r in m["ranks"] if m["roles"].get(r) == "flagged"]
     if not flagged:
         return False
@@ -152,7 +153,7 @@ def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dic
       the extra time. Also the largest name the other side never ran, once it holds a fifth of the
       extra time beyond the factor (no factor explains a name one side alone runs); the larger first.
 
-    Both can hold (a rank on a busy host that also runs one op more): the one op comes first.
+    Both can hold (a rank on a busy host that also runs one op more): the named ones come first.
 
     With GPU traces, a third: the flagged rank's GPU idles waiting for launches (HTA's host wait: a
     kernel launched after the previous one ended) for at least half of the span it has beyond the
