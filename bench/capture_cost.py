@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
 import json
 import os
 import pathlib
@@ -35,6 +34,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=400)
     args = ap.parse_args()
     from telemetry.analysis.load import open_input
+    from telemetry.analysis.tracefile import iter_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         run = os.path.join(tmp, "run")
@@ -52,22 +52,22 @@ def main() -> int:
             with open(path) as f:
                 m = json.load(f)
             first, last = m["steps"]
+            around_steps = list(range(first - 10, first)) + list(range(last + 1, last + 11))
             during = float(step.loc[first:last].median())
-            around = float(step.reindex(list(range(first - 10, first)) + list(range(last + 1, last + 11))).median())
+            around = float(step.reindex(around_steps).median())
             sizes = {
                 os.path.basename(p): os.path.getsize(p) for p in glob.glob(os.path.join(os.path.dirname(path), "*.gz"))
             }
-            ops = {}  # the CPU ops each captured rank's trace holds per step: the profiler's cost goes with them
+            ops, own = {}, {}
             for r in m["ranks"]:
-                with gzip.open(os.path.join(os.path.dirname(path), f"rank-{r}.json.gz"), "rt") as f:
-                    events = json.load(f).get("traceEvents", [])
-                ops[int(r)] = sum(1 for e in events if e.get("cat") == "cpu_op") / (last - first + 1)
-            own = {}  # each captured rank's own time (outside collectives): what the profiler costs it
-            for r in m["ranks"]:
+                # the CPU ops its trace holds per step: the profiler's cost goes with them
+                trace = os.path.join(os.path.dirname(path), f"rank-{r}.json.gz")
+                n = sum(1 for e in iter_trace(trace, {}) if type(e) is dict and e.get("cat") == "cpu_op")
+                ops[int(r)] = n / (last - first + 1)
+                # its own time (outside collectives): what the profiler costs it
                 mine = table[table["rank"] == int(r)].set_index("step")
                 t = mine["duration_s"] - mine["comm_s"].fillna(0.0)
-                d = float(t.loc[first:last].median())
-                a = float(t.reindex(list(range(first - 10, first)) + list(range(last + 1, last + 11))).median())
+                d, a = float(t.loc[first:last].median()), float(t.reindex(around_steps).median())
                 own[int(r)] = (m["roles"].get(str(r)), d / a - 1, (d - a) / ops[int(r)] * 1e6)
             rows.append((m, during, around, sizes, own, ops))
         analysis = subprocess.run(
@@ -98,9 +98,8 @@ The finding's trace_diff, first row: {top[0]["name"] if top else "none"} ({top[0
 The profiler's cost goes with the number of ops a step runs: this demo's step is about 2,100 short
 CPU ops, a few milliseconds in all, so a few microseconds per op is tens of percent of that rank's own
 time (2,100 ops at 5 µs is 10 ms a step: a step of hundreds of milliseconds with as many ops would
-pay a few percent; not measured here, with no GPU). Every rank
-waits for the captured ones in the all-reduce, so the job's step pays what the slower captured rank
-pays. Four ranks share 2 cores here, so one run's figures scatter widely: over seven runs on
+pay a few percent; not measured here, with no GPU). Every rank waits for the captured ones in the
+all-reduce, so the job's step pays what the slower captured rank pays. Four ranks share 2 cores here, so one run's figures scatter widely: over seven runs on
 2026-12-05 the job's step rose +7.5% to +78.5% during the finding's capture and +3.6% to +46.2%
 during the baseline's (a rank's own time moving with its neighbours' load as much as with its
 profiler). With input shapes off (`record_shapes=False`; they give a gloo collective's bytes), one
