@@ -364,10 +364,11 @@ def main() -> None:
         from scale import run as run_scale
 
         scale = run_scale(1024, 10000)
-    from online_phase import score_online, score_online_regressions
+    from online_phase import score_further_rises, score_online, score_online_regressions
 
     online = score_online(SCENARIOS)
     reg = score_online_regressions(SCENARIOS)
+    rises = score_further_rises(SCENARIOS)
     text = render(sim, demos, corpus, scale)
     text += (
         f"\n\n**Online phase attribution** (bench/detectors/online_phase.py: each simulated straggler scenario "
@@ -383,6 +384,14 @@ def main() -> None:
         f"at warning or above in {len(reg['false'])} of the other scenarios"
         + (f" ({', '.join(reg['false'])})" if reg["false"] else "")
         + "."
+        + "\n\n**Further rises** (online/detector.further_rise: each job-wide finding online detection holds at "
+        "the end of a scenario, searched again from its own first step, as the online thread does while it "
+        "lasts): raised in "
+        + (
+            "; ".join(f"{name} ({', '.join(f'{k} from step {s}' for k, _, s in got)})" for name, got in rises["raised"])
+            or "no scenario"
+        )
+        + f", of {sum(sc.ranks <= 256 for sc, _ in SCENARIOS)} scenarios."
     )
     print(text)
     if args.out:

@@ -117,6 +117,26 @@ def score_online_regressions(scenarios) -> dict:
     return {"found": found, "missed": missed, "false": false}
 
 
+def score_further_rises(scenarios) -> dict:
+    """Further rises (online/detector.further_rise): each job-wide finding at warning or above that
+    online detection holds at the end of a scenario, searched again from its own first step. Raised
+    where a scenario's job slows again inside a change that lasts (a staircase), and nowhere else."""
+    from telemetry.analysis.captures import JOB_WIDE
+    from telemetry.demo.simulate import simulate
+    from telemetry.online.detector import further_rise
+
+    raised = []
+    for sc, _ in scenarios:
+        if sc.ranks > 256:
+            continue
+        table = online_table(simulate(sc))
+        ongoing = [f for f in analyze_blocks(table).findings if f.kind in JOB_WIDE and not f.ranks]
+        rises = [g for f in ongoing if f.severity != "info" for g in [further_rise(table, f)] if g is not None]
+        if rises:
+            raised.append((sc.name, [(g.kind, g.phase, g.first_step) for g in rises]))
+    return {"raised": raised}
+
+
 if __name__ == "__main__":
     import os
     import sys
@@ -129,3 +149,4 @@ if __name__ == "__main__":
         print(r)
     print(f"same phase: {res['same']} of {res['compared']} found both ways")
     print(score_online_regressions(SCENARIOS))
+    print(score_further_rises(SCENARIOS))

@@ -105,6 +105,13 @@ SCENARIOS = [
         faults=(Fault("slow_comm", factor=3.0, start=150),),
     ),
     S(
+        # a staircase: the two rises merge into one change, held by its lower step too
+        "slow communication in two steps: x2 from step 150, x2 again from step 300",
+        [Expect("slow_comm", None, None, 150)],
+        steps=450,
+        faults=(Fault("slow_comm", factor=2.0, start=150), Fault("slow_comm", factor=2.0, start=300)),
+    ),
+    S(
         "regression: backward 1.3x from step 120",
         [Expect("regression", None, "backward", 120)],
         faults=(Fault("regression", phase="backward", factor=1.3, start=120),),

@@ -13,6 +13,7 @@ A rank missing from the latest blocks while its peers go on is ``rank_lost``
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import queue
 import threading
@@ -54,7 +55,7 @@ def online_finding(finding: Finding, every: int) -> dict[str, Any]:
     return d
 
 
-def analyze_blocks(table: Any, utilization: Any = None) -> Any:
+def analyze_blocks(table: Any, utilization: Any = None, warm_up: bool = True) -> Any:
     """Online detection's analysis of a window's table (:func:`~.table.block_table`: a row per rank and
     block of K steps). Each row is a median of K steps, so a regression is held to the bar the live
     view holds its windows to (segments of 5 blocks, z 3.5), not a single step's (8 rows, z 6, which a
@@ -63,9 +64,45 @@ def analyze_blocks(table: Any, utilization: Any = None) -> Any:
     from ..analysis.detectors import analyze
     from ..analysis.detectors.matrix import MIN_WINDOWS
     from ..analysis.detectors.regression import RegressionParams
+    from ..analysis.detectors.straggler import StragglerParams
 
     blocks = RegressionParams(min_segment=MIN_WINDOWS, min_persist_steps=MIN_WINDOWS, z_min=RegressionParams.z_windows)
-    return analyze(table, step_resolution=False, utilization=utilization, regression=blocks)
+    straggler = None if warm_up else StragglerParams(warmup_steps=0)  # a stretch past the run's warm-up
+    return analyze(table, step_resolution=False, utilization=utilization, regression=blocks, straggler=straggler)
+
+
+def further_rise(table: Any, f: Finding, since: int = -1, utilization: Any = None) -> Finding | None:
+    """A further rise inside the ongoing job-wide finding ``f``, or None. A job-wide change that lasts
+    hides a second one after it: the regression search merges adjacent raised segments into one
+    finding of the same key, never new again. So ``f``'s own stretch (from its first step, or from
+    ``since``, the latest rise found in it) is searched again with its level as the base: the costliest
+    job-wide finding there at warning or above that begins after that step is the rise, a new finding
+    (``details['within']`` names ``f``; the evidence says so), captured as one."""
+    from ..analysis.captures import JOB_WIDE
+    from ..analysis.detectors.matrix import MIN_WINDOWS
+
+    if f.ranks or f.kind not in JOB_WIDE or f.first_step is None:
+        return None
+    start = max(int(f.first_step), since)
+    part = table[table["step"] >= start]
+    steps = np.unique(part["step"].to_numpy())
+    if len(steps) < 2 * MIN_WINDOWS:
+        return None
+    # a rise has a stretch of f's own level before it: at least a segment's worth of rows
+    rises = [
+        g
+        for g in analyze_blocks(part, utilization, warm_up=False).findings
+        if not g.ranks and g.kind in JOB_WIDE and g.severity != "info" and g.first_step is not None
+        if g.first_step >= steps[MIN_WINDOWS]
+    ]
+    if not rises:
+        return None
+    g = max(rises, key=lambda g: g.slowdown)
+    return dataclasses.replace(
+        g,
+        details={**g.details, "within": {"kind": f.kind, "phase": f.phase, "first_step": f.first_step}},
+        evidence=f"{g.evidence} (a further rise inside the {f.kind} from step {f.first_step})",
+    )
 
 
 class OnlineDetector:
@@ -116,6 +153,7 @@ class OnlineDetector:
         self._results: queue.Queue = queue.Queue()  # OnlineResult, for the pipeline to hand on
         self._inbox: queue.Queue = queue.Queue()
         self._seen: set[tuple] = set()
+        self._rises: dict[tuple, int] = {}  # an ongoing job-wide finding's key -> its latest further rise's step
         self._rows: collections.OrderedDict = collections.OrderedDict()  # block -> Block
         self._pending: dict[int, int] = {}  # rank 0: block -> how many of its chunks are known complete
         # rank 0, traces on: blocks read before every rank posted -> (deadline, Block so far, missing keys)
@@ -316,11 +354,18 @@ class OnlineDetector:
             latest = max(self._rows)
             missing = np.setdiff1d(np.arange(self.world), self._rows[latest].ranks).tolist()
             new = []
+            ongoing = []  # job-wide findings seen in an earlier analysis, still there
             for f in result.findings:
                 key = (f.kind, tuple(f.ranks), f.phase)
-                if key in self._seen or f.severity == "info":
+                if f.severity == "info":
+                    continue
+                if key in self._seen:
+                    ongoing.append(f)
                     continue
                 self._seen.add(key)
+                new.append(online_finding(f, self.every))
+                log.warning("telemetry: [online] %s %s: %s", f.severity, f.kind, f.evidence)
+            for f in self._further_rises(table, ongoing, util):
                 new.append(online_finding(f, self.every))
                 log.warning("telemetry: [online] %s %s: %s", f.severity, f.kind, f.evidence)
             if missing:
@@ -349,6 +394,19 @@ class OnlineDetector:
             self.failures += 1
             self._once("analysis", "telemetry: online analysis failed (further failures counted)", exc_info=True)
         return True  # a failed analysis waits its interval too: no retry storm
+
+    def _further_rises(self, table: Any, ongoing: list[Finding], util: Any) -> list[Finding]:
+        """Each ongoing job-wide finding searched again from its own first step (or from the latest
+        further rise found in it): :func:`further_rise`. One more analysis of those blocks, only while
+        such a finding lasts."""
+        out = []
+        for f in ongoing:
+            key = (f.kind, (), f.phase)
+            g = further_rise(table, f, self._rises.get(key, -1), util)
+            if g is not None:
+                self._rises[key] = int(g.first_step)
+                out.append(g)
+        return out
 
     def stop(self) -> None:
         self._stop.set()

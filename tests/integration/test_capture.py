@@ -108,8 +108,10 @@ def test_telemetry_capture_asks_a_running_job_for_traces(tmp_path):
             proc.wait()
 
 
-# alone: a neighbour test's load slows this job before step 500 too, a job-wide finding as real as the
-# injected one, whose ongoing finding then takes no second capture after 500 (CI, 2026-12-05)
+# alone: a neighbour test's load slowed this job before step 500 too, a job-wide finding as real as the
+# injected one, which then took no second capture after 500 (CI, 2026-12-05). Online detection now names
+# a further rise inside an ongoing job-wide finding (online/detector.further_rise) and captures it; the
+# test still runs alone, so that its baseline is taken before any neighbour's load
 @pytest.mark.alone
 def test_a_job_wide_regression_is_captured_and_diffed_against_the_runs_baseline(tmp_path):
     """A real 2-rank gloo demo whose every rank also runs ``aten::exp`` in its forward from step 500 (a

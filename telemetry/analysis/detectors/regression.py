@@ -102,8 +102,10 @@ def find_change(x: np.ndarray, p: RegressionParams, direction: int = +1) -> Chan
     ``direction=-1`` the largest lasting fall under it (a utilization drop: utilization.py).
 
     Segments between change points whose level is at least ``min_effect`` above the first
-    segment's (below it, falling), and that hold it (``persist_fraction`` beyond the midpoint), are
-    the change; adjacent such segments merge; the one costing most (level moved x steps) wins.
+    segment's (below it, falling) are the change; adjacent such segments merge, and hold it when
+    ``persist_fraction`` of their values lie beyond the midpoint between the base and the lowest
+    (falling: highest) of their levels (a staircase of two rises is held by both); the one costing
+    most (level moved x steps) wins.
     """
     ok = np.isfinite(x)
     if ok.sum() < 2 * p.min_segment:
@@ -115,18 +117,21 @@ def find_change(x: np.ndarray, p: RegressionParams, direction: int = +1) -> Chan
     if base <= 0:
         return None
     bar = base * (1 + direction * p.min_effect)
-    moved = [(a, b) for a, b in zip(cuts, cuts[1:]) if direction * (np.median(v[a:b]) - bar) >= 0]
-    merged: list[list[int]] = []
-    for a, b in moved:
+    levels = [(a, b, float(np.median(v[a:b]))) for a, b in zip(cuts, cuts[1:])]
+    moved = [(a, b, lv) for a, b, lv in levels if direction * (lv - bar) >= 0]
+    merged: list[list] = []  # [first, end, the level nearest the base of its segments]
+    for a, b, lv in moved:
         if merged and merged[-1][1] == a:
             merged[-1][1] = b
+            merged[-1][2] = min(merged[-1][2], lv) if direction > 0 else max(merged[-1][2], lv)
         else:
-            merged.append([a, b])
+            merged.append([a, b, lv])
     best = None
-    for a, b in merged:
+    for a, b, least in merged:
         post = v[a:b]
         after = float(np.median(post))
-        mid = (base + after) / 2.0
+        # held: above halfway to its lowest step (a staircase of rises is held by its lower steps too)
+        mid = (base + least) / 2.0
         if len(post) < p.min_persist_steps or np.mean(direction * (post - mid) > 0) < p.persist_fraction:
             continue
         cost = direction * (after - base) * len(post)

@@ -199,3 +199,54 @@ def test_the_busy_bounds_reach_online_detection():
     assert kinds() == ["low_utilization"]  # 50% busy: under the 60% warning bound, reported
     assert kinds(busy_warn_bound=0.4) == []  # info between 40% and 80%: online detection reports from warning up
     assert kinds(busy_bound=0.45) == []  # the warning bound follows a lower bound: 50% is above both
+
+
+def test_a_second_rise_inside_an_ongoing_job_wide_change_is_a_new_finding_handed_to_captures():
+    """The regression search merges adjacent raised segments: a job whose collectives slow from step 200
+    and slow again, more, from step 500 shows one ongoing slow_comm from 200, never new again. The
+    search of that finding's own stretch names the second rise, as a new finding handed to capture
+    planning (the run's second capture); a third analysis with nothing further adds none."""
+    from telemetry import online
+
+    class Planner:
+        def __init__(self):
+            self.seen = []
+
+        def consider(self, findings, latest, block):
+            self.seen.append([(d["kind"], d["phase"], d["first_step"]) for d in findings])
+
+    planner = Planner()
+    det = online.OnlineDetector(
+        store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
+        rank=1,
+        world=4,
+        every=10,
+        window=200,
+        wait_blocks=3,
+        min_interval_s=0,
+        captures=planner,
+    )
+    rng = np.random.default_rng(1)
+
+    def add(blocks):
+        for block in blocks:
+            comm = 0.010 + (0.006 if block >= 20 else 0.0) + (0.014 if block >= 50 else 0.0)
+            fwd = 0.080
+            rows = {}
+            for r in range(4):
+                f = fwd * (1 + 0.01 * rng.standard_normal())
+                c = comm * (1 + 0.01 * rng.standard_normal())
+                rows[r] = np.array([block, 10, f + c, f, c, 0.0, 0, f])
+            det._rows[block] = Block.of(rows)
+
+    add(range(45))
+    assert det._analyze()
+    assert [k for k, _, _ in planner.seen[-1]] == ["slow_comm"] and planner.seen[-1][0][2] == 200
+    add(range(45, 80))
+    assert det._analyze()
+    [(kind, phase, first)] = planner.seen[-1]
+    assert (kind, phase) == ("slow_comm", None) and 490 <= first <= 510
+    [first_result, second] = [r for r in det.poll() if r.findings]
+    assert second.findings[0]["details"]["within"] == {"kind": "slow_comm", "phase": None, "first_step": 200}
+    assert det._analyze()
+    assert planner.seen[-1] == []
