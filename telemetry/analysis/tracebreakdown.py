@@ -1,10 +1,15 @@
 """One profiler (Kineto) trace broken down: where the device's time goes, why it idles, how much
 communication hides under computation, the top kernels and ops, launch delays and collectives.
 
-Read in one streamed pass (:func:`~.tracefile.iter_trace`); what is kept is a few numbers per GPU
-activity, runtime call and CPU operation in typed arrays (about 40 bytes each), never the events
-themselves. The definitions are HolisticTraceAnalysis's (HTA 0.5.0), so that the numbers can be
-checked side by side (``bench/hta_compare.py``):
+Read in one streamed pass (:func:`~.tracefile.iter_trace`) that keeps a few numbers per GPU
+activity, runtime call and CPU operation (about 40 bytes each, never the events themselves) in time
+buckets (:mod:`.tracespill`: spilled to a temporary file past a bound), then reduced a window of
+buckets at a time in time order, each reducer carrying what a window leaves open: memory does not
+grow with the trace. An activity is joined with its runtime call (by correlation) among the calls of
+the last :data:`CALL_LAG_US` (10 s) of trace time: a kernel that starts later than that after its
+launch is counted as launched by no call seen. Launch-delay percentiles come from a histogram of
+0.01% bins (exact where a bin holds one value). The definitions are HolisticTraceAnalysis's (HTA
+0.5.0), so that the numbers can be checked side by side (``bench/hta_compare.py``):
 
 - **GPU activities**: complete events whose ``args`` hold a ``stream`` and a ``correlation`` of 0 or
   more (kernels, memory copies and sets). A kind per name: ``communication`` (``^nccl.*Kernel``:
@@ -52,7 +57,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +65,7 @@ import numpy as np
 from .kineto import OUR_STEP, PROFILER_STEP
 from .tracediff import ProfileBuilder, TraceProfile
 from .tracefile import iter_trace
+from .tracespill import Quantiles, Spill, SpillBudget, Union, covered, merge, windows
 
 KINDS = ("compute", "communication", "memory", "other")
 _COMM_RE = re.compile(r"^nccl.*Kernel")
@@ -162,20 +167,12 @@ class Breakdown:
         }
 
 
-class _Cols:
-    """Typed columns, appended one event at a time."""
-
-    def __init__(self, **spec: str) -> None:
-        self.cols = {k: array(t) for k, t in spec.items()}
-
-    def add(self, *values: Any) -> None:
-        for col, v in zip(self.cols.values(), values):
-            col.append(v)
-
-    def np(self) -> dict[str, np.ndarray]:
-        return {
-            k: np.frombuffer(v, dtype=v.typecode) if len(v) else np.zeros(0, v.typecode) for k, v in self.cols.items()
-        }
+GPU = np.dtype(
+    [("ts", "f8"), ("end", "f8"), ("stream", "i8"), ("name", "i4"), ("corr", "i8"), ("kcat", "i1"), ("coll", "i4")]
+)
+CALL = np.dtype([("corr", "i8"), ("ts", "f8"), ("end", "f8"), ("launch", "i1")])
+CPU_OP = np.dtype([("ts", "f8"), ("end", "f8"), ("coll", "i1")])
+CALL_LAG_US = 10e6  # a GPU activity is joined with a runtime call at most this long before it
 
 
 def _round_in(ts: float, dur: float) -> tuple[float, float]:
@@ -183,8 +180,9 @@ def _round_in(ts: float, dur: float) -> tuple[float, float]:
 
 
 def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = False, top: int = 20) -> Breakdown:
-    """The breakdown of the trace at ``path`` (gzip or plain), in one streamed pass. ``steps_hint``:
-    the number of steps the trace holds when it has no step ranges (a capture's manifest says)."""
+    """The breakdown of the trace at ``path`` (gzip or plain), in one streamed pass and a pass over
+    its events kept in time buckets (:mod:`.tracespill`). ``steps_hint``: the number of steps the
+    trace holds when it has no step ranges (a capture's manifest says)."""
     meta: dict[str, Any] = {}
     names: dict[str, int] = {}
     name_list: list[str] = []
@@ -196,112 +194,108 @@ def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = 
             name_list.append(n)
         return i
 
-    gpu = _Cols(ts="d", end="d", stream="q", name="i", corr="q", kcat="b")
-    cpu_corr = _Cols(corr="q", ts="d", dur="d", launch="b")  # CPU-side events that carry a correlation
-    steps = _Cols(num="q", ts="d", end="d")
-    cpu_ops = _Cols(ts="d", end="d", coll="b")
-    coll_meta: dict[int, tuple[str, float, int]] = {}  # External id -> (collective, bytes, group size)
-    kernel_coll: dict[int, tuple[str, float, int]] = {}  # GPU row -> the same, from the kernel's args
-    kernel_ext: dict[int, int] = {}  # GPU row of an NCCL kernel -> its External id
-    step_names: set[str] = set()
-    cpu_coll: list[tuple[str, float, float, float]] = []  # gloo/c10d/nccl CPU ranges: (name, start, end, bytes)
-    prof = ProfileBuilder()
-    events = 0
-    float_ts = False
-    for e in iter_trace(path, meta):
-        events += 1
-        if type(e) is not dict or e.get("ph") != "X":
-            continue
-        raw_ts = e.get("ts")
-        try:
-            ts, dur = float(raw_ts), float(e.get("dur") or 0.0)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(raw_ts, float):
-            float_ts = True
-        cat, name = e.get("cat") or "", e.get("name") or ""
-        prof.add(cat, name, ts, dur, e.get("tid"))
-        args = e.get("args")
-        args = args if type(args) is dict else {}
-        stream, corr = args.get("stream"), args.get("correlation", -1)
-        try:
-            corr = int(corr)
-        except (TypeError, ValueError):
-            corr = -1
-        if stream is not None and corr >= 0:
-            try:
-                s = int(stream)
-            except (TypeError, ValueError):
-                s = -1
-            if s >= 0:
-                row = len(gpu.cols["ts"])
-                gpu.add(ts, ts + dur, s, nid(name), corr, 1 if cat in _KERNEL_CATS else 0)
-                if _COMM_RE.match(name):
-                    if "Collective name" in args:
-                        kernel_coll[row] = _coll_meta(name, args)
-                    ext = args.get("External id")
-                    if isinstance(ext, int):
-                        kernel_ext[row] = ext
+    budget = SpillBudget()
+    try:
+        gpu, calls, cpu_ops = Spill(GPU, budget), Spill(CALL, budget), Spill(CPU_OP, budget)
+        coll_meta: dict[int, tuple[str, float, int]] = {}  # External id -> (collective, bytes, group size)
+        nccl: list[tuple[str, float, int] | int] = []  # an NCCL kernel's own meta, or its External id
+        steps: list[tuple[int, float, float]] = []
+        step_names: set[str] = set()
+        cpu_coll: list[tuple[str, float, float, float]] = []  # gloo/c10d/nccl CPU ranges: (name, start, end, bytes)
+        prof = ProfileBuilder(budget)
+        events = 0
+        float_ts = False
+        for e in iter_trace(path, meta):
+            events += 1
+            if type(e) is not dict or e.get("ph") != "X":
                 continue
-        if corr >= 0:
-            cpu_corr.add(corr, ts, dur, 1 if name in _LAUNCH_CALLS else 0)
-        if "ProfilerStep" in name:
-            step_names.add(name)
-            m = PROFILER_STEP.match(name)
-            # a GPU-side copy of the range counts for HTA's last step start, but numbers no step
-            steps.add(int(m.group(1)) if m and cat != "gpu_user_annotation" else -1, ts, ts + dur)
-        if cat == "cpu_op" or (cat == "user_annotation" and name.startswith(("gloo:", "nccl:"))):
-            if not OUR_STEP.match(name):
-                is_coll = name.startswith(_CPU_COLLECTIVE)
-                cpu_ops.add(ts, ts + dur, 1 if is_coll else 0)
-                if is_coll and name.startswith(("gloo:", "c10d::", "nccl:")):
-                    cpu_coll.append((name, ts, ts + dur, _shape_bytes(args)))
-            if name == "record_param_comms":
-                ext = args.get("External id")
-                if isinstance(ext, int) and args.get("Collective name"):
-                    coll_meta[ext] = _coll_meta(name, args)
-    prof.events = events
-    g, c, st, ops = gpu.np(), cpu_corr.np(), steps.np(), cpu_ops.np()
-    if hta_rounding and float_ts:
-        g["ts"], g["end"] = np.ceil(g["ts"]), np.floor(g["end"])
-        c["dur"] = np.floor(c["ts"] + c["dur"]) - np.ceil(c["ts"])
-        c["ts"] = np.ceil(c["ts"])
-        st["ts"] = np.ceil(st["ts"])
-    numbered = sorted({int(n) for n in st["num"] if n >= 0})
-    kept_steps, dropped = numbered, []
-    keep = np.ones(len(g["ts"]), dtype=bool)
-    if len(step_names) >= 2:
-        last_start = float(st["ts"].max())
-        early = np.unique(c["corr"][c["ts"] < last_start])
-        keep = np.isin(g["corr"], early)
-        last = [int(n) for n, t in zip(st["num"], st["ts"]) if t == last_start and n >= 0]
-        dropped = last[:1]
-        kept_steps = [n for n in numbered if n not in dropped]
+            raw_ts = e.get("ts")
+            try:
+                ts, dur = float(raw_ts), float(e.get("dur") or 0.0)
+            except (TypeError, ValueError):
+                continue
+            cat, name = e.get("cat") or "", e.get("name") or ""
+            prof.add(cat, name, ts, dur, e.get("tid"))
+            end = ts + dur
+            op_ts = ts  # CPU operators are taken as written, rounded or not
+            if isinstance(raw_ts, float):
+                float_ts = True
+                if hta_rounding:  # HTA's parser: ns timestamps inward to whole µs (the ends: below)
+                    ts = float(math.ceil(ts))
+            args = e.get("args")
+            args = args if type(args) is dict else {}
+            stream, corr = args.get("stream"), args.get("correlation", -1)
+            try:
+                corr = int(corr)
+            except (TypeError, ValueError):
+                corr = -1
+            if stream is not None and corr >= 0:
+                try:
+                    st = int(stream)
+                except (TypeError, ValueError):
+                    st = -1
+                if st >= 0:
+                    coll = -1
+                    if _COMM_RE.match(name):
+                        ext = args.get("External id")
+                        if "Collective name" in args:
+                            coll = len(nccl)
+                            nccl.append(_coll_meta(name, args))
+                        elif isinstance(ext, int):
+                            coll = len(nccl)
+                            nccl.append(ext)
+                    gpu.add(ts, (ts, end, st, nid(name), corr, 1 if cat in _KERNEL_CATS else 0, coll))
+                    continue
+            if corr >= 0:
+                calls.add(ts, (corr, ts, end, 1 if name in _LAUNCH_CALLS else 0))
+            if "ProfilerStep" in name:
+                step_names.add(name)
+                m = PROFILER_STEP.match(name)
+                # a GPU-side copy of the range counts for HTA's last step start, but numbers no step
+                steps.append((int(m.group(1)) if m and cat != "gpu_user_annotation" else -1, ts, end))
+            if cat == "cpu_op" or (cat == "user_annotation" and name.startswith(("gloo:", "nccl:"))):
+                if not OUR_STEP.match(name):
+                    is_coll = name.startswith(_CPU_COLLECTIVE)
+                    cpu_ops.add(op_ts, (op_ts, end, 1 if is_coll else 0))
+                    if is_coll and name.startswith(("gloo:", "c10d::", "nccl:")):
+                        cpu_coll.append((name, op_ts, end, _shape_bytes(args)))
+                if name == "record_param_comms":
+                    ext = args.get("External id")
+                    if isinstance(ext, int) and args.get("Collective name"):
+                        coll_meta[ext] = _coll_meta(name, args)
+        prof.events = events
+        st = np.array(steps, dtype=[("num", "i8"), ("ts", "f8"), ("end", "f8")])
+        numbered = sorted({int(n) for n in st["num"] if n >= 0})
+        kept_steps, dropped = numbered, []
+        last_start = None
+        if len(step_names) >= 2:  # HTA's rule: the last step, and what was launched in it, left out
+            last_start = float(st["ts"].max())
+            last = [int(n) for n, t in zip(st["num"], st["ts"]) if t == last_start and n >= 0]
+            dropped = last[:1]
+            kept_steps = [n for n in numbered if n not in dropped]
+        kinds = np.array([KINDS.index(kernel_kind(n)) for n in name_list], dtype=np.int8)
+        # with any timestamp in ns, HTA rounds every activity's and runtime call's end down to a µs
+        acc = _Passes(kinds, name_list, st, last_start, floor_ends=hta_rounding and float_ts)
+        for lo, hi, w in windows({"gpu": gpu, "calls": calls, "ops": cpu_ops}):
+            acc.window(lo, hi, w["gpu"], w["calls"], w["ops"])
+        profile = prof.result(path, steps_hint or max(len(kept_steps), 1))
+    finally:
+        budget.close()
     rank = (meta.get("distributedInfo") or {}).get("rank") if isinstance(meta.get("distributedInfo"), dict) else None
-    profile = prof.result(path, steps_hint or max(len(kept_steps), 1))
     nsteps = max(len(kept_steps), 1) if kept_steps else profile.steps
-    kinds = np.array([KINDS.index(kernel_kind(n)) for n in name_list], dtype=np.int8)
-    rows = np.nonzero(keep)[0]
-    if len(rows):
+    if acc.kept:
         device = "gpu"
-        kind = kinds[g["name"][rows]]
-        ts, end = g["ts"][rows], g["end"][rows]
-        temporal = _temporal({k: (ts[kind == i], end[kind == i]) for i, k in enumerate(KINDS)}, ts, end)
-        overlap = _overlap(ts[kind == 1], end[kind == 1], ts[kind == 0], end[kind == 0])
-        per_step = _per_step_gpu(g, rows, kind, c, st)
-        idle = _idle_split(g, rows, c)
-        launch = _launches(g, rows, c)
-        kernels = _top_kernels(g, rows, kind, name_list, nsteps, top)
-        collectives, instances = _gpu_collectives(g, rows, name_list, kernel_coll, kernel_ext, coll_meta)
+        temporal = acc.gpu.temporal()
+        overlap = acc.gpu.overlap()
+        per_step = acc.per_step()
+        idle = acc.idle_split()
+        launch = acc.launches()
+        kernels = _top_kernels(acc.k_total, acc.k_count, name_list, nsteps, top)
+        collectives, instances = _gpu_collectives(acc.comm, nccl, coll_meta, name_list)
     else:
         device = "cpu"
-        coll = ops["coll"] == 1
-        temporal = _temporal(
-            {"compute": (ops["ts"][~coll], ops["end"][~coll]), "communication": (ops["ts"][coll], ops["end"][coll])},
-            ops["ts"],
-            ops["end"],
-        )
-        overlap = _overlap(ops["ts"][coll], ops["end"][coll], ops["ts"][~coll], ops["end"][~coll])
+        temporal = acc.cpu.temporal()
+        overlap = acc.cpu.overlap()
         per_step = []
         idle, launch, kernels = {}, {}, []
         collectives, instances = _cpu_collectives(cpu_coll)
@@ -328,6 +322,210 @@ def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = 
         instances=instances,
         profile=profile,
     )
+
+
+class _Temporal:
+    """The temporal breakdown fed a window at a time: a union per kind, one of everything (the span
+    and the idle time), and the communication the compute covers (overlap)."""
+
+    def __init__(self, kinds: tuple[str, ...]) -> None:
+        self.all = Union()
+        self.kind = {k: Union() for k in kinds}
+        self.comm_total = 0.0
+        self.comm_covered = 0.0
+
+    def add(
+        self, ts: np.ndarray, end: np.ndarray, kind: np.ndarray, lo: float, hi: float, names: tuple[str, ...]
+    ) -> None:
+        self.all.add(ts, end, lo, hi)
+        pieces = {}
+        for i, k in enumerate(names):
+            sel = kind == i
+            pieces[k] = self.kind[k].add(ts[sel], end[sel], lo, hi)
+        if "communication" in pieces and "compute" in pieces:
+            c_ts, c_end = pieces["communication"]
+            self.comm_total += float(np.clip(c_end - c_ts, 0, None).sum())
+            self.comm_covered += covered(c_ts, c_end, *pieces["compute"])
+
+    def temporal(self) -> dict[str, float]:
+        if self.all.first == math.inf:
+            return {}
+        span = self.all.last - self.all.first
+        out = {"span_us": round(span, 3), "idle_us": round(span - self.all.total, 3)}
+        for k, u in self.kind.items():
+            out[f"{k}_us"] = round(u.total, 3)
+        out["non_compute_us"] = round(span - out.get("compute_us", 0.0) - out["idle_us"], 3)
+        for k in ("idle", "compute", "non_compute"):
+            out[f"{k}_pct"] = round(100.0 * out[f"{k}_us"] / span, 2) if span > 0 else 0.0
+        return out
+
+    def overlap(self) -> float | None:
+        """The share (%) of the communication's union that the compute's covers."""
+        if self.comm_total <= 0:
+            return None
+        return round(100.0 * self.comm_covered / self.comm_total, 2)
+
+
+class _Passes:
+    """What the breakdown gathers from each window of a trace's events (:func:`breakdown`): the
+    GPU activities joined with their runtime calls (those of the last :data:`CALL_LAG_US` kept, by
+    correlation), then the temporal breakdown (GPU and CPU), per step, the idle split per stream,
+    the launches, the kernels' totals and the NCCL kernels, each carrying on what a window leaves
+    open."""
+
+    def __init__(
+        self, kinds: np.ndarray, name_list: list[str], st: np.ndarray, last_start: float | None, floor_ends: bool
+    ) -> None:
+        self.kinds, self.name_list, self.last_start, self.floor_ends = kinds, name_list, last_start, floor_ends
+        self.gpu = _Temporal(KINDS)
+        self.cpu = _Temporal(("compute", "communication"))
+        self.kept = 0
+        self.calls = np.zeros(0, dtype=CALL)  # the runtime calls still joinable, sorted by correlation
+        sel = st["num"] >= 0
+        order = np.argsort(st["ts"][sel], kind="stable")
+        self.s_num, self.s_ts, self.s_end = st["num"][sel][order], st["ts"][sel][order], st["end"][sel][order]
+        self.steps = [_Temporal(KINDS) for _ in self.s_num]
+        self.last_end: dict[int, float] = {}  # stream -> its latest activity's end (start order)
+        self.idle: dict[int, list[float]] = {}  # stream -> [host, kernel, other] wait
+        self.l_n = 0
+        self.l_sum = {"call": 0.0, "gpu": 0.0, "delay": 0.0}
+        self.l_max = 0.0
+        self.l_counts = {"shorter_than_call": 0, "calls_over_50us": 0, "delays_over_100us": 0}
+        self.q_call, self.q_delay = Quantiles(), Quantiles()
+        self.k_total = np.zeros(len(name_list))
+        self.k_count = np.zeros(len(name_list), dtype=np.int64)
+        self.comm: list[tuple[float, float, int, int]] = []  # NCCL kernels kept: (ts, end, name, meta index)
+
+    def _join(self, calls: np.ndarray, g: np.ndarray, lo: float) -> np.ndarray:
+        """The row in :attr:`calls` of each activity's runtime call (-1 when none)."""
+        if len(calls):
+            keep = self.calls[self.calls["ts"] >= lo - CALL_LAG_US] if math.isfinite(lo) else self.calls
+            both = np.concatenate([keep, calls])
+            self.calls = both[np.argsort(both["corr"], kind="stable")]
+        elif math.isfinite(lo) and len(self.calls):
+            self.calls = self.calls[self.calls["ts"] >= lo - CALL_LAG_US]
+        keys = self.calls["corr"]
+        if len(keys) == 0 or len(g) == 0:
+            return np.full(len(g), -1)
+        i = np.clip(np.searchsorted(keys, g["corr"]), 0, len(keys) - 1)
+        return np.where(keys[i] == g["corr"], i, -1)
+
+    def window(self, lo: float, hi: float, g: np.ndarray, calls: np.ndarray, ops: np.ndarray) -> None:
+        self.cpu.add(ops["ts"], ops["end"], ops["coll"], lo, hi, ("compute", "communication"))
+        if self.floor_ends:
+            g, calls = g.copy(), calls.copy()
+            g["end"], calls["end"] = np.floor(g["end"]), np.floor(calls["end"])
+        cpu = self._join(calls, g, lo)
+        found = cpu >= 0
+        c_ts = np.where(found, self.calls["ts"][np.clip(cpu, 0, None)] if len(self.calls) else 0.0, np.nan)
+        keep = np.ones(len(g), dtype=bool) if self.last_start is None else found & (c_ts < self.last_start)
+        g, cpu, c_ts = g[keep], cpu[keep], c_ts[keep]
+        self.kept += len(g)
+        kind = self.kinds[g["name"]] if len(g) else np.zeros(0, dtype=np.int8)
+        self.gpu.add(g["ts"], g["end"], kind, lo, hi, KINDS)
+        self._per_step(g, kind, c_ts, lo, hi)
+        self._idle(g, c_ts)
+        self._launches(g, cpu)
+        dur = g["end"] - g["ts"]
+        self.k_total += np.bincount(g["name"], weights=dur, minlength=len(self.name_list))
+        self.k_count += np.bincount(g["name"], minlength=len(self.name_list))
+        comm = np.nonzero(kind == 1)[0]
+        for r in comm[np.argsort(g["ts"][comm], kind="stable")]:
+            self.comm.append((float(g["ts"][r]), float(g["end"][r]), int(g["name"][r]), int(g["coll"][r])))
+
+    def _per_step(self, g: np.ndarray, kind: np.ndarray, c_ts: np.ndarray, lo: float, hi: float) -> None:
+        """A GPU activity belongs to the step its launch call falls in (HTA's iteration rule)."""
+        if not len(self.s_num):
+            return
+        i = np.searchsorted(self.s_ts, c_ts, side="right") - 1
+        ok = (i >= 0) & ~np.isnan(c_ts)
+        ok[ok] = c_ts[ok] < self.s_end[i[ok]]
+        for j in np.unique(i[ok]):
+            m = ok & (i == j)
+            self.steps[j].add(g["ts"][m], g["end"][m], kind[m], lo, hi, KINDS)
+
+    def per_step(self) -> list[dict[str, float]]:
+        out = []
+        for n, t in zip(self.s_num, self.steps):
+            d = t.temporal()
+            if d:
+                out.append({"step": int(n), **{key: d[key] for key in d if key.endswith("_us")}})
+        return out
+
+    def _idle(self, g: np.ndarray, c_ts: np.ndarray) -> None:
+        """Each gap before a kernel on its stream (from the previous one's end): host wait when its
+        launch call started after that end, else kernel wait under 30 µs, else other."""
+        sel = g["kcat"] == 1
+        g, c_ts = g[sel], c_ts[sel]
+        for s in np.unique(g["stream"]):
+            m = np.nonzero(g["stream"] == s)[0]
+            order = m[np.argsort(g["ts"][m], kind="stable")]
+            ts, end, rt = g["ts"][order], g["end"][order], c_ts[order]
+            s = int(s)
+            d = self.idle.setdefault(s, [0.0, 0.0, 0.0])
+            prev = self.last_end.get(s)
+            if prev is not None:
+                ts_, rt_, prev_end = ts, rt, np.concatenate([[prev], end[:-1]])
+            else:
+                ts_, rt_, prev_end = ts[1:], rt[1:], end[:-1]
+            self.last_end[s] = float(end[-1])
+            gap = ts_ - prev_end
+            host = rt_ > prev_end  # NaN (no launch call seen) compares False
+            kern = ~host & (gap < KERNEL_WAIT_US)
+            d[0] += float(gap[host].sum())
+            d[1] += float(gap[kern].sum())
+            d[2] += float(gap[~host & ~kern].sum())
+
+    def idle_split(self) -> dict[str, Any]:
+        by_stream = {}
+        totals = {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0}
+        for s in sorted(self.idle):
+            d = dict(zip(totals, (round(v, 3) for v in self.idle[s])))
+            by_stream[str(s)] = d
+            for k in totals:
+                totals[k] += d[k]
+        total = sum(totals.values())
+        out: dict[str, Any] = {k: round(v, 3) for k, v in totals.items()}
+        for k in ("host_wait", "kernel_wait", "other"):
+            out[f"{k}_pct"] = round(100.0 * totals[f"{k}_us"] / total, 2) if total > 0 else 0.0
+        out["by_stream"] = by_stream
+        return out
+
+    def _launches(self, g: np.ndarray, cpu: np.ndarray) -> None:
+        ok = cpu >= 0
+        ok[ok] = self.calls["launch"][cpu[ok]] == 1
+        if not ok.any():
+            return
+        r, k = cpu[ok], np.nonzero(ok)[0]
+        call = self.calls["end"][r] - self.calls["ts"][r]
+        gpu_dur = g["end"][k] - g["ts"][k]
+        delay = np.clip(g["ts"][k] - self.calls["ts"][r] - call, 0, None)
+        self.l_n += len(r)
+        self.l_sum["call"] += float(call.sum())
+        self.l_sum["gpu"] += float(gpu_dur.sum())
+        self.l_sum["delay"] += float(delay.sum())
+        self.l_max = max(self.l_max, float(delay.max()))
+        self.l_counts["shorter_than_call"] += int((gpu_dur < call).sum())
+        self.l_counts["calls_over_50us"] += int((call > 50).sum())
+        self.l_counts["delays_over_100us"] += int((delay > 100).sum())
+        self.q_call.add(call)
+        self.q_delay.add(delay)
+
+    def launches(self) -> dict[str, Any]:
+        n = self.l_n
+        if not n:
+            return {"count": 0}
+        return {
+            "count": n,
+            "call_us_mean": round(self.l_sum["call"] / n, 3),
+            "call_us_p50": round(self.q_call.percentile(50), 3),
+            "gpu_us_mean": round(self.l_sum["gpu"] / n, 3),
+            "delay_us_mean": round(self.l_sum["delay"] / n, 3),
+            "delay_us_p50": round(self.q_delay.percentile(50), 3),
+            "delay_us_p95": round(self.q_delay.percentile(95), 3),
+            "delay_us_max": round(self.l_max, 3),
+            **self.l_counts,  # shorter_than_call: kernels the host cannot keep the GPU busy with
+        }
 
 
 def _coll_meta(name: str, args: dict[str, Any]) -> tuple[str, float, int]:
@@ -364,151 +562,16 @@ def _shape_bytes(args: dict[str, Any]) -> float:
     return float(math.prod(dims[0]) * size)
 
 
-def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals merged where they overlap or touch, as HTA merges them."""
-    if len(ts) == 0:
-        return ts, end
-    order = np.argsort(ts, kind="stable")
-    ts, end = ts[order], end[order]
-    reach = np.maximum.accumulate(end)
-    new = np.empty(len(ts), dtype=bool)
-    new[0] = True
-    new[1:] = ts[1:] > reach[:-1]
-    starts = np.nonzero(new)[0]
-    m_ts = ts[starts]
-    m_end = np.maximum.reduceat(end, starts)
-    return m_ts, m_end
-
-
 def _union(ts: np.ndarray, end: np.ndarray) -> float:
-    m_ts, m_end = _merge(ts, end)
+    m_ts, m_end = merge(ts, end)
     return float((m_end - m_ts).sum())
 
 
-def _temporal(parts: dict[str, tuple[np.ndarray, np.ndarray]], ts: np.ndarray, end: np.ndarray) -> dict[str, float]:
-    if len(ts) == 0:
-        return {}
-    m_ts, m_end = _merge(ts, end)
-    span = float(m_end[-1] - m_ts[0])
-    busy = float((m_end - m_ts).sum())
-    out = {"span_us": round(span, 3), "idle_us": round(span - busy, 3)}
-    for k, (a, b) in parts.items():
-        out[f"{k}_us"] = round(_union(a, b), 3)
-    out["non_compute_us"] = round(span - out.get("compute_us", 0.0) - out["idle_us"], 3)
-    for k in ("idle", "compute", "non_compute"):
-        out[f"{k}_pct"] = round(100.0 * out[f"{k}_us"] / span, 2) if span > 0 else 0.0
-    return out
-
-
-def _overlap(c_ts: np.ndarray, c_end: np.ndarray, k_ts: np.ndarray, k_end: np.ndarray) -> float | None:
-    """The share (%) of the union of the first intervals that the union of the second covers."""
-    a_ts, a_end = _merge(c_ts, c_end)
-    total = float((a_end - a_ts).sum())
-    if total <= 0:
-        return None
-    b_ts, b_end = _merge(k_ts, k_end)
-    if len(b_ts) == 0:
-        return 0.0
-    # for each merged comm interval, the compute union inside it (both sorted, disjoint)
-    cum = np.concatenate([[0.0], np.cumsum(b_end - b_ts)])
-
-    def covered_before(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(b_ts, t, side="right")  # intervals starting at or before t
-        part = cum[i]
-        last = np.clip(i - 1, 0, None)
-        over = np.where(i > 0, np.clip(b_end[last] - t, 0, None), 0.0)
-        return part - over
-
-    inside = covered_before(a_end) - covered_before(a_ts)
-    return round(100.0 * float(inside.sum()) / total, 2)
-
-
-def _runtime_index(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(c["corr"], kind="stable")
-    return c["corr"][order], order
-
-
-def _lookup(c: dict[str, np.ndarray], corr: np.ndarray) -> np.ndarray:
-    """For each correlation, the row of the CPU event that carries it (-1 when none)."""
-    keys, order = _runtime_index(c)
-    if len(keys) == 0:
-        return np.full(len(corr), -1)
-    i = np.clip(np.searchsorted(keys, corr), 0, len(keys) - 1)
-    return np.where(keys[i] == corr, order[i], -1)
-
-
-def _idle_split(g: dict[str, np.ndarray], rows: np.ndarray, c: dict[str, np.ndarray]) -> dict[str, Any]:
-    rows = rows[g["kcat"][rows] == 1]
-    cpu = _lookup(c, g["corr"][rows])
-    runtime_ts = np.where(cpu >= 0, c["ts"][np.clip(cpu, 0, None)] if len(c["ts"]) else 0.0, np.nan)
-    by_stream: dict[str, dict[str, float]] = {}
-    totals = {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0}
-    streams = g["stream"][rows]
-    for s in np.unique(streams):
-        sel = np.nonzero(streams == s)[0]
-        order = sel[np.argsort(g["ts"][rows][sel], kind="stable")]
-        ts, end, rt = g["ts"][rows][order], g["end"][rows][order], runtime_ts[order]
-        if len(ts) < 2:
-            by_stream[str(int(s))] = {"host_wait_us": 0.0, "kernel_wait_us": 0.0, "other_us": 0.0}
-            continue
-        gap = ts[1:] - end[:-1]
-        host = rt[1:] > end[:-1]  # NaN (no launch call seen) compares False
-        kern = ~host & (gap < KERNEL_WAIT_US)
-        other = ~host & ~kern
-        d = {
-            "host_wait_us": round(float(gap[host].sum()), 3),
-            "kernel_wait_us": round(float(gap[kern].sum()), 3),
-            "other_us": round(float(gap[other].sum()), 3),
-        }
-        by_stream[str(int(s))] = d
-        for k in totals:
-            totals[k] += d[k]
-    total = sum(totals.values())
-    out: dict[str, Any] = {k: round(v, 3) for k, v in totals.items()}
-    for k in ("host_wait", "kernel_wait", "other"):
-        out[f"{k}_pct"] = round(100.0 * totals[f"{k}_us"] / total, 2) if total > 0 else 0.0
-    out["by_stream"] = by_stream
-    return out
-
-
-def _launches(g: dict[str, np.ndarray], rows: np.ndarray, c: dict[str, np.ndarray]) -> dict[str, Any]:
-    cpu = _lookup(c, g["corr"][rows])
-    ok = cpu >= 0
-    ok[ok] = c["launch"][cpu[ok]] == 1
-    if not ok.any():
-        return {"count": 0}
-    r, k = cpu[ok], rows[ok]
-    call = c["dur"][r]
-    gpu_dur = g["end"][k] - g["ts"][k]
-    delay = np.clip(g["ts"][k] - c["ts"][r] - call, 0, None)
-
-    def q(a: np.ndarray, p: float) -> float:
-        return round(float(np.percentile(a, p)), 3)
-
-    return {
-        "count": int(ok.sum()),
-        "call_us_mean": round(float(call.mean()), 3),
-        "call_us_p50": q(call, 50),
-        "gpu_us_mean": round(float(gpu_dur.mean()), 3),
-        "delay_us_mean": round(float(delay.mean()), 3),
-        "delay_us_p50": q(delay, 50),
-        "delay_us_p95": q(delay, 95),
-        "delay_us_max": round(float(delay.max()), 3),
-        "shorter_than_call": int((gpu_dur < call).sum()),  # kernels the host cannot keep the GPU busy with
-        "calls_over_50us": int((call > 50).sum()),
-        "delays_over_100us": int((delay > 100).sum()),
-    }
-
-
 def _top_kernels(
-    g: dict[str, np.ndarray], rows: np.ndarray, kind: np.ndarray, name_list: list[str], nsteps: int, top: int
+    total: np.ndarray, count: np.ndarray, name_list: list[str], nsteps: int, top: int
 ) -> list[dict[str, Any]]:
-    dur = g["end"][rows] - g["ts"][rows]
-    ids = g["name"][rows]
-    total = np.bincount(ids, weights=dur, minlength=len(name_list))
-    count = np.bincount(ids, minlength=len(name_list))
     out = []
-    for i in np.argsort(-total)[:top]:
+    for i in np.argsort(-total, kind="stable")[:top]:
         if count[i] == 0:
             break
         out.append(
@@ -540,28 +603,25 @@ def _coll_rows(acc: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _gpu_collectives(
-    g: dict[str, np.ndarray],
-    rows: np.ndarray,
-    name_list: list[str],
-    kernel_coll: dict[int, tuple[str, float, int]],
-    kernel_ext: dict[int, int],
+    kernels: list[tuple[float, float, int, int]],
+    nccl: list[tuple[str, float, int] | int],
     coll_meta: dict[int, tuple[str, float, int]],
+    name_list: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, list[tuple[float, float, float]]]]:
+    """The NCCL kernels kept ((start, end, name id, index into ``nccl``: the kernel's own collective
+    meta, or its External id, whose ``record_param_comms`` op has it), per collective."""
     acc: dict[str, dict[str, Any]] = {}
     inst: dict[str, list[tuple[float, float, float]]] = {}
-    for r in rows:
-        name = name_list[g["name"][r]]
-        if not _COMM_RE.match(name):
-            continue
-        r = int(r)
-        meta = kernel_coll.get(r) or coll_meta.get(kernel_ext.get(r, -1)) or (collective_name(name), 0.0, 0)
-        coll, nbytes, group = meta
+    for ts, end, name, ref in kernels:
+        own = nccl[ref] if ref >= 0 else None
+        meta = own if isinstance(own, tuple) else coll_meta.get(own, None) if isinstance(own, int) else None
+        coll, nbytes, group = meta or (collective_name(name_list[name]) if name_list else "", 0.0, 0)
         a = acc.setdefault(coll, {"ts": [], "end": [], "bytes": 0.0, "group": group})
-        a["ts"].append(float(g["ts"][r]))
-        a["end"].append(float(g["end"][r]))
+        a["ts"].append(ts)
+        a["end"].append(end)
         a["bytes"] += nbytes
         a["group"] = max(a["group"], group)
-        inst.setdefault(coll, []).append((float(g["ts"][r]), float(g["end"][r]), nbytes))
+        inst.setdefault(coll, []).append((ts, end, nbytes))
     for v in inst.values():
         v.sort()
     return _coll_rows(acc), inst
@@ -588,34 +648,6 @@ def _cpu_collectives(
     for v in inst.values():
         v.sort()
     return _coll_rows(acc), inst
-
-
-def _per_step_gpu(
-    g: dict[str, np.ndarray], rows: np.ndarray, kind: np.ndarray, c: dict[str, np.ndarray], st: dict[str, np.ndarray]
-) -> list[dict[str, float]]:
-    """The temporal breakdown of each numbered step: a GPU activity belongs to the step its launch
-    call falls in (HTA's iteration rule)."""
-    num = st["num"]
-    sel = num >= 0
-    if not sel.any():
-        return []
-    s_num, s_ts, s_end = num[sel], st["ts"][sel], st["end"][sel]
-    order = np.argsort(s_ts)
-    s_num, s_ts, s_end = s_num[order], s_ts[order], s_end[order]
-    cpu = _lookup(c, g["corr"][rows])
-    launch_ts = np.where(cpu >= 0, c["ts"][np.clip(cpu, 0, None)] if len(c["ts"]) else 0.0, np.nan)
-    i = np.searchsorted(s_ts, launch_ts, side="right") - 1
-    ok = (i >= 0) & ~np.isnan(launch_ts)
-    ok[ok] = launch_ts[ok] < s_end[i[ok]]
-    out = []
-    for j, n in enumerate(s_num):
-        m = ok & (i == j)
-        if not m.any():
-            continue
-        ts, end, k = g["ts"][rows][m], g["end"][rows][m], kind[m]
-        t = _temporal({name: (ts[k == x], end[k == x]) for x, name in enumerate(KINDS)}, ts, end)
-        out.append({"step": int(n), **{key: t[key] for key in t if key.endswith("_us")}})
-    return out
 
 
 def split_waits(parts: dict[int, Breakdown]) -> dict[str, Any]:

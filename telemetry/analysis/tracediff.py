@@ -2,8 +2,8 @@
 collective by collective, by **self** time per step.
 
 A trace is streamed (:func:`~.tracefile.iter_trace`); what is kept is a few numbers per CPU operation
-and kernel in typed arrays (about 24 bytes each), so memory grows with the operations of the steps
-captured, not with the file's text. Per name and kind:
+in time buckets (:mod:`.tracespill`: in a temporary file past a bound), nested a window at a time, and
+sums per kernel name: memory does not grow with the trace. Per name and kind:
 
 - **op**: a ``cpu_op`` event; its self time is its duration less that of the CPU operations directly
   inside it on its thread (nesting by time containment);
@@ -26,7 +26,6 @@ nothing. The findings JSON's ``trace_diff`` entries are these dicts.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from .kineto import OUR_STEP, PROFILER_STEP
 from .tracefile import iter_trace
+from .tracespill import Spill, SpillBudget, windows
 
 _COLLECTIVE_OPS = ("record_param_comms", "c10d::", "gloo:", "nccl:")
 KINDS = ("op", "kernel", "collective")
@@ -74,12 +74,19 @@ def profile(path: str, steps: int | None = None) -> TraceProfile:
 
 class ProfileBuilder:
     """:func:`profile`'s state, fed one complete event at a time (also by the breakdown's own pass
-    over a trace, so that one reading gives both)."""
+    over a trace, so that one reading gives both). CPU operations go to a time-bucketed
+    :class:`~.tracespill.Spill` and are nested a window at a time, each thread's open operators
+    carried from one window to the next: memory does not grow with the trace."""
 
-    def __init__(self) -> None:
+    OP = np.dtype([("ts", "f8"), ("end", "f8"), ("tid", "i4"), ("name", "i4")])
+
+    def __init__(self, budget: SpillBudget | None = None) -> None:
         self.names: dict[str, int] = {}
         self.name_list: list[str] = []
-        self.threads: dict[Any, tuple[array, array, array]] = {}  # tid -> (ts, end, name id) of CPU ops
+        self.tids: dict[Any, int] = {}
+        self.own_budget = budget is None
+        self.budget = SpillBudget() if budget is None else budget
+        self.ops = Spill(self.OP, self.budget)
         self.kern_self: dict[tuple[str, str], float] = {}
         self.kern_count: dict[tuple[str, str], int] = {}
         self.ours: set[int] = set()
@@ -96,12 +103,10 @@ class ProfileBuilder:
             if nid is None:
                 nid = self.names[name] = len(self.name_list)
                 self.name_list.append(name)
-            cols = self.threads.get(tid)
-            if cols is None:
-                cols = self.threads[tid] = (array("d"), array("d"), array("i"))
-            cols[0].append(ts)
-            cols[1].append(ts + dur)
-            cols[2].append(nid)
+            t = self.tids.get(tid)
+            if t is None:
+                t = self.tids[tid] = len(self.tids)
+            self.ops.add(ts, (ts, ts + dur, t, nid))
         elif cat == "user_annotation":
             m = OUR_STEP.match(name)
             if m:
@@ -118,8 +123,17 @@ class ProfileBuilder:
             out.count[key] = self.kern_count[key]
         op_self = np.zeros(len(self.name_list))
         op_count = np.zeros(len(self.name_list), dtype=np.int64)
-        for ts, end, nid in self.threads.values():
-            _self_times(np.frombuffer(ts), np.frombuffer(end), np.frombuffer(nid, dtype=np.int32), op_self, op_count)
+        stacks: dict[int, list[list[float]]] = {}
+        try:
+            for _, _, w in windows({"ops": self.ops}):
+                _self_times(w["ops"], stacks, op_self, op_count)
+        finally:
+            if self.own_budget:
+                self.budget.close()
+        for stack in stacks.values():  # operators still open at the trace's end
+            for _end, own, nid in stack:
+                op_self[int(nid)] += max(own, 0.0)
+                op_count[int(nid)] += 1
         for i, name in enumerate(self.name_list):
             if op_count[i]:
                 key = ("collective" if name.startswith(_COLLECTIVE_OPS) else "op", name)
@@ -128,20 +142,25 @@ class ProfileBuilder:
         return out
 
 
-def _self_times(ts: np.ndarray, end: np.ndarray, nid: np.ndarray, acc: np.ndarray, count: np.ndarray) -> None:
-    """Add each operation's self time (its duration less its direct children's) to ``acc`` by name:
-    one thread's operations, nested by time containment (sorted by start, the longer first)."""
-    order = np.lexsort((-end, ts))
-    stack: list[int] = []  # indices into order, innermost last
-    self_t = end - ts
-    for i in order:
-        while stack and ts[i] >= end[stack[-1]]:
-            stack.pop()
+def _self_times(ops: np.ndarray, stacks: dict[int, list[list[float]]], acc: np.ndarray, count: np.ndarray) -> None:
+    """Add each finished operation's self time (its duration less its direct children's) to ``acc``
+    by name: each thread's operations of one window, nested by time containment (sorted by start,
+    the longer first) under the operators the windows before left open (``stacks``, per thread:
+    [end, self time so far, name], innermost last)."""
+    order = np.lexsort((-ops["end"], ops["ts"]))
+    ts, end, tid, nid = (ops[k][order].tolist() for k in ("ts", "end", "tid", "name"))
+    for i in range(len(ts)):
+        stack = stacks.get(tid[i])
+        if stack is None:
+            stack = stacks[tid[i]] = []
+        t, e = ts[i], end[i]
+        while stack and t >= stack[-1][0]:
+            top = stack.pop()
+            acc[int(top[2])] += max(top[1], 0.0)
+            count[int(top[2])] += 1
         if stack:
-            self_t[stack[-1]] -= min(end[i], end[stack[-1]]) - ts[i]  # a child: not its parent's own time
-        stack.append(i)
-    np.add.at(acc, nid, np.maximum(self_t, 0.0))
-    np.add.at(count, nid, 1)
+            stack[-1][1] -= min(e, stack[-1][0]) - t  # a child: not its parent's own time
+        stack.append([e, e - t, nid[i]])
 
 
 def trace_diff(flagged: TraceProfile, peer: TraceProfile, limit: int = 20) -> list[dict[str, Any]]:

@@ -284,6 +284,6 @@ def trace_breakdown(path: str, ranks: dict[int, dict], warnings: list[str]) -> d
             continue
         try:
             parts[rank] = breakdown(os.path.join(path, info["trace"]))
-        except TableError as exc:
+        except (TableError, OSError) as exc:  # a trace that does not read, or no room to spill it
             warnings.append(f"trace breakdown of rank {rank}: {exc}")
     return summarize(parts)

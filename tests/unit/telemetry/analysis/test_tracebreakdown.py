@@ -174,3 +174,39 @@ def test_a_gloo_collectives_bytes_come_from_its_recorded_shapes(tmp_path):
     assert by["allreduce"]["bytes"] == 8000 and by["allreduce"]["algbw_GBps"] == 1.0  # 8000 B in 8 µs
     assert "busbw_GBps" not in by["allreduce"]
     assert by["broadcast"]["bytes"] == 0 and "algbw_GBps" not in by["broadcast"]
+
+
+@pytest.mark.parametrize(
+    "name", ["nccl_data.json.gz", "sampled_rank-0.json.gz", "benchmark_result_924719_1679055439_trace.json.gz"]
+)
+def test_a_trace_read_in_many_small_windows_spilled_to_disk_gives_the_same_breakdown(monkeypatch, name):
+    """Bounded memory (analysis/tracespill.py): the events are kept in time buckets, spilled to a file
+    past a bound and reduced a window at a time. Buckets of 50 µs, windows of 300 records and a
+    500-record bound cut HTA's sample traces (two GPU, one CPU) into 8 to 90 windows, each spill
+    written out many times: every figure, every op's self time and every collective instance is what one window
+    gives (hta_rounding both ways)."""
+    import pathlib
+
+    from telemetry.analysis import tracebreakdown, tracespill
+
+    path = str(pathlib.Path(__file__).resolve().parents[3] / "data" / "hta" / name)
+    whole = {r: breakdown(path, hta_rounding=r) for r in (False, True)}
+    monkeypatch.setattr(tracespill, "BUCKET_US", 50.0)
+    monkeypatch.setattr(tracespill, "SPILL_RECORDS", 500)
+    monkeypatch.setattr(tracespill, "WINDOW_RECORDS", 300)
+    seen = []
+    windows = tracespill.windows
+
+    def counted(*a, **k):
+        for w in windows(*a, **k):
+            seen.append(w[0])
+            yield w
+
+    monkeypatch.setattr(tracebreakdown, "windows", counted)
+    for r, one in whole.items():
+        seen.clear()
+        cut = breakdown(path, hta_rounding=r)
+        assert len(seen) > 5  # many windows, not one
+        assert cut.to_dict() == one.to_dict()
+        assert cut.profile.self_us == pytest.approx(one.profile.self_us, rel=1e-9)
+        assert cut.instances == one.instances
