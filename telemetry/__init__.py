@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from .api import init, session, shutdown, stats
 from .config import Config, ConfigError
+from .hooks.checkpoint import CheckpointTimer
 from .hooks.collectives import instrument_collectives, uninstrument_collectives
 from .hooks.dataloader import watch
 from .hooks.ddp import ddp_comm_hook, instrument_ddp
@@ -49,6 +50,17 @@ def phase(name: str) -> Any:
     return _current._active.phase(name)
 
 
+def checkpoint(kind: str = "save", path: str | None = None, nbytes: int | None = None) -> CheckpointTimer:
+    """A checkpoint save or load done by any means: ``with telemetry.checkpoint("save", path=p):``.
+
+    The block's time is the blocking checkpoint time of the step it ends in (``io.checkpoint_s``);
+    ``nbytes`` (or set ``.nbytes`` inside the block), else the size of ``path`` (a file or a directory)
+    after the block, is ``io.checkpoint_bytes``. ``torch.distributed.checkpoint``'s save, async_save and
+    load are timed without it (``init(checkpoints=True)``, the default).
+    """
+    return CheckpointTimer(kind, path, nbytes)
+
+
 def log(**values: Any) -> None:
     """Attach scalars to the current step; tensors are read without synchronizing the device.
 
@@ -61,6 +73,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "TelemetryUsageError",
+    "checkpoint",
     "ddp_comm_hook",
     "init",
     "instrument_collectives",

@@ -23,6 +23,7 @@ from typing import Any
 from .config import Config, ConfigError
 from .devices.sampler import build_sampler
 from .flops import peak_flops_for
+from .hooks import checkpoint as _checkpoints
 from .hooks import collectives as _collectives
 from .hooks.ddp import auto_instrument_ddp, undo_auto_instrument_ddp
 from .pipeline.sinks import TRACE_SAMPLER, build_sinks
@@ -91,6 +92,7 @@ class Session:
             hold=True,
         )
         self._instrumented = False
+        self._checkpoints = False
         self._ddp_auto = False
         self._prev_sigterm: Any = None
         if not self.pending:
@@ -220,6 +222,8 @@ class Session:
         if self.config.collectives:
             self._instrumented = _collectives.instrument_collectives()
             self._ddp_auto = auto_instrument_ddp()
+        if self.config.checkpoints:
+            self._checkpoints = _checkpoints.instrument_checkpoints()
         if self.config.handle_sigterm:
             self._install_sigterm()
         if self.config.announce and not self.pending and self.off_reason is None:
@@ -265,6 +269,8 @@ class Session:
         current.set_active(NULL)
         if self._instrumented:
             _collectives.uninstrument_collectives()
+        if self._checkpoints:
+            _checkpoints.uninstrument_checkpoints()
         if self._ddp_auto:
             undo_auto_instrument_ddp()
         if self._prev_sigterm is not None and threading.current_thread() is threading.main_thread():

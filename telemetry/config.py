@@ -75,6 +75,7 @@ class Config:
     sink_backlog_records: int = 8192  # per sink: records waiting for a slow sink; beyond, dropped, counted
     strict: bool = False  # raise TelemetryUsageError on API misuse (and SinkStartError) instead of warning once
     collectives: bool = True  # wrap torch.distributed collectives and time DDP's all-reduce from init
+    checkpoints: bool = True  # time torch.distributed.checkpoint's save, async_save and load from init
     start_step: int = 0  # number of the first step (after a restart from a checkpoint: its step)
     handle_sigterm: bool = True  # on SIGTERM flush, then die of the signal (only if no handler is set)
     announce: bool = True  # each process says at start where its data can be seen (one line: the logger, else stderr)
@@ -251,6 +252,7 @@ class Config:
         for name in (
             "strict",
             "collectives",
+            "checkpoints",
             "handle_sigterm",
             "online",
             "announce",

@@ -85,11 +85,14 @@ def records_to_table(rows: Iterable[dict[str, Any]], warnings: list[str] | None 
         for name, (sec, nbytes) in (r.get("comm_groups") or {}).items():
             extra.setdefault(f"comm_group.{name}_s", {})[n] = sec
             extra.setdefault(f"comm_group.{name}_bytes", {})[n] = nbytes
+        for name, val in (r.get("io") or {}).items():
+            extra.setdefault(f"io.{name}", {})[n] = val
         n += 1
     table = pd.DataFrame(cols)
     # Phases in the order a step first ran them, then per-phase comm, then logged values.
     ordered = sorted(
-        extra, key=lambda k: (k.startswith(("comm_group.", "log.", "dev.", "mfu", "host.")), k.startswith("comm."))
+        extra,
+        key=lambda k: (k.startswith(("comm_group.", "log.", "dev.", "io.", "mfu", "host.")), k.startswith("comm.")),
     )
     for name in ordered:
         values = extra[name]
@@ -131,9 +134,9 @@ def columns_to_table(
 
 
 def _zero_when_absent(name: str) -> bool:
-    """A phase's seconds (or its time blocked in collectives): a step that did not run the phase
-    took no time in it, so a missing value is 0, not unknown."""
-    return name.endswith("_s") and ("." not in name or name.startswith("comm."))
+    """A phase's seconds (or its time blocked in collectives), a checkpoint's seconds and bytes: a step
+    that did not run the phase or a checkpoint took no time in it, so a missing value is 0, not unknown."""
+    return (name.endswith("_s") and ("." not in name or name.startswith("comm."))) or name.startswith("io.")
 
 
 def _empty() -> pd.DataFrame:

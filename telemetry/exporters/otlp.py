@@ -285,7 +285,11 @@ class OtlpSink(ErrorNote, Sink):
                     ctx = otel_trace.set_span_in_context(pspan)
             name = "data_wait" if s.kind == rt.SPAN_DATA else s.name
             a = {}
-            if s.kind == rt.SPAN_COLLECTIVE:
+            if s.kind == rt.SPAN_CHECKPOINT:  # checkpoint.save, checkpoint.load, checkpoint.save.async
+                name = f"checkpoint.{s.name}"
+                a = {"training.checkpoint": s.name.partition(".")[0], "training.bytes": s.nbytes}
+                a["training.blocking"] = not s.name.endswith(".async")
+            elif s.kind == rt.SPAN_COLLECTIVE:
                 a = {"training.op": s.name, "training.bytes": s.nbytes}
                 if s.group:
                     a["training.group"] = s.group  # the parallel dimension: dp, tp, pp, ..., world

@@ -324,6 +324,8 @@ class PrometheusSink(Sink):
         # per process group, by its parallel dimension's label (hooks/groups.py)
         self.group_blocked = declare(Counter, N.COMM_GROUP_BLOCKED)
         self.group_bytes = declare(Counter, N.COMM_GROUP_BYTES)
+        self.ckpt_seconds = declare(Counter, N.CHECKPOINT_SECONDS)
+        self.ckpt_bytes = declare(Counter, N.CHECKPOINT_BYTES)
         self.steps = declare(Counter, N.STEPS).labels(*base)
         self.failures = declare(Counter, N.STEP_FAILURES).labels(*base)
         # No sample until a real value arrives (_FirstValue): absent, never a false 0.
@@ -405,6 +407,14 @@ class PrometheusSink(Sink):
                 if child is not None:
                     child.inc(sec)
                     self._child(self.group_bytes, "group", group).inc(nbytes)
+            for sp in r.spans if r.io else ():  # kind and part take 2 values each: no gate
+                if sp.kind == rec_types.SPAN_CHECKPOINT:
+                    kind, _, part = sp.name.partition(".")
+                    base = [self.labels[k] for k in BASE_LABELS]
+                    self.ckpt_seconds.labels(*base, kind, "async" if part else "blocking").inc(
+                        max(sp.end_s - sp.start_s, 0.0)
+                    )
+                    self.ckpt_bytes.labels(*base, kind).inc(sp.nbytes)
             if r.tokens:
                 self.tokens.inc(r.tokens)
                 if r.duration_s > 0:

@@ -154,6 +154,23 @@ COMM_GROUP_BYTES = Metric(
     "collective",
 )
 
+# ---- checkpoints -------------------------------------------------------------------------------
+CHECKPOINT_SECONDS = Metric(
+    "train_checkpoint_seconds",
+    "counter",
+    "Time in checkpoint saves and loads (io.checkpoint_s and _async_s): part=blocking, the training "
+    "thread waited in the call; part=async, an async save's upload after the call returned",
+    ("kind", "part"),
+    "step",
+)
+CHECKPOINT_BYTES = Metric(
+    "train_checkpoint_bytes",
+    "counter",
+    "Bytes of checkpoint saves and loads this rank wrote or read, as the storage layer reports them",
+    ("kind",),
+    "step",
+)
+
 # ---- throughput ---------------------------------------------------------------------------------
 TOKENS = Metric("train_tokens", "counter", "Tokens processed (absent until a step carries tokens)", group="throughput")
 SAMPLES = Metric(
@@ -343,6 +360,8 @@ ALL: tuple[Metric, ...] = (
     PHASE_BLOCKED,
     COMM_GROUP_BLOCKED,
     COMM_GROUP_BYTES,
+    CHECKPOINT_SECONDS,
+    CHECKPOINT_BYTES,
     TOKENS,
     SAMPLES,
     TOKENS_PER_SECOND,

@@ -22,6 +22,11 @@ from typing import Any, Callable
 from ..logonce import LogOnce
 from ..recorder import events as ev
 from ..recorder.events import (
+    CKPT_BLOCKING,
+    CKPT_BYTES,
+    CKPT_IO_NS,
+    CKPT_KIND,
+    CKPT_T0,
     COLL_BLOCKED_NS,
     COLL_BYTES,
     COLL_E0,
@@ -49,7 +54,7 @@ from ..recorder.events import (
     T,
 )
 from ..recorder.values import PendingValue
-from .records import SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord
+from .records import SPAN_CHECKPOINT, SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord
 
 MAX_SPANS_PER_STEP = 512
 _FLOAT_MAX_INT = int(1.7976931348623157e308)  # a logged int beyond this is no float: kept as inf
@@ -58,13 +63,14 @@ _FLOAT_MAX_INT = int(1.7976931348623157e308)  # a logged int beyond this is no f
 class _Open:
     """What has arrived for the step being assembled."""
 
-    __slots__ = ("phases", "colls", "data", "logs")
+    __slots__ = ("phases", "colls", "data", "logs", "ckpts")
 
     def __init__(self) -> None:
         self.phases: list[tuple] = []
         self.colls: list[tuple] = []
         self.data: list[tuple] = []
         self.logs: list[tuple] = []
+        self.ckpts: list[tuple] = []
 
 
 class Assembler:
@@ -129,6 +135,8 @@ class Assembler:
                 acc.logs.append(e)
             elif kind == ev.DATA:
                 acc.data.append(e)
+            elif kind == ev.CHECKPOINT:
+                acc.ckpts.append(e)
         while held and held[0][2] < self._round:
             end, acc, _ = held.pop(0)
             self._waiting.append((self._monotonic(), end, acc))
@@ -147,7 +155,7 @@ class Assembler:
     def unattributed(self) -> int:
         """Events after the last step ended (they would belong to a step that never came)."""
         a = self._open
-        return len(a.phases) + len(a.colls) + len(a.data) + len(a.logs)
+        return len(a.phases) + len(a.colls) + len(a.data) + len(a.logs) + len(a.ckpts)
 
     # ---- internals --------------------------------------------------------------------
     def _release(self) -> list[StepRecord]:
@@ -222,6 +230,11 @@ class Assembler:
         for g in groups:
             self.groups_seen.setdefault(g, None)
         scalars, log_tokens, log_samples = _logged(acc.logs)
+        io = None
+        if acc.ckpts:  # their spans first: a step's spans past the bound are dropped from the end
+            ck: list[Span] = []
+            io = _checkpoints(acc.ckpts, epoch, ck)
+            spans[:0] = ck
         tokens, samples = end[STEP_TOKENS], end[STEP_SAMPLES]
         if tokens is None:
             tokens = log_tokens if log_tokens is not None else (data_tokens or None)
@@ -252,6 +265,7 @@ class Assembler:
             mfu=self._mfu(tokens, duration_s),
             # every group this rank has used, 0 in a step that did not use it
             comm_groups={g: tuple(groups.get(g, (0.0, 0))) for g in self.groups_seen} or None,
+            io=io,
         )
 
     def _mfu(self, tokens: int | None, duration_s: float) -> float | None:
@@ -324,6 +338,30 @@ def _collectives(
         s[4] += nbytes * c[COLL_FACTOR]
         spans.append(Span(SPAN_COLLECTIVE, op, epoch(c0), epoch(c1), True, nbytes, c[COLL_GROUP_NAME]))
     return comm_ns, phase_comm, ops, groups
+
+
+def _checkpoints(ckpts: list[tuple], epoch: Callable[[int], float], spans: list[Span]) -> dict[str, float]:
+    """A step's checkpoints: seconds blocked, seconds of async upload, bytes, and seconds of the rank's
+    own storage I/O; each one a span."""
+    blocked = upload = io = 0.0
+    nbytes = 0
+    for c in ckpts:
+        c0, c1, n = c[CKPT_T0], c[T], int(c[CKPT_BYTES] or 0)
+        if c[CKPT_BLOCKING]:
+            blocked += (c1 - c0) * 1e-9
+            name = c[CKPT_KIND]
+        else:
+            upload += (c1 - c0) * 1e-9
+            name = f"{c[CKPT_KIND]}.async"
+        nbytes += n
+        io += (c[CKPT_IO_NS] or 0) * 1e-9
+        spans.append(Span(SPAN_CHECKPOINT, name, epoch(c0), epoch(c1), True, n))
+    return {
+        "checkpoint_s": blocked,
+        "checkpoint_async_s": upload,
+        "checkpoint_bytes": float(nbytes),
+        "checkpoint_io_s": io,
+    }
 
 
 def _logged(logs: list[tuple]) -> tuple[dict[str, Any], int | None, int | None]:
@@ -399,7 +437,7 @@ def _on_gpu_timeline(end: tuple, acc: _Open, used: list) -> tuple[tuple, _Open]:
         return start, start + int(max(dur, 0.0) * 1e6), True
 
     out = _Open()
-    out.data, out.logs = acc.data, acc.logs
+    out.data, out.logs, out.ckpts = acc.data, acc.logs, acc.ckpts  # host-timed: durations as the host saw them
     for e in acc.phases:
         if e[0] == ev.PHASE_DEV:
             p0, p1, _ = place(e[PHASE_E0], e[PHASE_E1], e[PHASE_T0], e[T])

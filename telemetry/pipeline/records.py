@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 SPAN_PHASE = "phase"
 SPAN_COLLECTIVE = "collective"
 SPAN_DATA = "data"
+SPAN_CHECKPOINT = "checkpoint"  # name: "save", "load", or "save.async" (an async save's upload)
+IO_KEYS = ("checkpoint_s", "checkpoint_async_s", "checkpoint_bytes", "checkpoint_io_s")
 
 
 class OpStats(NamedTuple):
@@ -29,7 +31,7 @@ class OpStats(NamedTuple):
 
 
 class Span(NamedTuple):
-    kind: str  # SPAN_PHASE, SPAN_COLLECTIVE, SPAN_DATA
+    kind: str  # SPAN_PHASE, SPAN_COLLECTIVE, SPAN_DATA, SPAN_CHECKPOINT
     name: str
     start_s: float
     end_s: float
@@ -59,6 +61,10 @@ class StepRecord(NamedTuple):
     # per process group's label (its parallel dimension: dp, tp, pp, ..., world, g<hash>): seconds
     # blocked in its collectives during the step, and their bytes
     comm_groups: dict[str, tuple[float, int]] | None = None
+    # checkpoints whose blocking part returned in this step (or between the last step and this one),
+    # or whose async upload ended in it: IO_KEYS -> seconds blocked, seconds of async upload, bytes,
+    # seconds of this rank's own storage writes or reads (the steps table's io.* columns)
+    io: dict[str, float] | None = None
 
 
 class Progress(NamedTuple):

@@ -12,6 +12,9 @@ COLLECTIVE      (3, t_end, op, t_begin, nbytes, group_size, group_name, blocked_
 DATA            (4, t_end, t_begin, samples, tokens)          time blocked in a data loader's next()
 LOG             (5, t, {name: value})                        value: float, int or a PendingValue
 DEVICE          (6, t, {name: value})                        a device/host reading (sampler thread)
+CHECKPOINT      (10, t_end, kind, t_begin, nbytes, blocking, io_ns)  a checkpoint save or load: blocking
+                the call the training thread waited in; not blocking, an async save's upload (appended
+                by the thread that ran it, when it ended); io_ns the rank's own storage time, 0 unknown
 
 Device-timed variants (the CUDA recorder): the same fields, then the interval's start and end
 device events (CUDA events recorded on the current stream, read later by the pipeline):
@@ -31,6 +34,7 @@ DEVICE = 6
 STEP_END_DEV = 7
 PHASE_DEV = 8
 COLLECTIVE_DEV = 9
+CHECKPOINT = 10
 
 # Each device-timed kind and the host kind it extends.
 HOST_KIND = {STEP_END_DEV: STEP_END, PHASE_DEV: PHASE, COLLECTIVE_DEV: COLLECTIVE}
@@ -73,6 +77,13 @@ DATA_TOKENS = 4
 
 # LOG, DEVICE
 VALUES = 2
+
+# CHECKPOINT
+CKPT_KIND = 2  # "save" or "load"
+CKPT_T0 = 3
+CKPT_BYTES = 4
+CKPT_BLOCKING = 5
+CKPT_IO_NS = 6
 
 # Names a phase may not take: they are columns of the steps table with another meaning.
 RESERVED_PHASES = frozenset({"start", "duration", "comm", "step", "rank"})

@@ -5,7 +5,8 @@ A batch of :class:`~telemetry.pipeline.records.StepRecord` becomes two Arrow rec
 - **steps**: one row per record (columns: phases in the order a step first ran them), named as the steps table names them (``rank``, ``step``,
   ``start_s``, ``duration_s``, ``ok``, ``tokens``, ``samples``, ``comm_s``, ``comm_bytes``,
   ``<phase>_s``, ``comm.<phase>_s``, ``comm_group.<group>_s`` and ``_bytes`` (per process group's
-  label: its parallel dimension), ``log.<name>``, ``dev.<name>``, ``mfu``, ``host.duration_s``),
+  label: its parallel dimension), ``log.<name>``, ``dev.<name>``, ``io.<name>`` (checkpoints: seconds
+  blocked and of async upload, bytes, the rank's own storage seconds), ``mfu``, ``host.duration_s``),
   plus what only the store keeps: ``spans_dropped`` and each collective op's per-step statistics
   (``op.<name>.count``, ``.duration_s``, ``.blocked_s``, ``.bytes``, ``.bus_bytes``). A phase that
   did not run in a step took 0 s in it; a missing reading is null. NaN and infinities logged by the
@@ -24,6 +25,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
+
+from ..pipeline.records import IO_KEYS
 
 OP_FIELDS = ("count", "duration_s", "blocked_s", "bytes", "bus_bytes")
 SPAN_SCHEMA = pa.schema(
@@ -77,6 +80,9 @@ def steps_batch(records: Sequence[Any]) -> pa.RecordBatch:
         extra[f"log.{k}"] = pa.array([r.scalars.get(k) for r in rs], pa.float64())
     for k in _keys(r.device for r in rs if r.device):
         extra[f"dev.{k}"] = pa.array([r.device.get(k) if r.device else None for r in rs], pa.float64())
+    if any(r.io for r in rs):  # a step without a checkpoint: 0 in each
+        for k in IO_KEYS:
+            extra[f"io.{k}"] = pa.array([r.io.get(k, 0.0) if r.io else 0.0 for r in rs], pa.float64())
     if any(r.mfu is not None for r in rs):
         extra["mfu"] = pa.array([r.mfu for r in rs], pa.float64())
     if any(r.host_duration_s is not None for r in rs):
@@ -116,7 +122,7 @@ def _is_phase(name: str) -> bool:
 
 
 def _family(name: str) -> int:
-    order = ("comm.", "comm_group.", "log.", "dev.", "mfu", "host.", "op.")
+    order = ("comm.", "comm_group.", "log.", "dev.", "io.", "mfu", "host.", "op.")
     return next((i + 1 for i, p in enumerate(order) if name.startswith(p)), 0)
 
 
@@ -162,6 +168,7 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
     pcomm = [c for c in cols if c.startswith("comm.") and c.endswith("_s")]
     logs = [c for c in cols if c.startswith("log.")]
     devs = [c for c in cols if c.startswith("dev.")]
+    ios = [c for c in cols if c.startswith("io.")]
     ops = sorted({c.split(".")[1] for c in cols if c.startswith("op.")})
     cgroups = [c[11:-2] for c in cols if c.startswith("comm_group.") and c.endswith("_s")]
     for name, default in (("ok", True), ("comm_s", 0.0), ("tokens", None), ("samples", None)):
@@ -210,6 +217,9 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
         }
         if cg:
             rec["comm_groups"] = cg
+        io = {c[3:]: cols[c][i] for c in ios if cols[c][i]}
+        if io:
+            rec["io"] = io
         for key, col in (("mfu", "mfu"), ("host_duration_s", "host.duration_s")):
             if col in cols and cols[col][i] is not None:
                 rec[key] = cols[col][i]

@@ -52,6 +52,7 @@ class TailEncoder:
             tuple((s.kind, s.name, s.ok, s.group) if s.group else (s.kind, s.name, s.ok) for s in spans),
             opt,
             tuple(r.comm_groups) if r.comm_groups else None,
+            tuple(r.io) if r.io else None,
         )
         k = self.shapes.get(key)
         head = ""
@@ -69,6 +70,7 @@ class TailEncoder:
                         "spans": key[5],
                         "opt": opt,
                         "groups": key[7],
+                        "io": key[8],
                     }
                 )
                 + "\n"
@@ -90,6 +92,8 @@ class TailEncoder:
         if r.comm_groups:
             for blocked, nbytes in r.comm_groups.values():
                 values += (blocked, nbytes)
+        if r.io:
+            values += r.io.values()
         try:
             numbers = array("d", values)
         except (TypeError, OverflowError):  # not a float (a bool, None, an int too large): as a float or NaN
@@ -130,8 +134,9 @@ class TailDecoder:
             phases, pcomm, ops, scalars = shape["phases"], shape["phase_comm"], shape["ops"], shape["scalars"]
             device, spans, opt = shape["device"] or (), shape["spans"], shape["opt"]
             groups = shape.get("groups") or ()  # a tail written before groups were kept: none
+            io_keys = shape.get("io") or ()  # a tail written before checkpoints were kept: none
             sizes = len(phases) + len(pcomm) + 5 * len(ops) + len(scalars) + len(device) + sum(opt)
-            if len(v) != 3 + sizes + 3 * len(spans) + 2 * len(groups):
+            if len(v) != 3 + sizes + 3 * len(spans) + 2 * len(groups) + len(io_keys):
                 return None
             i = 3
             ph = dict(zip(phases, v[i : i + len(phases)]))
@@ -162,6 +167,7 @@ class TailDecoder:
             for g in groups:
                 cg[str(g)] = (v[i], int(v[i + 1]))
                 i += 2
+            io = {str(k): v[i + j] for j, k in enumerate(io_keys)}
             return StepRecord(
                 rank,
                 step,
@@ -181,6 +187,7 @@ class TailDecoder:
                 mfu,
                 host,
                 cg or None,
+                io or None,
             )
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError):
             return None
@@ -526,6 +533,8 @@ def record_dict(r: StepRecord) -> dict[str, Any]:
             d[key] = getattr(r, key)
     if r.comm_groups:
         d["comm_groups"] = {k: list(v) for k, v in r.comm_groups.items()}
+    if r.io:
+        d["io"] = dict(r.io)
     if r.spans_dropped:
         d["spans_dropped"] = r.spans_dropped
     return d

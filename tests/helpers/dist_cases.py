@@ -211,3 +211,29 @@ def online(rank: int, world: int, port: int, run_dir: str, prom_port: int) -> No
             json.dump({"scores": scores, "stats": telemetry.stats()}, f, default=str)
     dist.barrier()
     _teardown()
+
+
+def checkpoints(rank: int, world: int, port: int, run_dir: str) -> None:
+    """A torch.distributed.checkpoint save in step 1, an async save between steps 2 and 3 (its upload
+    waited for in step 3), a load in step 4; each rank holds its own tensors of different sizes (rank
+    r: (r + 1) x 64 KiB), so each rank's bytes differ. Checkpoints under RUN_DIR/ckpt-*."""
+    _setup(rank, world, port, run_dir)
+    sd = {f"w{rank}": torch.full(((rank + 1) * 16384,), float(rank)), "shared": torch.ones(256)}
+    for i in range(6):
+        with telemetry.step():
+            with telemetry.phase("forward"):
+                torch.ones(64, 64) @ torch.ones(64, 64)
+            if i == 1:
+                import torch.distributed.checkpoint as dcp
+
+                dcp.save(sd, checkpoint_id=os.path.join(run_dir, "ckpt-sync"))
+            if i == 3:
+                fut.result()  # noqa: F821 - the async save made between steps 2 and 3
+            if i == 4:
+                back = {f"w{rank}": torch.zeros((rank + 1) * 16384), "shared": torch.zeros(256)}
+                dcp.load(back, checkpoint_id=os.path.join(run_dir, "ckpt-sync"))
+                assert torch.equal(back[f"w{rank}"], sd[f"w{rank}"])
+        if i == 2:
+            fut = dcp.async_save(sd, checkpoint_id=os.path.join(run_dir, "ckpt-async"))
+            fut = getattr(fut, "upload_completion", fut)
+    _teardown()

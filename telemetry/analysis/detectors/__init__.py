@@ -288,7 +288,8 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None 
 
     compute: the typical rank's own work; data_wait: the typical rank's wait for input;
     straggler_wait: time the job waited for the culprits of the findings (the what-if);
-    checkpoint: the excess of steps that hit every rank at once (over 3x the median step);
+    checkpoint: the time the typical rank was blocked in checkpoint saves and loads where measured
+    (``io.checkpoint_s``), else the excess of steps that hit every rank at once (over 3x the median step);
     communication: the collectives' own time (the last rank to arrive does not wait);
     between_steps: short gaps between steps (work outside telemetry.step); lost: long gaps (a
     restart and the work it re-ran, an outage; see :func:`uptime`); other: the rest of the steps.
@@ -306,6 +307,12 @@ def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None 
     med = float(np.median(t))
     spikes = t > 3 * med
     checkpoint = float(((t - med) * w)[spikes].sum())
+    measured = m.extra("io.checkpoint_s")
+    if measured is not None and np.nansum(measured) > 0:
+        # measured (io.checkpoint_s: the time ranks were blocked in saves and loads), per step the
+        # typical rank's, in place of the spikes; the spikes' compute counts as compute again
+        checkpoint = float((np.median(nan_to_zero(measured), axis=0) * w).sum())
+        spikes = np.zeros_like(spikes)
     culprit = float((step_savings(m, shift) * w).sum()) if shift is not None else 0.0
     compute = float(np.nansum((rank_median(m.compute) * w)[~spikes]))
     data = float(np.nansum((rank_median(m.data) * w)[~spikes]))

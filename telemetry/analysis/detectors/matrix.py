@@ -30,7 +30,7 @@ class StepMatrix:
     tokens: np.ndarray | None  # (S,) tokens of all ranks per step
     compute: np.ndarray  # (R, S) busy time, see the module doc
     groups: np.ndarray  # (R,) peer group id (pipeline stage), 0 when unknown
-    columns: dict[str, np.ndarray]  # other numeric columns (dev.*, comm_group.*, mfu), one value per row
+    columns: dict[str, np.ndarray]  # other numeric columns (dev.*, comm_group.*, io.*, mfu), one value per row
     index: tuple[np.ndarray, np.ndarray]  # (rank index, step index) of each row
     nodes: np.ndarray | None = None  # (R,) the node (host) of each rank, from a node or host column
     step_start: np.ndarray | None = None  # (S,) the earliest start_s of each step over ranks (epoch s)
@@ -273,7 +273,7 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
         c: table[c].to_numpy(dtype=float, na_value=np.nan)
         for c in table.columns
         if isinstance(c, str)
-        and (c.startswith(("dev.", "comm_group.")) or c == "mfu")
+        and (c.startswith(("dev.", "comm_group.", "io.")) or c == "mfu")
         and pd.api.types.is_numeric_dtype(table[c])
     }
     tokens = None

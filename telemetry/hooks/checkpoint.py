@@ -1,0 +1,262 @@
+"""Timing checkpoints: ``telemetry.checkpoint(...)`` around any save or load, and
+``torch.distributed.checkpoint``'s ``save``, ``async_save`` and ``load`` timed by themselves.
+
+Each becomes one CHECKPOINT event (recorder/events.py) when the call returns: the time the calling
+thread was blocked in it, the bytes, and the rank's own storage time (the time its storage writer
+or reader took for this rank's part: every rank of a DCP save waits for the slowest at its end, so
+only this part tells the slow rank apart). An ``async_save``'s upload is a second event, not
+blocking, appended when its future completes (by the thread that completes it). In the steps table
+(``io.checkpoint_s``, ``io.checkpoint_async_s``, ``io.checkpoint_bytes``, ``io.checkpoint_io_s``) a
+checkpoint counts in the step in which it returns; one between steps, in the next step, as data wait
+does.
+
+Bytes come from what the storage layer reports, through DCP's public storage interfaces: a save's
+``WriteResult.size_in_bytes`` of this rank's writes (plus the metadata file, on the rank that writes
+it, where the writer is DCP's ``FileSystemWriter``); a load's ``length`` of each stored item this rank
+reads (from the checkpoint's ``Metadata.storage_data``). The storage writer or reader is the one the
+caller passed, or, given only ``checkpoint_id``, a ``FileSystemWriter``/``FileSystemReader`` when
+DCP's own check says the id is a local path (what DCP would pick); else the call is timed without
+bytes (said once). The wrappers never change what the call does or returns, and an exception passes
+through unchanged (the checkpoint is then not counted).
+
+Not covered: code that bound ``save`` before instrumentation (``from torch.distributed.checkpoint
+import save``); checkpoints written by other means (``torch.save``): wrap them in
+``telemetry.checkpoint``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import threading
+from typing import Any, Callable
+
+from ..logonce import LogOnce
+from ..recorder import current as _current
+from ..recorder import events as ev
+from ..recorder.null import NULL
+
+log = logging.getLogger("telemetry")
+KINDS = ("save", "load")
+_once = LogOnce()
+_lock = threading.Lock()
+_originals: dict[str, Callable] = {}
+
+
+class CheckpointTimer:
+    """``with telemetry.checkpoint("save", nbytes=n):``: the block's time as one blocking checkpoint
+    of this rank; ``nbytes`` may also be set inside the block (``ck.nbytes = ...``) once known."""
+
+    __slots__ = ("kind", "nbytes", "path", "_t0", "_rec")
+
+    def __init__(self, kind: str = "save", path: str | None = None, nbytes: int | None = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"telemetry.checkpoint: kind must be one of {', '.join(KINDS)}; got {kind!r}")
+        if nbytes is not None and (not isinstance(nbytes, int) or nbytes < 0):
+            raise ValueError(f"telemetry.checkpoint: nbytes must be a non-negative int or None; got {nbytes!r}")
+        self.kind, self.path, self.nbytes = kind, path, nbytes
+        self._t0 = 0
+        self._rec: Any = None
+
+    def __enter__(self) -> CheckpointTimer:
+        self._rec = _current._active
+        self._t0 = self._rec.now() if self._rec is not NULL else 0
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        rec = self._rec
+        if rec is not NULL and exc_type is None:
+            try:
+                n = self.nbytes if self.nbytes is not None else _path_bytes(self.path)
+                rec.emit((ev.CHECKPOINT, rec.now(), self.kind, self._t0, int(n or 0), True, 0))
+            except Exception:  # noqa: BLE001 - telemetry never breaks the user's save
+                _once("timer", "telemetry: a checkpoint was not recorded", exc_info=True)
+        return False
+
+
+def _path_bytes(path: str | None) -> int:
+    """The size of ``path`` (a file, or every file under a directory), 0 when unknown."""
+    if not path:
+        return 0
+    try:
+        if os.path.isfile(path):
+            return os.path.getsize(path)
+        total = 0
+        for folder, _, files in os.walk(path):
+            for f in files:
+                try:
+                    total += os.path.getsize(os.path.join(folder, f))
+                except OSError:
+                    pass
+        return total
+    except OSError:
+        return 0
+
+
+class _Count:
+    """This rank's part of one DCP call: bytes and storage nanoseconds, added by the storage
+    wrapper (from whichever thread runs it)."""
+
+    __slots__ = ("nbytes", "io_ns")
+
+    def __init__(self) -> None:
+        self.nbytes = 0
+        self.io_ns = 0
+
+
+def _count_writes(writer: Any, count: _Count, now: Callable[[], int]) -> None:
+    """Wrap ``writer``'s ``write_data`` (on the instance) to add its WriteResults' sizes and the time
+    to its future's completion, and ``finish`` to add the metadata file's size where it is a file."""
+    write_data, finish = writer.write_data, writer.finish
+
+    def timed_write(plan: Any, planner: Any) -> Any:
+        t0 = now()
+        fut = write_data(plan, planner)
+
+        def done(f: Any) -> None:
+            try:
+                results = f.value() if hasattr(f, "value") else f.result()
+                count.nbytes += sum(int(getattr(r, "size_in_bytes", 0) or 0) for r in results)
+                count.io_ns += now() - t0
+            except Exception:  # noqa: BLE001 - a failed write is DCP's to report
+                pass
+
+        try:
+            fut.then(done) if hasattr(fut, "then") else fut.add_done_callback(done)
+        except Exception:  # noqa: BLE001 - no count, the save goes on
+            pass
+        return fut
+
+    def counted_finish(metadata: Any, results: Any) -> Any:
+        out = finish(metadata, results)
+        path = getattr(writer, "metadata_path", None) or getattr(writer, "path", None)
+        try:
+            meta = os.path.join(str(path), ".metadata") if path is not None and os.path.isdir(str(path)) else None
+            if meta and os.path.isfile(meta):
+                count.nbytes += os.path.getsize(meta)
+        except (OSError, TypeError):
+            pass
+        return out
+
+    writer.write_data, writer.finish = timed_write, counted_finish
+
+
+def _count_reads(reader: Any, count: _Count, now: Callable[[], int]) -> None:
+    """Wrap ``reader``'s ``set_up_storage_reader`` (to keep the checkpoint's metadata) and ``read_data``
+    (to add the stored length of each item this rank reads, each stored item once, and the time to its
+    future's completion)."""
+    setup, read_data = reader.set_up_storage_reader, reader.read_data
+    meta: dict[str, Any] = {}
+
+    def kept_setup(metadata: Any, is_coordinator: bool, *a: Any, **k: Any) -> Any:
+        meta["m"] = metadata
+        return setup(metadata, is_coordinator, *a, **k)
+
+    def timed_read(plan: Any, planner: Any) -> Any:
+        t0 = now()
+        try:
+            storage = getattr(meta.get("m"), "storage_data", None) or {}
+            seen = {item.storage_index for item in plan.items}
+            count.nbytes += sum(int(getattr(storage.get(i), "length", 0) or 0) for i in seen)
+        except Exception:  # noqa: BLE001 - no bytes, the load goes on
+            pass
+        fut = read_data(plan, planner)
+        try:
+            fut.wait()  # DCP waits for it at once too: the rank's read time
+        except Exception:  # noqa: BLE001 - DCP's to report
+            pass
+        count.io_ns += now() - t0
+        return fut
+
+    reader.set_up_storage_reader, reader.read_data = kept_setup, timed_read
+
+
+def _storage(kind: str, kwargs: dict[str, Any]) -> Any:
+    """The storage writer (save) or reader (load) the call uses: the caller's, or the file-system one DCP
+    would pick for a local ``checkpoint_id`` (then passed in ``kwargs``); None when neither."""
+    import torch.distributed.checkpoint as dcp
+
+    key = "storage_writer" if kind == "save" else "storage_reader"
+    obj = kwargs.get(key)
+    if obj is not None:
+        return obj
+    cid = kwargs.get("checkpoint_id")
+    cls = dcp.FileSystemWriter if kind == "save" else dcp.FileSystemReader
+    if cid is not None and cls.validate_checkpoint_id(cid):
+        kwargs[key] = obj = cls(cid)
+        return obj
+    _once(f"storage:{kind}", "telemetry: a DCP %s with no storage we can count: timed without bytes", kind)
+    return None
+
+
+def _wrap(name: str, fn: Callable) -> Callable:
+    kind = "load" if name == "load" else "save"
+    is_async = name == "async_save"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rec = _current._active
+        if rec is NULL:
+            return fn(*args, **kwargs)
+        count = _Count()
+        try:
+            storage = _storage(kind, kwargs)
+            if storage is not None:
+                (_count_writes if kind == "save" else _count_reads)(storage, count, rec.now)
+        except Exception:  # noqa: BLE001 - uncounted, never broken
+            _once(f"wrap:{name}", "telemetry: a DCP %s is timed without bytes", name, exc_info=True)
+        t0 = rec.now()
+        out = fn(*args, **kwargs)
+        t1 = rec.now()
+        try:
+            if is_async:
+                rec.emit((ev.CHECKPOINT, t1, kind, t0, 0, True, 0))
+                fut = getattr(out, "upload_completion", out)  # AsyncSaveResponse or a Future
+
+                def uploaded(f: Any) -> None:
+                    try:
+                        if f.exception() is None:
+                            rec.emit((ev.CHECKPOINT, rec.now(), kind, t1, count.nbytes, False, count.io_ns))
+                    except Exception:  # noqa: BLE001 - a callback never raises into DCP's thread
+                        pass
+
+                fut.add_done_callback(uploaded)
+            else:
+                rec.emit((ev.CHECKPOINT, t1, kind, t0, count.nbytes, True, count.io_ns))
+        except Exception:  # noqa: BLE001 - telemetry never breaks the user's save
+            _once(f"emit:{name}", "telemetry: a DCP %s was not recorded", name, exc_info=True)
+        return out
+
+    wrapper.__wrapped_by_telemetry__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def instrument_checkpoints() -> bool:
+    """Wrap ``torch.distributed.checkpoint``'s ``save``, ``async_save`` and ``load``; False when DCP
+    is not importable (said at debug level: most jobs have no use for it)."""
+    with _lock:
+        if _originals:
+            return True
+        try:
+            import torch.distributed.checkpoint as dcp
+        except Exception as exc:  # noqa: BLE001 - no DCP: nothing to time
+            log.debug("telemetry: torch.distributed.checkpoint not importable (%s): checkpoints not timed", exc)
+            return False
+        for name in ("save", "async_save", "load"):
+            fn = getattr(dcp, name, None)
+            if fn is None or getattr(fn, "__wrapped_by_telemetry__", False):
+                continue
+            _originals[name] = fn
+            setattr(dcp, name, _wrap(name, fn))
+        return True
+
+
+def uninstrument_checkpoints() -> None:
+    with _lock:
+        dcp = sys.modules.get("torch.distributed.checkpoint")
+        for name, fn in _originals.items():
+            if dcp is not None:
+                setattr(dcp, name, fn)
+        _originals.clear()

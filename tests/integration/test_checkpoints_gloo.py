@@ -1,0 +1,48 @@
+"""Checkpoint timing (telemetry/hooks/checkpoint.py) on real gloo ranks: torch.distributed.checkpoint's
+save, async_save and load, each rank's bytes as its storage writer reports them (the files written,
+the metadata file on the rank that writes it), the blocking part apart from the async upload, in the
+step each belongs to."""
+
+import glob
+import os
+
+import pytest
+import torch.multiprocessing as mp
+
+from telemetry.analysis.load import open_input
+from tests.helpers import dist_cases
+from tests.helpers.servers import free_port
+
+
+def files_bytes(folder):
+    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "*")) + glob.glob(os.path.join(folder, ".*")))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_dcp_saves_and_loads_are_timed_with_the_bytes_written(tmp_path, world):
+    run = str(tmp_path / "run")
+    mp.start_processes(
+        dist_cases.checkpoints, args=(world, free_port(), run), nprocs=world, start_method="spawn", join=True
+    )
+    table = open_input(run).table
+
+    def io(rank, step, key):
+        return table.loc[(table["rank"] == rank) & (table["step"] == step), f"io.{key}"].item()
+
+    for folder, step in (("ckpt-sync", 1), ("ckpt-async", 3)):
+        written = files_bytes(os.path.join(run, folder))
+        ranks = [io(r, step, "checkpoint_bytes") for r in range(world)]
+        assert sum(ranks) == written, (folder, ranks, written)  # every byte of every file, counted once
+        assert len(set(ranks)) == world  # each rank its own part (ranks hold different sizes)
+    for r in range(world):
+        assert io(r, 1, "checkpoint_s") > 0 and io(r, 1, "checkpoint_io_s") > 0
+        assert io(r, 1, "checkpoint_async_s") == 0
+        # the async save: its call blocked between steps 2 and 3 (counted in step 3), its upload ended by
+        # step 3's wait for it
+        assert io(r, 3, "checkpoint_s") > 0 and io(r, 3, "checkpoint_async_s") > 0
+        assert io(r, 4, "checkpoint_s") > 0  # the load
+        # what this rank read: its own tensor and the shared one, as stored (a few hundred bytes of framing each)
+        raw = (r + 1) * 16384 * 4 + 256 * 4
+        assert raw < io(r, 4, "checkpoint_bytes") < raw + 8192
+        for step in (0, 2, 5):
+            assert io(r, step, "checkpoint_s") == 0 and io(r, step, "checkpoint_bytes") == 0
