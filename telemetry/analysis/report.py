@@ -148,6 +148,9 @@ def render(
     busy = busy_line(s.get("utilization"))
     if busy:
         out.append(busy)
+    advice = advice_line(s.get("checkpoint_advice"))
+    if advice:
+        out.append(advice)
     tb = s.get("trace_breakdown") or {}
     if tb.get("ranks"):
         out.append("The traces broken down (the definitions follow HTA's: docs/detectors.md):")
@@ -234,6 +237,24 @@ def render(
         f"share of the run in brackets).{left_out}\n"
     )
     return "\n".join(out)
+
+
+def advice_line(a: dict[str, Any] | None) -> str | None:
+    """``summary.checkpoint_advice`` as the report's lines."""
+    if not a:
+        return None
+    now = (
+        f"every {a['interval_s']:.0f} s now (lost to checkpoints and redone work: {a['waste_now']:.1%}); "
+        if "interval_s" in a
+        else ""
+    )
+    steps = f" (about {a['recommended_steps']} steps)" if "recommended_steps" in a else ""
+    gain = f", {a['goodput_gain']:.1%} of the time back" if "goodput_gain" in a else ""
+    return (
+        f"Checkpoints: {a['saves']} save(s), {a['checkpoint_s']:.2f} s blocking each; {now}recommended every "
+        f"{a['daly_s']:.0f} s{steps} (Daly; Young {a['young_s']:.0f} s; MTBF {a['mtbf_h']:.1f} h from "
+        f"{a['mtbf_from']}): {a['waste_recommended']:.1%} lost{gain}\n"
+    )
 
 
 def busy_line(u: dict | None) -> str:

@@ -198,6 +198,7 @@ def analyze_path(
     window_rows: int | None = None,
     busy_warn_bound: float | None = None,
     base: str | None = None,
+    failure_rate_per_hour: float | None = None,
 ):
     """Open and analyze ``path`` (any input the loader reads), only ``steps`` or the ``last`` N steps
     when given; a run directory too long to hold at once is analyzed in windows of whole steps and the
@@ -208,13 +209,18 @@ def analyze_path(
     when it was read whole)."""
     from ..store.segments import step_range
     from .captures import with_captures
-    from .detectors import StragglerParams, UtilizationParams, analyze
+    from .detectors import CheckpointParams, StragglerParams, UtilizationParams, analyze
     from .load import KINETO_TRACES, open_input
     from .tracelinks import with_trace_ids
 
     window_rows = window_rows or WINDOW_ROWS
     warn = min(UtilizationParams.warn_bound, busy_bound) if busy_warn_bound is None else busy_warn_bound
     util = UtilizationParams(bound=busy_bound, warn_bound=warn)
+    cp = (
+        CheckpointParams()
+        if failure_rate_per_hour is None
+        else CheckpointParams(failure_rate_per_hour=failure_rate_per_hour)
+    )
     against = {}
     if base is not None:
         against = {"base": open_input(base).table, "base_name": f"the base run {base}"}
@@ -238,6 +244,7 @@ def analyze_path(
                 hang_after,
                 straggler=None if first else StragglerParams(warmup_steps=0),
                 utilization=util,
+                checkpoint=cp,
                 **against,
             )
 
@@ -263,7 +270,9 @@ def analyze_path(
         if last is not None:
             window = (max(window[0], min(window[1], hi) - last + 1), window[1])
     run = open_input(path, window)
-    result = analyze(run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops, **against)
+    result = analyze(
+        run.table, run.progress, run.world_size, hang_after, utilization=util, ops=run.ops, checkpoint=cp, **against
+    )
     result.findings = with_trace_ids(result.findings, run.meta, run.table)
     if os.path.isdir(path):
         result.findings = with_captures(result.findings, path, run.warnings, run_last)

@@ -22,6 +22,7 @@ def print_analysis(
     window_rows: int | None = None,
     busy_warn_bound: float | None = None,
     base: str | None = None,
+    failure_rate_per_hour: float | None = None,
 ):
     """Analyze ``path`` (in windows when long: analysis.windows.analyze_path; against the baseline run
     ``base`` when given) and print the report or the findings JSON; returns the analysis."""
@@ -36,6 +37,7 @@ def print_analysis(
         last=last,
         window_rows=window_rows,
         base=base,
+        failure_rate_per_hour=failure_rate_per_hour,
     )
     if note:
         print(note, file=sys.stderr)
@@ -150,6 +152,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             window_rows=args.window_rows,
             busy_warn_bound=warn,
             base=args.base,
+            failure_rate_per_hour=args.failure_rate_per_hour,
         )
     except TableError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)

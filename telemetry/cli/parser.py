@@ -44,6 +44,16 @@ def _fraction(text: str) -> float:
     return v
 
 
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v <= 1000:
+        raise argparse.ArgumentTypeError(f"{v}; accepted: a rate above 0 and at most 1000 per hour")
+    return v
+
+
 def _wrap(text: str) -> str:
     return textwrap.fill(text, width=90)
 
@@ -153,6 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FRACTION",
         help="low_utilization: the busy share under which it is a warning, critical under half of it "
         "(default 0.6, or --busy-bound when lower; at most --busy-bound)",
+    )
+    a.add_argument(
+        "--failure-rate-per-hour",
+        type=_rate,
+        default=0.05,
+        metavar="RATE",
+        help="checkpoint advice: the job's failures per hour, used when the run has seen none (restarts, "
+        "lost ranks) (default 0.05: one in 20 hours)",
     )
     a.add_argument(
         "--base",

@@ -341,15 +341,16 @@ def _collectives(
 
 
 def _checkpoints(ckpts: list[tuple], epoch: Callable[[int], float], spans: list[Span]) -> dict[str, float]:
-    """A step's checkpoints: seconds blocked, seconds of async upload, bytes, and seconds of the rank's
-    own storage I/O; each one a span."""
+    """A step's checkpoints: seconds blocked, seconds of async upload, bytes, seconds of the rank's own
+    storage I/O, and how many saves returned in it; each one a span."""
     blocked = upload = io = 0.0
-    nbytes = 0
+    nbytes = saves = 0
     for c in ckpts:
         c0, c1, n = c[CKPT_T0], c[T], int(c[CKPT_BYTES] or 0)
         if c[CKPT_BLOCKING]:
             blocked += (c1 - c0) * 1e-9
             name = c[CKPT_KIND]
+            saves += name == "save"
         else:
             upload += (c1 - c0) * 1e-9
             name = f"{c[CKPT_KIND]}.async"
@@ -361,6 +362,7 @@ def _checkpoints(ckpts: list[tuple], epoch: Callable[[int], float], spans: list[
         "checkpoint_async_s": upload,
         "checkpoint_bytes": float(nbytes),
         "checkpoint_io_s": io,
+        "checkpoint_saves": float(saves),
     }
 
 

@@ -17,7 +17,7 @@ SPAN_PHASE = "phase"
 SPAN_COLLECTIVE = "collective"
 SPAN_DATA = "data"
 SPAN_CHECKPOINT = "checkpoint"  # name: "save", "load", or "save.async" (an async save's upload)
-IO_KEYS = ("checkpoint_s", "checkpoint_async_s", "checkpoint_bytes", "checkpoint_io_s")
+IO_KEYS = ("checkpoint_s", "checkpoint_async_s", "checkpoint_bytes", "checkpoint_io_s", "checkpoint_saves")
 
 
 class OpStats(NamedTuple):
@@ -63,7 +63,7 @@ class StepRecord(NamedTuple):
     comm_groups: dict[str, tuple[float, int]] | None = None
     # checkpoints whose blocking part returned in this step (or between the last step and this one),
     # or whose async upload ended in it: IO_KEYS -> seconds blocked, seconds of async upload, bytes,
-    # seconds of this rank's own storage writes or reads (the steps table's io.* columns)
+    # seconds of this rank's own storage writes or reads, saves returned (the steps table's io.* columns)
     io: dict[str, float] | None = None
 
 

@@ -237,3 +237,26 @@ def checkpoints(rank: int, world: int, port: int, run_dir: str) -> None:
             fut = dcp.async_save(sd, checkpoint_id=os.path.join(run_dir, "ckpt-async"))
             fut = getattr(fut, "upload_completion", fut)
     _teardown()
+
+
+def slow_checkpoints(rank: int, world: int, port: int, run_dir: str, slow_rank: int) -> None:
+    """Three DCP saves (steps 1, 3, 5); ``slow_rank``'s storage is throttled: its writer takes 0.4 s more
+    per write, as a slow disk would."""
+    import torch.distributed.checkpoint as dcp
+
+    class ThrottledWriter(dcp.FileSystemWriter):
+        def write_data(self, plan, planner):
+            time.sleep(0.4)  # the throttled disk: this rank's writes take longer
+            return super().write_data(plan, planner)
+
+    _setup(rank, world, port, run_dir)
+    sd = {f"w{rank}": torch.full((65536,), float(rank))}
+    for i in range(8):
+        with telemetry.step():
+            with telemetry.phase("forward"):
+                torch.ones(64, 64) @ torch.ones(64, 64)
+            if i in (1, 3, 5):
+                path = os.path.join(run_dir, f"ckpt-{i}")
+                writer = ThrottledWriter(path) if rank == slow_rank else dcp.FileSystemWriter(path)
+                dcp.save(sd, storage_writer=writer)
+    _teardown()

@@ -46,3 +46,20 @@ def test_dcp_saves_and_loads_are_timed_with_the_bytes_written(tmp_path, world):
         assert raw < io(r, 4, "checkpoint_bytes") < raw + 8192
         for step in (0, 2, 5):
             assert io(r, step, "checkpoint_s") == 0 and io(r, step, "checkpoint_bytes") == 0
+
+
+@pytest.mark.parametrize("world,slow", [(2, 1), (4, 2)])
+def test_a_rank_whose_checkpoint_writes_are_throttled_is_named_slow_checkpoint(tmp_path, world, slow):
+    from telemetry.analysis.windows import analyze_path
+
+    run = str(tmp_path / "run")
+    mp.start_processes(
+        dist_cases.slow_checkpoints, args=(world, free_port(), run, slow), nprocs=world, start_method="spawn", join=True
+    )
+    result, _, _ = analyze_path(run)
+    named = [f for f in result.findings if f.kind == "slow_checkpoint" and f.ranks]
+    assert [f.ranks for f in named] == [[slow]], [(f.kind, f.ranks, f.evidence) for f in result.findings]
+    bw = named[0].details["bandwidth_Bps"][str(slow)]
+    assert bw * 4 < named[0].details["peer_bandwidth_Bps"]  # far under its peers'
+    assert named[0].first_step == 1 and named[0].last_step == 5
+    assert result.summary["checkpoint_advice"]["saves"] == 3

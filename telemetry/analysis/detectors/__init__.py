@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..findings import SEVERITIES, Finding, severity_for, tally
 from .causes import attach_causes
+from .checkpoint import CheckpointParams, checkpoint_advice, detect_checkpoint_budget, detect_slow_checkpoints
 from .hang import detect_hang
 from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
 from .lost import detect_lost_ranks
@@ -66,6 +67,7 @@ def analyze(
     base: pd.DataFrame | None = None,
     base_name: str = "the base run",
     gaps: bool | None = None,
+    checkpoint: CheckpointParams | None = None,
 ) -> Analysis:
     """``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
     moving imbalance is then not looked for, since a block's median averages away the work that
@@ -114,10 +116,17 @@ def analyze(
         findings.extend(
             detect_hang(progress, m, world_size, hang_bound_s, explained={r for f in lost for r in f.ranks})
         )
+    advice = None
     if m is not None and m.n_steps:
         findings = [settle_ended(m, f) for f in findings]
+        cp = checkpoint or CheckpointParams()
+        findings += detect_slow_checkpoints(m, cp)
+        advice = checkpoint_advice(m, uptime(m), findings, cp)
+        findings += detect_checkpoint_budget(m, advice, cp)
     failed_causes = attach_causes(m, findings) if m is not None and m.n_steps else (0, None)
     summary = _summary(m, findings, shift, utilization, gaps)
+    if advice:
+        summary["checkpoint_advice"] = advice
     if failed_causes[0]:  # counted in the summary, said once per analysis; never silently "no causes"
         summary["cause_failures"] = {"findings": failed_causes[0], "first": failed_causes[1]}
         log.warning(
@@ -351,6 +360,7 @@ _MERGED_FROM_WINDOWS = ("straggler_wait", "checkpoint", "communication")
 
 __all__ = [
     "Analysis",
+    "CheckpointParams",
     "Finding",
     "ImbalanceParams",
     "RegressionParams",
