@@ -231,6 +231,11 @@ def render(
             f" Not in it: low_utilization{share}, the share of the largest idle part, which the job spends as "
             "it is built (removing that part would save at most that); no culprit's healing gives it back."
         )
+    if any(f.kind == "slow_checkpoint" and not f.ranks for f in analysis.findings):
+        left_out += (
+            " Not in it either: the job-wide slow_checkpoint, what a better checkpoint interval would give "
+            "back (a choice, not a culprit)."
+        )
     out.append(
         f"\nEstimated slowdown from all findings together: {s['slowdown']:.1%} of the whole run's step time "
         f"(steps {s['first_step']}-{s['last_step']}; each finding above is over its own steps, and its "

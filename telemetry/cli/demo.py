@@ -32,8 +32,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
+        every = args.checkpoint_every or (25 if any(f.kind == "slow_checkpoint" for f in faults) else 0)
         result = run_demo(
-            args.ranks, args.steps, run_dir, faults, overwrite=args.overwrite, out=out, hang_after_s=args.hang_after
+            args.ranks,
+            args.steps,
+            run_dir,
+            faults,
+            overwrite=args.overwrite,
+            out=out,
+            hang_after_s=args.hang_after,
+            extra_args={"checkpoint_every": every} if every else None,
         )
     except DemoError as exc:
         print(f"telemetry demo: {exc}", file=sys.stderr)

@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="a fault: " + spec_help(),
     )
+    d.add_argument(
+        "--checkpoint-every",
+        type=_positive_int(1, 100000),
+        help="save a checkpoint (torch.distributed.checkpoint, each rank its own) every N steps "
+        "(default: none, or 25 with a slow_checkpoint injected)",
+    )
     d.add_argument("--overwrite", action="store_true", help="replace an existing --run-dir")
     d.add_argument(
         "--hang-after",

@@ -27,6 +27,9 @@ would show:
   NAME (``exp``, ``softmax``, ``sort``, ``cumsum``) on its logits, over and over, until its forward
   has taken F times its own compute: one extra heavy op on one rank (what a profiler capture and its
   diff against a peer should name).
+- ``slow_checkpoint:rank=R,factor=F[,start=S]``: from step S rank R's checkpoint writes take F times
+  as long (after each write its storage writer waits (F-1) x the time the write took: a disk F times
+  slower). The demo then saves a checkpoint every ``--checkpoint-every`` steps (25 unless given).
 - ``kill:rank=R,step=S``: rank R's process is killed (SIGKILL, as by the OOM killer or a lost pod)
   inside the forward phase of step S: no shutdown, no last flush. The launcher then stops the job.
 
@@ -52,6 +55,7 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "cpu_hog": (("rank",), ("start",)),
     "host_gap": (("delay_ms",), ("start",)),
     "slow_op": (("rank", "op", "factor"), ("start",)),
+    "slow_checkpoint": (("rank", "factor"), ("start",)),
 }
 SLOW_OPS = ("exp", "softmax", "sort", "cumsum")  # slow_op's ops (demo/worker.py runs them)
 _TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str, "op": str}
@@ -204,6 +208,14 @@ class FaultPlan:
             if f.kind == "slow_op" and step >= f.start and self.rank in f.ranks and f.op:
                 return f.op, f.factor
         return None
+
+    def checkpoint_factor(self, step: int) -> float:
+        """How many times their own time this rank's checkpoint writes should take at this step."""
+        factor = 1.0
+        for f in self.faults:
+            if f.kind == "slow_checkpoint" and step >= f.start and self.rank in f.ranks:
+                factor *= f.factor
+        return factor
 
     def work_factor(self, step: int, phase: str) -> float:
         """How many times its own compute this rank's phase should do at this step (regressions)."""

@@ -45,6 +45,7 @@ DEFAULTS = {
     "pg_timeout_s": 120,
     "telemetry": {},
     "launcher_store": False,
+    "checkpoint_every": 0,  # a checkpoint of the model and optimizer every N steps (0: none)
 }
 STORE_FD_ENV = "TRAINING_TELEMETRY_DEMO_STORE_FD"  # rank 0's: the launcher's listening socket
 
@@ -86,6 +87,30 @@ def _slow_op(cpu0: float, op: tuple[str, float] | None, t: torch.Tensor) -> None
     with torch.no_grad():
         while time.thread_time() < until:
             fn(t)
+
+
+def _save_checkpoint(run_dir: str, rank: int, step: int, state: dict, factor: float) -> None:
+    """This rank's checkpoint (model and optimizer) with torch.distributed.checkpoint, each rank to its
+    own folder (``no_dist``: per-rank local checkpoints), keeping the latest two; ``factor`` > 1: its
+    writes take that many times as long (slow_checkpoint: a slower disk)."""
+    import shutil
+
+    import torch.distributed.checkpoint as dcp
+
+    class SlowWriter(dcp.FileSystemWriter):
+        def write_data(self, plan: Any, planner: Any) -> Any:
+            t0 = time.perf_counter()
+            fut = super().write_data(plan, planner)
+            fut.wait()
+            time.sleep((time.perf_counter() - t0) * (factor - 1.0))  # the slow disk: I/O wait, not CPU
+            return fut
+
+    root = os.path.join(run_dir, "checkpoints", f"rank-{rank}")
+    path = os.path.join(root, f"step-{step:06d}")
+    writer = SlowWriter(path) if factor > 1.0 else dcp.FileSystemWriter(path)
+    dcp.save(state, storage_writer=writer, no_dist=True)
+    for old in sorted(os.listdir(root))[:-2]:
+        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
 
 
 def _stall_forever() -> None:
@@ -221,6 +246,10 @@ def main() -> None:
                 _compute_more(c0, plan.work_factor(i, "optimizer"))
                 _stretch(t0, plan.phase_factor(i, "optimizer"))
             telemetry.log(loss=loss.detach())
+            every = args["checkpoint_every"]
+            if every and i % every == every - 1:
+                state = {"model": model.state_dict(), "optim": opt.state_dict()}
+                _save_checkpoint(args["run_dir"], rank, i, state, plan.checkpoint_factor(i))
         gap = plan.host_gap_s(i)
         if gap > 0:
             time.sleep(gap)  # host work between steps, outside telemetry.step (the host_gap fault)

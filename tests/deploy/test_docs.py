@@ -83,7 +83,7 @@ def test_every_page_of_the_nav_is_built_and_the_api_is_rendered(site):
     for page in ("index.html", "install.html", "detectors.html", "faults-table.html", "runbook.html"):
         assert page in site
     api = site["reference/python-api.html"]
-    for name in ("init", "step", "phase", "log", "watch", "shutdown", "stats", "Config"):
+    for name in ("init", "step", "phase", "log", "watch", "checkpoint", "shutdown", "stats", "Config"):
         assert f'id="telemetry.{name}"' in api, name
     for method in ("write", "progress", "findings", "flush", "close", "stats", "describe"):
         assert f'id="telemetry.pipeline.sinks.Sink.{method}"' in api, method

@@ -63,3 +63,30 @@ def test_a_rank_whose_checkpoint_writes_are_throttled_is_named_slow_checkpoint(t
     assert bw * 4 < named[0].details["peer_bandwidth_Bps"]  # far under its peers'
     assert named[0].first_step == 1 and named[0].last_step == 5
     assert result.summary["checkpoint_advice"]["saves"] == 3
+
+
+def test_the_demos_slow_checkpoint_injection_is_named_with_its_rank(tmp_path):
+    """`telemetry demo --inject slow_checkpoint:rank=1,factor=10`: the demo saves every 25 steps (each rank
+    its own DCP checkpoint), rank 1's writes 10x slower; analyze names slow_checkpoint on rank 1 and
+    advises an interval."""
+    import json
+    import subprocess
+    import sys
+
+    run = str(tmp_path / "run")
+    demo = subprocess.run(
+        [sys.executable, "-m", "telemetry", "demo", "--ranks", "2", "--steps", "100", "--run-dir", run, "--json"]
+        + ["--inject", "slow_checkpoint:rank=1,factor=10"],
+        env={**os.environ, "TELEMETRY_SINKS": "store"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert demo.returncode in (0, 1), demo.stderr[-3000:]
+    doc = json.loads(demo.stdout)
+    named = [f for f in doc["findings"] if f["kind"] == "slow_checkpoint" and f["ranks"]]
+    assert [f["ranks"] for f in named] == [[1]], [(f["kind"], f["ranks"]) for f in doc["findings"]]
+    assert named[0]["first_step"] == 24 and named[0]["last_step"] == 99  # saves at steps 24, 49, 74, 99
+    assert doc["summary"]["checkpoint_advice"]["saves"] == 4
+    kept = sorted(os.listdir(os.path.join(run, "checkpoints", "rank-1")))
+    assert kept == ["step-000074", "step-000099"]  # the latest two kept

@@ -156,6 +156,7 @@ def _summary(
         for f in findings
         if f.kind in ("regression", "slow_comm")
         or (f.kind == "data_stall" and not f.ranks and f.details.get("before_s") is not None)
+        or (f.kind == "slow_checkpoint" and f.ranks)  # the job's wait for a slow rank's storage
     )
     total = min(1.0, total + (regressed + _dropped_seconds(m, findings)) / max(float(np.nansum(t)), 1e-12))
     up = uptime(m)
