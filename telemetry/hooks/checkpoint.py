@@ -19,15 +19,18 @@ DCP's own check says the id is a local path (what DCP would pick); else the call
 bytes (said once). The wrappers never change what the call does or returns, and an exception passes
 through unchanged (the checkpoint is then not counted).
 
-Not covered: code that bound ``save`` before instrumentation (``from torch.distributed.checkpoint
-import save``); checkpoints written by other means (``torch.save``): wrap them in
+``init`` imports nothing: DCP is wrapped at once when already imported, else by an import hook as
+soon as something imports it (so ``from torch.distributed.checkpoint import save`` after ``init`` gets
+the timed one). Not covered: a name bound before ``init`` (``from torch.distributed.checkpoint import
+save`` ahead of it); checkpoints written by other means (``torch.save``): wrap them in
 ``telemetry.checkpoint``.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
+import importlib.abc
+import importlib.util
 import os
 import sys
 import threading
@@ -38,7 +41,6 @@ from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
 
-log = logging.getLogger("telemetry")
 KINDS = ("save", "load")
 _once = LogOnce()
 _lock = threading.Lock()
@@ -233,29 +235,81 @@ def _wrap(name: str, fn: Callable) -> Callable:
     return wrapper
 
 
-def instrument_checkpoints() -> bool:
-    """Wrap ``torch.distributed.checkpoint``'s ``save``, ``async_save`` and ``load``; False when DCP
-    is not importable (said at debug level: most jobs have no use for it)."""
-    with _lock:
-        if _originals:
-            return True
+DCP = "torch.distributed.checkpoint"
+
+
+class _WrapOnImport(importlib.abc.MetaPathFinder):
+    """Wraps DCP's functions as soon as something imports ``torch.distributed.checkpoint`` (after its
+    module ran, before the import returns), so that ``init`` need not import it: about a second, for
+    every job, whether it checkpoints or not."""
+
+    def __init__(self) -> None:
+        self._busy = False
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != DCP or self._busy:
+            return None
+        self._busy = True
         try:
-            import torch.distributed.checkpoint as dcp
-        except Exception as exc:  # noqa: BLE001 - no DCP: nothing to time
-            log.debug("telemetry: torch.distributed.checkpoint not importable (%s): checkpoints not timed", exc)
-            return False
+            spec = importlib.util.find_spec(fullname)  # the other finders' answer
+        except Exception:  # noqa: BLE001 - not ours to fail an import: the others decide
+            return None
+        finally:
+            self._busy = False
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return None
+        run = loader.exec_module
+
+        def exec_then_wrap(module: Any) -> None:
+            run(module)
+            try:
+                _wrap_all(module)
+            except Exception:  # noqa: BLE001 - the import goes on, untimed
+                _once("import", "telemetry: DCP's functions were not wrapped", exc_info=True)
+
+        loader.exec_module = exec_then_wrap
+        return spec
+
+
+_finder: _WrapOnImport | None = None
+
+
+def _wrap_all(dcp: Any) -> None:
+    with _lock:
         for name in ("save", "async_save", "load"):
             fn = getattr(dcp, name, None)
             if fn is None or getattr(fn, "__wrapped_by_telemetry__", False):
                 continue
             _originals[name] = fn
             setattr(dcp, name, _wrap(name, fn))
+
+
+def instrument_checkpoints() -> bool:
+    """Wrap ``torch.distributed.checkpoint``'s ``save``, ``async_save`` and ``load``: now when it is
+    imported already, else when something imports it (an import hook; nothing is imported here)."""
+    global _finder
+    dcp = sys.modules.get(DCP)
+    if dcp is not None:
+        _wrap_all(dcp)
         return True
+    with _lock:
+        if _finder is None:
+            _finder = _WrapOnImport()
+            sys.meta_path.insert(0, _finder)
+    return True
 
 
 def uninstrument_checkpoints() -> None:
+    global _finder
     with _lock:
-        dcp = sys.modules.get("torch.distributed.checkpoint")
+        if _finder is not None:
+            try:
+                sys.meta_path.remove(_finder)
+            except ValueError:
+                pass
+            _finder = None
+        dcp = sys.modules.get(DCP)
         for name, fn in _originals.items():
             if dcp is not None:
                 setattr(dcp, name, fn)

@@ -85,3 +85,32 @@ def test_dcp_save_and_load_are_timed_with_the_bytes_of_the_files_written(run_dir
     assert io(t, 0, "checkpoint_io_s") > 0 and io(t, 0, "checkpoint_s") >= io(t, 0, "checkpoint_io_s")
     data = [f for f in files if f.endswith(".distcp")]
     assert io(t, 1, "checkpoint_bytes") == sum(map(os.path.getsize, data))  # every stored item read once
+
+
+def test_init_imports_no_dcp_and_a_later_import_is_timed_even_bound_by_name(tmp_path):
+    """A fresh interpreter: ``init`` leaves torch.distributed.checkpoint unimported (about a second,
+    for every job); a ``from torch.distributed.checkpoint import save`` after it gets the timed save;
+    shutdown puts DCP back and removes the import hook."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import telemetry
+telemetry.init(run_dir=sys.argv[1], job="x", sinks=["store"], announce=False)
+assert "torch.distributed.checkpoint" not in sys.modules
+import torch
+from torch.distributed.checkpoint import save
+with telemetry.step():
+    save({"a": torch.ones(10)}, checkpoint_id=sys.argv[1] + "/ck")
+telemetry.shutdown()
+import torch.distributed.checkpoint as dcp
+assert not getattr(dcp.save, "__wrapped_by_telemetry__", False)
+assert not [f for f in sys.meta_path if type(f).__module__ == "telemetry.hooks.checkpoint"]
+"""
+    run = str(tmp_path / "run")
+    done = subprocess.run([sys.executable, "-c", code, run], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    t = open_input(run).table
+    files = glob.glob(os.path.join(run, "ck", "*")) + glob.glob(os.path.join(run, "ck", ".*"))
+    assert io(t, 0, "checkpoint_bytes") == sum(map(os.path.getsize, files)) > 0
