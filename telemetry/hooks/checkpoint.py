@@ -34,6 +34,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 from ..logonce import LogOnce
@@ -95,6 +96,32 @@ def _path_bytes(path: str | None) -> int:
         return total
     except OSError:
         return 0
+
+
+def mark_saved(path: str, kind: str = "save") -> bool:
+    """A save that already happened, marked from its files: bytes their sizes, its span from the
+    earliest to the latest modification time (a lower bound of the time it blocked: the first file's
+    own write is not in it). For a framework that tells us of a save only after it (the Hugging Face
+    Trainer's ``on_save``). False when nothing was found or telemetry is off."""
+    rec = _current._active
+    if rec is NULL or not path:
+        return False
+    sizes, times = 0, []
+    for folder, _, files in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [path])]:
+        for f in files:
+            try:
+                st = os.stat(os.path.join(folder, f))
+            except OSError:
+                continue
+            sizes += st.st_size
+            times.append(st.st_mtime_ns)
+    if not times:
+        return False
+    now, wall = rec.now(), time.time_ns()
+    t1 = min(now, now - (wall - max(times)))
+    t0 = min(t1, now - (wall - min(times)))
+    rec.emit((ev.CHECKPOINT, t1, kind, t0, sizes, True, 0))
+    return True
 
 
 class _Count:

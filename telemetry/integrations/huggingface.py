@@ -6,7 +6,10 @@ Records every optimizer step (``on_step_begin`` .. ``on_step_end``, numbered by 
 gradient-accumulation micro-step ends at ``on_substep_end``), tokens (the Trainer's
 ``num_input_tokens_seen`` when it counts them, else the ``input_ids`` the model was called with),
 and the Trainer's logged scalars (``on_log``: loss, learning rate, grad norm, ...). The Trainer logs
-after a step has ended, so those values are recorded with the step that follows.
+after a step has ended, so those values are recorded with the step that follows. A checkpoint the
+Trainer saves is marked from ``on_save`` on the main process, after the fact, from its folder's
+files (bytes their sizes, its time the span of their modification times: a lower bound, since the
+Trainer says nothing before it saves; said once), in the step that follows.
 
 ``telemetry.init`` is called at ``on_train_begin`` with the keyword arguments given here, unless the
 user started telemetry already; the session it started is shut down at ``on_train_end``.
@@ -14,6 +17,8 @@ user started telemetry already; the session it started is shut down at ``on_trai
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 try:
@@ -25,7 +30,10 @@ except ImportError as exc:  # pragma: no cover - exercised where transformers is
 
 import telemetry
 
+from ..hooks.checkpoint import mark_saved
 from .loop import OPTIMIZER, LoopTracker, guarded, numeric
+
+log = logging.getLogger("telemetry")
 
 
 class TelemetryCallback(TrainerCallback):
@@ -38,6 +46,7 @@ class TelemetryCallback(TrainerCallback):
         self.tracker = LoopTracker(init_kwargs, split_forward_backward)
         self._tokens_seen = 0
         self.logs_after_last_step = 0  # the Trainer's logs with no step after them: not recorded
+        self._said_save = False
 
     @guarded
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
@@ -79,6 +88,18 @@ class TelemetryCallback(TrainerCallback):
             self.logs_after_last_step += 1
             return
         telemetry.log(**values)
+
+    @guarded
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not getattr(state, "is_world_process_zero", True):
+            return  # the main process writes the checkpoint's folder; each rank would count it again
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")  # the Trainer's naming
+        if mark_saved(folder) and not self._said_save:
+            self._said_save = True
+            log.info(
+                "telemetry: the Trainer's checkpoints are marked from their files after each save (bytes, and "
+                "the span of their write times: a lower bound of the time it blocked)"
+            )
 
     @guarded
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

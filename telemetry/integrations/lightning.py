@@ -9,7 +9,9 @@ step numbers stay the Trainer's. Phases: ``forward`` from the batch's start to
 ``optimizer`` from ``on_before_optimizer_step`` to ``on_before_zero_grad`` (or the batch's end).
 Tokens and samples are counted from the batch (``input_ids``, else its first integer tensor: shapes
 only). Values the module logs with ``self.log`` are recorded from ``trainer.callback_metrics`` at
-each step's end.
+each step's end. Each checkpoint the Trainer writes is timed (its strategy's
+``checkpoint_io.save_checkpoint``, on the rank that writes: blocking time and the file's bytes), in
+the step that follows it.
 """
 
 from __future__ import annotations
@@ -40,11 +42,30 @@ class TelemetryCallback(pl.Callback):
         self.tracker = LoopTracker(init_kwargs, split_forward_backward=False)
         self.log_metrics = log_metrics
         self._step_at_start = -1
+        self._io: Any = None  # the checkpoint_io whose save_checkpoint is timed (put back at the end)
 
     @guarded
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         launcher_environment(trainer)
         self.tracker.start(start_step=int(trainer.global_step))
+        self._time_saves(trainer)
+
+    def _time_saves(self, trainer: Any) -> None:
+        """Time each checkpoint the Trainer writes: its strategy's ``checkpoint_io.save_checkpoint``
+        (on this instance, put back at the end of training) inside ``telemetry.checkpoint``, the bytes
+        the written path's size."""
+        io = getattr(getattr(trainer, "strategy", None), "checkpoint_io", None)
+        save = getattr(io, "save_checkpoint", None)
+        if save is None or getattr(save, "__wrapped_by_telemetry__", False):
+            return
+
+        def timed(checkpoint: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+            with telemetry.checkpoint("save", path=str(path)):
+                return save(checkpoint, path, *args, **kwargs)
+
+        timed.__wrapped_by_telemetry__ = True  # type: ignore[attr-defined]
+        io.save_checkpoint = timed
+        self._io = io
 
     @guarded
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -90,6 +111,9 @@ class TelemetryCallback(pl.Callback):
 
     @guarded
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._io is not None:
+            self._io.__dict__.pop("save_checkpoint", None)  # the class's own again
+            self._io = None
         self.tracker.finish()
 
 

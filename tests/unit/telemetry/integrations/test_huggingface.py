@@ -137,3 +137,17 @@ def test_hf_a_broken_telemetry_never_raises_into_the_trainer(tmp_path, monkeypat
 def test_hf_bad_settings_are_an_error_when_the_callback_is_made():
     with pytest.raises(ValueError, match="flush_interval_s"):
         HFCallback(flush_interval_s=-1)
+
+
+def test_hf_a_trainer_save_is_marked_from_its_files_in_the_step_that_follows(tmp_path):
+    run_dir = str(tmp_path / "run")
+    trainer = _trainer(
+        tmp_path, HFCallback(run_dir=run_dir, sinks=["store"], announce=False), save_strategy="steps", save_steps=3
+    )
+    trainer.train()
+    t = _table(run_dir)
+    folder = tmp_path / "out" / "checkpoint-3"  # saved after the third optimizer step (numbered 2)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert t.loc[3, "io.checkpoint_bytes"] == size > 0 and t.loc[3, "io.checkpoint_saves"] == 1
+    others = t.drop(index=3)  # the save after the last step (checkpoint-6) has no step to count in
+    assert (others["io.checkpoint_bytes"] == 0).all()

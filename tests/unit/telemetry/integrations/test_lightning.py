@@ -83,3 +83,28 @@ def test_lightning_batch_counts_read_shapes_only():
     assert batch_counts({"input_ids": ids, "mask": torch.ones(4, 32)}) == (128, 4)
     assert batch_counts((torch.randn(8, 3), torch.randn(8, 1))) == (0, 8)
     assert batch_counts(ids) == (128, 4) and batch_counts("text") == (0, 0) and batch_counts([]) == (0, 0)
+
+
+def test_lightning_checkpoints_are_timed_with_their_bytes_in_the_step_that_follows(tmp_path):
+    run_dir = str(tmp_path / "run")
+    ckpt = pl.callbacks.ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2, save_top_k=-1)
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16, generator=g), torch.randn(64, 1, generator=g))
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[PLCallback(run_dir=run_dir, sinks=["store"], announce=False), ckpt],
+        max_steps=5,
+    )
+    trainer.fit(Regression(), torch.utils.data.DataLoader(data, batch_size=8))
+    t = _table(run_dir)
+    files = sorted((tmp_path / "ckpt").glob("*.ckpt"))
+    assert len(files) >= 2
+    saved = t[t["io.checkpoint_saves"] > 0]
+    # each save after step 1 and step 3 (every 2 optimizer steps) counts in the step after it
+    assert list(saved.index) == [2, 4], t[["io.checkpoint_saves", "io.checkpoint_bytes"]]
+    sizes = {f.stat().st_size for f in files}
+    assert set(saved["io.checkpoint_bytes"].astype(int)) <= sizes and (saved["io.checkpoint_s"] > 0).all()
+    assert "save_checkpoint" not in vars(trainer.strategy.checkpoint_io)  # put back at the end
