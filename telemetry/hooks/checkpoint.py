@@ -135,9 +135,27 @@ class _Count:
         self.io_ns = 0
 
 
-def _count_writes(writer: Any, count: _Count, now: Callable[[], int]) -> None:
+def _on_instance(obj: Any, **methods: Callable) -> Callable[[], None]:
+    """Set ``methods`` on the instance ``obj``; returns what puts back what it had (a writer the user
+    passes again is wrapped afresh each call, never wrapper on wrapper)."""
+    had = {k: obj.__dict__[k] for k in methods if k in getattr(obj, "__dict__", {})}
+    for k, fn in methods.items():
+        setattr(obj, k, fn)
+
+    def undo() -> None:
+        for k in methods:
+            if k in had:
+                setattr(obj, k, had[k])
+            else:
+                obj.__dict__.pop(k, None)
+
+    return undo
+
+
+def _count_writes(writer: Any, count: _Count, now: Callable[[], int]) -> Callable[[], None]:
     """Wrap ``writer``'s ``write_data`` (on the instance) to add its WriteResults' sizes and the time
-    to its future's completion, and ``finish`` to add the metadata file's size where it is a file."""
+    to its future's completion, and ``finish`` to add the metadata file's size where it is a file;
+    returns the undo."""
     write_data, finish = writer.write_data, writer.finish
 
     def timed_write(plan: Any, planner: Any) -> Any:
@@ -169,13 +187,13 @@ def _count_writes(writer: Any, count: _Count, now: Callable[[], int]) -> None:
             pass
         return out
 
-    writer.write_data, writer.finish = timed_write, counted_finish
+    return _on_instance(writer, write_data=timed_write, finish=counted_finish)
 
 
-def _count_reads(reader: Any, count: _Count, now: Callable[[], int]) -> None:
+def _count_reads(reader: Any, count: _Count, now: Callable[[], int]) -> Callable[[], None]:
     """Wrap ``reader``'s ``set_up_storage_reader`` (to keep the checkpoint's metadata) and ``read_data``
     (to add the stored length of each item this rank reads, each stored item once, and the time to its
-    future's completion)."""
+    future's completion); returns the undo."""
     setup, read_data = reader.set_up_storage_reader, reader.read_data
     meta: dict[str, Any] = {}
 
@@ -199,7 +217,7 @@ def _count_reads(reader: Any, count: _Count, now: Callable[[], int]) -> None:
         count.io_ns += now() - t0
         return fut
 
-    reader.set_up_storage_reader, reader.read_data = kept_setup, timed_read
+    return _on_instance(reader, set_up_storage_reader=kept_setup, read_data=timed_read)
 
 
 def _storage(kind: str, kwargs: dict[str, Any]) -> Any:
@@ -230,14 +248,19 @@ def _wrap(name: str, fn: Callable) -> Callable:
         if rec is NULL:
             return fn(*args, **kwargs)
         count = _Count()
+        undo: Callable[[], None] = lambda: None  # noqa: E731 - nothing to put back
         try:
             storage = _storage(kind, kwargs)
             if storage is not None:
-                (_count_writes if kind == "save" else _count_reads)(storage, count, rec.now)
+                undo = (_count_writes if kind == "save" else _count_reads)(storage, count, rec.now)
         except Exception:  # noqa: BLE001 - uncounted, never broken
             _once(f"wrap:{name}", "telemetry: a DCP %s is timed without bytes", name, exc_info=True)
         t0 = rec.now()
-        out = fn(*args, **kwargs)
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException:
+            undo()
+            raise
         t1 = rec.now()
         try:
             if is_async:
@@ -246,6 +269,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
 
                 def uploaded(f: Any) -> None:
                     try:
+                        undo()
                         if f.exception() is None:
                             rec.emit((ev.CHECKPOINT, rec.now(), kind, t1, count.nbytes, False, count.io_ns))
                     except Exception:  # noqa: BLE001 - a callback never raises into DCP's thread
@@ -253,6 +277,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
 
                 fut.add_done_callback(uploaded)
             else:
+                undo()
                 rec.emit((ev.CHECKPOINT, t1, kind, t0, count.nbytes, True, count.io_ns))
         except Exception:  # noqa: BLE001 - telemetry never breaks the user's save
             _once(f"emit:{name}", "telemetry: a DCP %s was not recorded", name, exc_info=True)

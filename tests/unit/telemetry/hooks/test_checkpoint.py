@@ -114,3 +114,21 @@ assert not [f for f in sys.meta_path if type(f).__module__ == "telemetry.hooks.c
     t = open_input(run).table
     files = glob.glob(os.path.join(run, "ck", "*")) + glob.glob(os.path.join(run, "ck", ".*"))
     assert io(t, 0, "checkpoint_bytes") == sum(map(os.path.getsize, files)) > 0
+
+
+def test_a_writer_passed_again_is_counted_afresh_each_save_and_left_as_it_was(run_dir, tmp_path):
+    """The caller's storage writer is wrapped for one call and put back after it: three saves through
+    one writer each count their own bytes (never wrapper on wrapper), and the writer ends as it began."""
+    import torch.distributed.checkpoint as dcp
+
+    writer = dcp.FileSystemWriter(str(tmp_path / "ck"), overwrite=True)
+    telemetry.init(run_dir=run_dir, job="w", sinks=["store"])
+    for i in range(3):
+        with telemetry.step():
+            dcp.save({"w": torch.ones(1000 * (i + 1))}, storage_writer=writer)
+    telemetry.shutdown()
+    assert "write_data" not in vars(writer) and "finish" not in vars(writer)
+    t = open_input(run_dir).table
+    got = [io(t, s, "checkpoint_bytes") for s in range(3)]
+    assert got[0] < got[1] < got[2]  # each its own save's bytes: 4, 8 and 12 KB of tensor
+    assert got[2] - got[1] == pytest.approx(4000, abs=200) and got[1] - got[0] == pytest.approx(4000, abs=200)
