@@ -175,10 +175,6 @@ CPU_OP = np.dtype([("ts", "f8"), ("end", "f8"), ("coll", "i1")])
 CALL_LAG_US = 10e6  # a GPU activity is joined with a runtime call at most this long before it
 
 
-def _round_in(ts: float, dur: float) -> tuple[float, float]:
-    return float(math.ceil(ts)), float(math.floor(ts + dur))
-
-
 def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = False, top: int = 20) -> Breakdown:
     """The breakdown of the trace at ``path`` (gzip or plain), in one streamed pass and a pass over
     its events kept in time buckets (:mod:`.tracespill`). ``steps_hint``: the number of steps the
@@ -231,10 +227,10 @@ def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = 
                 corr = -1
             if stream is not None and corr >= 0:
                 try:
-                    st = int(stream)
+                    sid = int(stream)
                 except (TypeError, ValueError):
-                    st = -1
-                if st >= 0:
+                    sid = -1
+                if sid >= 0:
                     coll = -1
                     if _COMM_RE.match(name):
                         ext = args.get("External id")
@@ -244,7 +240,7 @@ def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = 
                         elif isinstance(ext, int):
                             coll = len(nccl)
                             nccl.append(ext)
-                    gpu.add(ts, (ts, end, st, nid(name), corr, 1 if cat in _KERNEL_CATS else 0, coll))
+                    gpu.add(ts, (ts, end, sid, nid(name), corr, 1 if cat in _KERNEL_CATS else 0, coll))
                     continue
             if corr >= 0:
                 calls.add(ts, (corr, ts, end, 1 if name in _LAUNCH_CALLS else 0))
@@ -606,7 +602,7 @@ def _gpu_collectives(
     kernels: list[tuple[float, float, int, int]],
     nccl: list[tuple[str, float, int] | int],
     coll_meta: dict[int, tuple[str, float, int]],
-    name_list: list[str] | None = None,
+    name_list: list[str],
 ) -> tuple[list[dict[str, Any]], dict[str, list[tuple[float, float, float]]]]:
     """The NCCL kernels kept ((start, end, name id, index into ``nccl``: the kernel's own collective
     meta, or its External id, whose ``record_param_comms`` op has it), per collective."""
@@ -614,8 +610,8 @@ def _gpu_collectives(
     inst: dict[str, list[tuple[float, float, float]]] = {}
     for ts, end, name, ref in kernels:
         own = nccl[ref] if ref >= 0 else None
-        meta = own if isinstance(own, tuple) else coll_meta.get(own, None) if isinstance(own, int) else None
-        coll, nbytes, group = meta or (collective_name(name_list[name]) if name_list else "", 0.0, 0)
+        meta = own if isinstance(own, tuple) else coll_meta.get(own)  # an External id's, or none
+        coll, nbytes, group = meta or (collective_name(name_list[name]), 0.0, 0)
         a = acc.setdefault(coll, {"ts": [], "end": [], "bytes": 0.0, "group": group})
         a["ts"].append(ts)
         a["end"].append(end)

@@ -34,24 +34,23 @@ def _seconds(text: str) -> float:
     return v
 
 
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"{v}; accepted: a fraction above 0 and at most 1 (0.8 = 80%)")
-    return v
+def _number_in(hi: float, accepted: str):
+    """A parser of a number above 0 and at most ``hi``; ``accepted`` says so in the error."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 < v <= hi:
+            raise argparse.ArgumentTypeError(f"{v}; accepted: {accepted}")
+        return v
+
+    return parse
 
 
-def _rate(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < v <= 1000:
-        raise argparse.ArgumentTypeError(f"{v}; accepted: a rate above 0 and at most 1000 per hour")
-    return v
+_fraction = _number_in(1, "a fraction above 0 and at most 1 (0.8 = 80%)")
+_rate = _number_in(1000, "a rate above 0 and at most 1000 per hour")
 
 
 def _wrap(text: str) -> str:

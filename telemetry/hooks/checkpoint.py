@@ -79,23 +79,26 @@ class CheckpointTimer:
         return False
 
 
+def _file_stats(path: str | None) -> list[os.stat_result]:
+    """The stat of ``path`` (a file) or of every file under it (a directory); none when unknown."""
+    if not path:
+        return []
+    if os.path.isfile(path):
+        found = [path]
+    else:
+        found = [os.path.join(folder, f) for folder, _, files in os.walk(path) for f in files]
+    out = []
+    for f in found:
+        try:
+            out.append(os.stat(f))
+        except OSError:
+            pass
+    return out
+
+
 def _path_bytes(path: str | None) -> int:
     """The size of ``path`` (a file, or every file under a directory), 0 when unknown."""
-    if not path:
-        return 0
-    try:
-        if os.path.isfile(path):
-            return os.path.getsize(path)
-        total = 0
-        for folder, _, files in os.walk(path):
-            for f in files:
-                try:
-                    total += os.path.getsize(os.path.join(folder, f))
-                except OSError:
-                    pass
-        return total
-    except OSError:
-        return 0
+    return sum(st.st_size for st in _file_stats(path))
 
 
 def mark_saved(path: str, kind: str = "save") -> bool:
@@ -104,23 +107,14 @@ def mark_saved(path: str, kind: str = "save") -> bool:
     own write is not in it). For a framework that tells us of a save only after it (the Hugging Face
     Trainer's ``on_save``). False when nothing was found or telemetry is off."""
     rec = _current._active
-    if rec is NULL or not path:
+    stats = _file_stats(path) if rec is not NULL else []
+    if not stats:
         return False
-    sizes, times = 0, []
-    for folder, _, files in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [path])]:
-        for f in files:
-            try:
-                st = os.stat(os.path.join(folder, f))
-            except OSError:
-                continue
-            sizes += st.st_size
-            times.append(st.st_mtime_ns)
-    if not times:
-        return False
+    times = [st.st_mtime_ns for st in stats]
     now, wall = rec.now(), time.time_ns()
     t1 = min(now, now - (wall - max(times)))
     t0 = min(t1, now - (wall - min(times)))
-    rec.emit((ev.CHECKPOINT, t1, kind, t0, sizes, True, 0))
+    rec.emit((ev.CHECKPOINT, t1, kind, t0, sum(st.st_size for st in stats), True, 0))
     return True
 
 

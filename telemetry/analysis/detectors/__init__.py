@@ -116,15 +116,16 @@ def analyze(
         findings.extend(
             detect_hang(progress, m, world_size, hang_bound_s, explained={r for f in lost for r in f.ranks})
         )
-    advice = None
+    advice = up = None
     if m is not None and m.n_steps:
         findings = [settle_ended(m, f) for f in findings]
         cp = checkpoint or CheckpointParams()
         findings += detect_slow_checkpoints(m, cp)
-        advice = checkpoint_advice(m, uptime(m), findings, cp)
+        up = uptime(m)  # the advice's failures and wall time, and the summary's uptime
+        advice = checkpoint_advice(m, up, findings, cp)
         findings += detect_checkpoint_budget(m, advice, cp)
     failed_causes = attach_causes(m, findings) if m is not None and m.n_steps else (0, None)
-    summary = _summary(m, findings, shift, utilization, gaps)
+    summary = _summary(m, findings, shift, utilization, gaps, up)
     if advice:
         summary["checkpoint_advice"] = advice
     if failed_causes[0]:  # counted in the summary, said once per analysis; never silently "no causes"
@@ -146,6 +147,7 @@ def _summary(
     shift: np.ndarray | None,
     utilization: UtilizationParams | None = None,
     gaps: bool = True,
+    up: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     if m is None or m.n_steps == 0:
         return {"ranks": 0, "steps": 0, "findings": 0, "slowdown": 0.0, "severity": None}
@@ -159,7 +161,7 @@ def _summary(
         or (f.kind == "slow_checkpoint" and f.ranks)  # the job's wait for a slow rank's storage
     )
     total = min(1.0, total + (regressed + _dropped_seconds(m, findings)) / max(float(np.nansum(t)), 1e-12))
-    up = uptime(m)
+    up = up if up is not None else uptime(m)
     out: dict[str, Any] = {
         "ranks": m.n_ranks,
         "steps": m.n_steps,

@@ -36,17 +36,21 @@ class Regression(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def _fit(callback, module, **kw):
+def _fit(callback, module, samples=256, **kw):
+    """Fit ``module`` on ``samples`` random rows with ``callback`` (a list: several); ``kw`` to the Trainer
+    (checkpointing off unless it says)."""
     g = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(256, 16, generator=g), torch.randn(256, 1, generator=g))
+    data = torch.utils.data.TensorDataset(torch.randn(samples, 16, generator=g), torch.randn(samples, 1, generator=g))
     trainer = pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[callback],
-        **kw,
+        **{
+            "accelerator": "cpu",
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "callbacks": callback if isinstance(callback, list) else [callback],
+            **kw,
+        }
     )
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
     return trainer
@@ -88,17 +92,13 @@ def test_lightning_batch_counts_read_shapes_only():
 def test_lightning_checkpoints_are_timed_with_their_bytes_in_the_step_that_follows(tmp_path):
     run_dir = str(tmp_path / "run")
     ckpt = pl.callbacks.ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2, save_top_k=-1)
-    g = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(64, 16, generator=g), torch.randn(64, 1, generator=g))
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[PLCallback(run_dir=run_dir, sinks=["store"], announce=False), ckpt],
+    trainer = _fit(
+        [PLCallback(run_dir=run_dir, sinks=["store"], announce=False), ckpt],
+        Regression(),
+        samples=64,
+        enable_checkpointing=True,
         max_steps=5,
     )
-    trainer.fit(Regression(), torch.utils.data.DataLoader(data, batch_size=8))
     t = _table(run_dir)
     files = sorted((tmp_path / "ckpt").glob("*.ckpt"))
     assert len(files) >= 2

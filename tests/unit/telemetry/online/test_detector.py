@@ -44,18 +44,25 @@ class DictStore:
         return self.data.pop(key, None) is not None
 
 
-def test_an_online_findings_numbers_and_its_text_come_from_one_source():
+def four_ranks(window=50, **kw):
+    """Rank 0's analysis of 4 ranks with one phase, forward, blocks of 10 steps, on a dict store (built
+    as rank 1, so no thread starts: the tests call its analysis)."""
     from telemetry import online
 
-    det = online.OnlineDetector(
+    return online.OnlineDetector(
         store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
         rank=1,
         world=4,
         every=10,
-        window=50,
+        window=window,
         wait_blocks=3,
         min_interval_s=0,
+        **kw,
     )
+
+
+def test_an_online_findings_numbers_and_its_text_come_from_one_source():
+    det = four_ranks()
     rng = np.random.default_rng(0)
     for block in range(30):
         rows = {}
@@ -173,19 +180,9 @@ def test_each_scored_rank_has_the_cost_of_the_straggler_finding_naming_it():
 
 
 def test_the_busy_bounds_reach_online_detection():
-    from telemetry import online
 
     def kinds(**bounds):
-        det = online.OnlineDetector(
-            store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
-            rank=1,
-            world=4,
-            every=10,
-            window=50,
-            wait_blocks=3,
-            min_interval_s=0,
-            **bounds,
-        )
+        det = four_ranks(**bounds)
         rng = np.random.default_rng(0)
         for block in range(30):  # every rank computes about half of its 40 ms step, blocked in the other half
             rows = {
@@ -206,7 +203,6 @@ def test_a_second_rise_inside_an_ongoing_job_wide_change_is_a_new_finding_handed
     and slow again, more, from step 500 shows one ongoing slow_comm from 200, never new again. The
     search of that finding's own stretch names the second rise, as a new finding handed to capture
     planning (the run's second capture); a third analysis with nothing further adds none."""
-    from telemetry import online
 
     class Planner:
         def __init__(self):
@@ -216,16 +212,7 @@ def test_a_second_rise_inside_an_ongoing_job_wide_change_is_a_new_finding_handed
             self.seen.append([(d["kind"], d["phase"], d["first_step"]) for d in findings])
 
     planner = Planner()
-    det = online.OnlineDetector(
-        store=DictStore({f"phases/{r}": b"forward" for r in range(4)}),
-        rank=1,
-        world=4,
-        every=10,
-        window=200,
-        wait_blocks=3,
-        min_interval_s=0,
-        captures=planner,
-    )
+    det = four_ranks(window=200, captures=planner)
     rng = np.random.default_rng(1)
 
     def add(blocks):
