@@ -148,17 +148,22 @@ def test_a_job_wide_regression_is_captured_and_diffed_against_the_runs_baseline(
     (base,) = [m for m in manifests if m["reason"] == "baseline"]
     after = [m for m in manifests if m.get("job_wide") and m["steps"][0] > 500]
     assert after, (manifests, demo.stderr[-3000:])
-    job = after[0]
-    assert base["steps"][1] < 500 and job["baseline"] == base["id"]
-    # a regression; on a busy host the step's rise may land in the collectives' wait: a job-wide slow_comm
-    assert job["ranks"] == base["ranks"] and job["finding"]["kind"] in JOB_WIDE and not job["finding"]["ranks"]
+    assert base["steps"][1] < 500
+    # a regression; on a busy host the step's rise may land in the collectives' wait: a job-wide slow_comm.
+    # A further rise inside it takes a capture of its own, so there may be several; each names the baseline
+    for job in after:
+        assert job["baseline"] == base["id"] and job["ranks"] == base["ranks"], job
+        assert job["finding"]["kind"] in JOB_WIDE and not job["finding"]["ranks"], job
     analysis = subprocess.run(
         [sys.executable, "-m", "telemetry", "analyze", run, "--json"], cwd=ROOT, capture_output=True, text=True
     )
     doc = json.loads(analysis.stdout)
     seen = [(f["kind"], f["ranks"], f["first_step"], f["last_step"], "capture" in f) for f in doc["findings"]]
-    adopted = [f for f in doc["findings"] if f.get("capture", {}).get("id") == job["id"]]
-    assert adopted, (job, seen)
+    # the finding adopts the latest capture within its steps (CI, 2026-12-05: two after step 500, and the
+    # finding took the second)
+    ids = sorted(m["id"] for m in after)
+    adopted = [f for f in doc["findings"] if f.get("capture", {}).get("id") in ids]
+    assert adopted, (ids, seen)
     for f in adopted:
         assert f["kind"] in JOB_WIDE and f["ranks"] == [] and f["capture"]["baseline"]["id"] == base["id"]
         said = ({k: v for k, v in f["capture"].items() if k != "breakdown"}, doc["summary"].get("warnings"))
