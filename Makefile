@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(PY) bench/trace_shapes.py --out bench/RESULTS.md
 	$(PY) bench/functional_cost.py --out bench/RESULTS.md
 	$(PY) bench/capture_cost.py --out bench/RESULTS.md
+	$(PY) bench/io_cost.py --out bench/RESULTS.md
 	$(PY) bench/hta_compare.py --out bench/RESULTS.md
 
 clean:

@@ -61,6 +61,15 @@ def checkpoint(kind: str = "save", path: str | None = None, nbytes: int | None =
     return CheckpointTimer(kind, path, nbytes)
 
 
+def watch_dataset(dataset: Any) -> Any:
+    """``dataset`` wrapped so that the time its DataLoader's workers spend fetching items is measured
+    (``dev.input_fetch_seconds``, ``dev.input_fetched_items``, ``dev.input_workers``): wrap it before the
+    DataLoader is built, ``DataLoader(telemetry.watch_dataset(ds), num_workers=4)``. Imports torch."""
+    from .hooks.dataset import watch_dataset as _watch_dataset
+
+    return _watch_dataset(dataset)
+
+
 def log(**values: Any) -> None:
     """Attach scalars to the current step; tensors are read without synchronizing the device.
 
@@ -86,4 +95,5 @@ __all__ = [
     "step",
     "uninstrument_collectives",
     "watch",
+    "watch_dataset",
 ]

@@ -153,6 +153,11 @@ DEMOS = [
         [Expect("data_stall", (1,), "data", 30)],
     ),
     (
+        "slow_input:rank=3,factor=10",
+        ["--inject", "slow_input:rank=3,factor=10"],
+        [Expect("input_bound", (3,), "data", cause="storage")],
+    ),
+    (
         "slow_comm:factor=4,start=100",
         ["--inject", "slow_comm:factor=4,start=100"],
         [Expect("slow_comm", None, None, 100)],

@@ -90,8 +90,8 @@ SCENARIOS = [
         faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.5),),
     ),
     S(
-        "data stall, 10 ms on one rank",
-        [Expect("data_stall", (4,), "data")],
+        "input-bound rank: its batch 10 ms late from the start",
+        [Expect("input_bound", (4,), "data")],
         faults=(Fault("data_stall", ranks=(4,), delay_s=0.01),),
     ),
     S(
@@ -205,8 +205,8 @@ SCENARIOS = [
         ),
     ),
     S(
-        "data stall 10 ms on one rank, cause data_loader",
-        [Expect("data_stall", (6,), "data", cause="data_loader")],
+        "input-bound rank 10 ms, cause data_loader",
+        [Expect("input_bound", (6,), "data", cause="data_loader")],
         faults=(Fault("data_stall", ranks=(6,), delay_s=0.01),),
     ),
     S(
@@ -312,7 +312,7 @@ SCENARIOS = [
     # utilization gaps, each with its largest idle part
     S(
         "utilization gap: input-bound (every rank waits 25 ms for data, 51% busy)",
-        [Expect("data_stall", None, "data"), Expect("low_utilization", cause="data_wait")],
+        [Expect("input_bound", None, "data"), Expect("low_utilization", cause="data_wait")],
         data_s=0.025,
     ),
     S(

@@ -135,8 +135,11 @@ def columns_to_table(
 
 def _zero_when_absent(name: str) -> bool:
     """A phase's seconds (or its time blocked in collectives), a checkpoint's seconds and bytes: a step
-    that did not run the phase or a checkpoint took no time in it, so a missing value is 0, not unknown."""
-    return (name.endswith("_s") and ("." not in name or name.startswith("comm."))) or name.startswith("io.")
+    that did not run the phase or a checkpoint took no time in it, so a missing value is 0, not unknown.
+    Not the input's readiness: a step that took no batch was neither ready nor waiting."""
+    return (name.endswith("_s") and ("." not in name or name.startswith("comm."))) or (
+        name.startswith("io.") and name != "io.input_ready"
+    )
 
 
 def _empty() -> pd.DataFrame:

@@ -29,6 +29,8 @@ SIGNALS: dict[str, tuple[str, str, float]] = {
     "gpu_pcie_replays": ("PCIe replays (since boot)", "count", 1.0),
     "gpu_nvlink_tx_bytes": ("NVLink sent (since boot)", "GiB", 2.0**-30),
     "gpu_nvlink_rx_bytes": ("NVLink received (since boot)", "GiB", 2.0**-30),
+    "nic_bytes_tx": ("RDMA NICs sent (the node's, since start)", "GiB", 2.0**-30),
+    "nic_bytes_rx": ("RDMA NICs received (the node's, since start)", "GiB", 2.0**-30),
     "cuda_memory_allocated_bytes": ("CUDA memory allocated", "GiB", 2.0**-30),
     "cuda_memory_reserved_bytes": ("CUDA memory reserved", "GiB", 2.0**-30),
     "cuda_memory_peak_bytes": ("CUDA memory peak", "GiB", 2.0**-30),

@@ -30,6 +30,9 @@ would show:
 - ``slow_checkpoint:rank=R,factor=F[,start=S]``: from step S rank R's checkpoint writes take F times
   as long (after each write its storage writer waits (F-1) x the time the write took: a disk F times
   slower). The demo then saves a checkpoint every ``--checkpoint-every`` steps (25 unless given).
+- ``slow_input:rank=R,factor=F[,start=S]``: from step S rank R's reads of its token file take F times
+  as long, at least (F-1) ms more per batch (its storage F times slower: I/O wait, not CPU). Every
+  rank reads its batches from a file on disk past the page cache (``RUN_DIR/data/rank-N.tokens``).
 - ``kill:rank=R,step=S``: rank R's process is killed (SIGKILL, as by the OOM killer or a lost pod)
   inside the forward phase of step S: no shutdown, no last flush. The launcher then stops the job.
 
@@ -56,6 +59,7 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "host_gap": (("delay_ms",), ("start",)),
     "slow_op": (("rank", "op", "factor"), ("start",)),
     "slow_checkpoint": (("rank", "factor"), ("start",)),
+    "slow_input": (("rank", "factor"), ("start",)),
 }
 SLOW_OPS = ("exp", "softmax", "sort", "cumsum")  # slow_op's ops (demo/worker.py runs them)
 _TYPES = {"rank": int, "step": int, "start": int, "factor": float, "delay_ms": float, "phase": str, "op": str}
@@ -214,6 +218,14 @@ class FaultPlan:
         factor = 1.0
         for f in self.faults:
             if f.kind == "slow_checkpoint" and step >= f.start and self.rank in f.ranks:
+                factor *= f.factor
+        return factor
+
+    def input_factor(self, step: int) -> float:
+        """How many times their own time this rank's input reads should take at this step."""
+        factor = 1.0
+        for f in self.faults:
+            if f.kind == "slow_input" and step >= f.start and self.rank in f.ranks:
                 factor *= f.factor
         return factor
 

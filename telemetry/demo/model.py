@@ -1,7 +1,13 @@
-"""A small decoder-only transformer language model and a learnable synthetic token stream."""
+"""A small decoder-only transformer language model and a learnable synthetic token stream, read from
+a file on disk."""
 
 from __future__ import annotations
 
+import os
+import time
+from typing import Callable
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -47,22 +53,53 @@ class TinyLM(nn.Module):
         return self.head(self.ln(x))
 
 
-class SyntheticTokens(torch.utils.data.Dataset):
-    """Sequences x[t+1] = (a * x[t] + b) mod vocab with (a, b) from a small set: learnable."""
+class TokenShard(torch.utils.data.Dataset):
+    """Learnable sequences x[t+1] = (a * x[t] + b) mod vocab, (a, b) from a small set, written once to a
+    file and read back batch by batch from storage: each read first drops the file from the page cache
+    (``POSIX_FADV_DONTNEED``, read-ahead off), so the kernel counts it as read from storage
+    (``io.read_bytes``). ``slow(first_item)`` > 1: that read takes that many times as long, at least
+    1 ms x (factor - 1) more (a slower disk; the wait is I/O, not CPU)."""
 
-    def __init__(self, n: int, seq_len: int, vocab: int, seed: int) -> None:
-        self.n, self.seq_len, self.vocab, self.seed = n, seq_len, vocab, seed
-        self.rules = [(3, 1), (5, 7), (7, 3), (1, 11)]
+    def __init__(
+        self, path: str, n: int, seq_len: int, vocab: int, seed: int, slow: Callable[[int], float] | None = None
+    ) -> None:
+        rng = np.random.default_rng(seed)
+        rules = np.array([(3, 1), (5, 7), (7, 3), (1, 11)], dtype=np.int64)[rng.integers(4, size=n)]
+        x = np.empty((n, seq_len + 1), dtype=np.int64)
+        x[:, 0] = rng.integers(vocab, size=n)
+        for t in range(seq_len):
+            x[:, t + 1] = (rules[:, 0] * x[:, t] + rules[:, 1]) % vocab
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(x.tobytes())
+            f.flush()
+            os.fsync(f.fileno())  # clean pages: the cache may drop them
+        self.path, self.n, self.width, self.slow = path, n, seq_len + 1, slow
+        self._fd: int | None = None
 
     def __len__(self) -> int:
         return self.n
 
+    def _read(self, first: int, count: int) -> np.ndarray:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
+        size, offset = 8 * self.width * count, 8 * self.width * first
+        t0 = time.perf_counter()
+        # the whole file (a range alone was seen to leave just-read pages cached: 0 bytes from storage)
+        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        raw = os.pread(self._fd, size, offset)
+        factor = self.slow(first) if self.slow is not None else 1.0
+        if factor > 1:
+            time.sleep((factor - 1) * max(time.perf_counter() - t0, 0.001))
+        return np.frombuffer(raw, dtype=np.int64).reshape(count, self.width)
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
-        a, b = self.rules[int(torch.randint(len(self.rules), (1,), generator=g))]
-        x0 = int(torch.randint(self.vocab, (1,), generator=g))
-        seq = [x0]
-        for _ in range(self.seq_len):
-            seq.append((a * seq[-1] + b) % self.vocab)
-        s = torch.tensor(seq)
+        s = torch.from_numpy(self._read(i, 1)[0].copy())
         return s[:-1], s[1:]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if list(indices) != list(range(indices[0], indices[0] + len(indices))):
+            return [self[i] for i in indices]
+        rows = torch.from_numpy(self._read(indices[0], len(indices)).copy())
+        return [(r[:-1], r[1:]) for r in rows]

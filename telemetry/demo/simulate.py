@@ -77,6 +77,7 @@ def _active(f: Fault, s: int, coin: float) -> bool:
     return s >= f.start and (f.end is None or s <= f.end) and coin < f.probability
 
 
+SIM_EPOCH_S = 1.7e9  # the simulated job's first step starts here (telemetry simulate moves it to the run's start)
 CHUNK_CELLS = 20_000_000  # ranks x steps simulated at once (random draws included): about 1.5 GB
 
 
@@ -95,7 +96,7 @@ def simulate_chunks(sc: Scenario, chunk_steps: int | None = None):
     rng = np.random.default_rng(sc.seed)
     stage_of = np.arange(R) * sc.stages // R
     static = 1 + rng.normal(0, sc.static, size=R)
-    state = {"t": 1.7e9, "prev_opt": np.zeros(R), "mem": np.full(R, 8.0 * 2**30)}
+    state = {"t": SIM_EPOCH_S, "prev_opt": np.zeros(R), "mem": np.full(R, 8.0 * 2**30)}
     for lo in range(0, S, step_chunk):
         n = min(step_chunk, S - lo)
         draws = {p: rng.lognormal(0, sc.jitter, size=(n, R)) for p in PHASES}
@@ -239,7 +240,7 @@ def _device_signals(table: pd.DataFrame, sc: Scenario, lo: int) -> None:
 
 
 # What each cause looks like in the sampled signals: column -> (the culprit's value, everyone else's).
-# Counters (ECC errors) grow by the culprit's value per step.
+# Counters (ECC and NIC errors) grow by the culprit's value per step.
 CAUSE_SIGNALS: dict[str, dict[str, tuple[float, float]]] = {
     "gpu_thermal": {
         "dev.gpu_clock_event_HwThermalSlowdown": (1.0, 0.0),
@@ -250,6 +251,7 @@ CAUSE_SIGNALS: dict[str, dict[str, tuple[float, float]]] = {
     "gpu_hw_slowdown": {"dev.gpu_clock_event_HwSlowdown": (1.0, 0.0), "dev.gpu_sm_clock_hertz": (1.2e9, 1.98e9)},
     "gpu_clocks": {"dev.gpu_sm_clock_hertz": (1.6e9, 1.98e9)},
     "gpu_errors": {"dev.gpu_ecc_errors_corrected": (1.0, 0.0)},
+    "link_errors": {"dev.nic_errors_symbol_error": (5.0, 0.0)},
     # measured on a real 2-rank job, a process taking 60% of rank 1's core (tests/integration/test_cpu_causes.py)
     "cpu_contention": {
         "dev.cpu_runqueue_wait_ratio": (0.38, 0.04),
@@ -279,7 +281,7 @@ def _signals(table: pd.DataFrame, sc: Scenario, coins: np.ndarray, lo: int = 0) 
         if f.ranks:
             on &= np.isin(ranks, f.ranks)
         for col, (bad, good) in CAUSE_SIGNALS[f.cause].items():
-            if col.startswith("dev.gpu_ecc"):  # a counter: grows on the culprit's active steps
+            if col.startswith(("dev.gpu_ecc", "dev.nic_errors_")):  # a counter: grows on the culprit's active steps
                 grow = np.where(on, bad, 0.0)
                 table[col] = pd.Series(grow).groupby(ranks).cumsum().to_numpy()
             else:

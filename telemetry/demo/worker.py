@@ -28,7 +28,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 import telemetry
 
 from .faults import Fault, FaultPlan
-from .model import SyntheticTokens, TinyLM
+from .model import TinyLM, TokenShard
 
 DEFAULTS = {
     "steps": 200,
@@ -213,8 +213,16 @@ def main() -> None:
     model = TinyLM(args["vocab"], args["d_model"], args["layers"], args["heads"], args["seq_len"])
     opt = torch.optim.AdamW(model.parameters(), lr=args["lr"])
     batch, steps = args["batch"], args["steps"]
-    data = SyntheticTokens(steps * batch, args["seq_len"], args["vocab"], seed=rank)
-    loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False, num_workers=0)
+    # every rank reads its batches from its own token file, past the page cache (slow_input: slower reads)
+    data = TokenShard(
+        os.path.join(args["run_dir"], "data", f"rank-{rank}.tokens"),
+        steps * batch,
+        args["seq_len"],
+        args["vocab"],
+        seed=rank,
+        slow=lambda item: plan.input_factor(item // batch),
+    )
+    loader = torch.utils.data.DataLoader(telemetry.watch_dataset(data), batch_size=batch, shuffle=False, num_workers=0)
     tokens = batch * args["seq_len"]
 
     for i, (x, y) in enumerate(telemetry.watch(_batches(loader, plan))):

@@ -31,6 +31,15 @@ _REASONS = (
     "DisplayClockSetting",
 )
 _NVLINK_MAX_LINKS = 18
+# NVLink error counters (NVML field values, each the total over the GPU's links): reading suffix ->
+# the field's constant, looked up by name (an older nvidia-ml-py may lack one; Hopper and newer GPUs
+# may not support them: a field NVML does not support is dropped after its first reading)
+_NVLINK_ERRORS = (
+    ("crc_flit", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+    ("crc_data", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"),
+    ("replay", "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"),
+    ("recovery", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),
+)
 
 
 def _visible(environ: Mapping[str, str]) -> list[str] | None:
@@ -73,6 +82,8 @@ class NvmlSource:
         self.label = label
         self.name = _text(self._try("name", nvml.nvmlDeviceGetName, handle)) or "unknown"
         self._unsupported: set[str] = set()
+        # NVLink error counters still read: (reading suffix, field id); those the library names
+        self._link_errors = [(k, getattr(nvml, c)) for k, c in _NVLINK_ERRORS if hasattr(nvml, c)]
         self._gpm = self._gpm_setup()
         self._xids = self._xid_setup()
         self.xid_errors = 0  # XID (critical) events seen since this source opened
@@ -125,6 +136,7 @@ class NvmlSource:
             )
         self._clock_events(out)
         self._nvlink(out)
+        self._nvlink_errors(out)
         self._gpm_read(out)
         self._xid_read(out)
         return out
@@ -214,6 +226,32 @@ class NvmlSource:
             return
         out["gpu_nvlink_tx_bytes"] = tx
         out["gpu_nvlink_rx_bytes"] = rx
+
+    def _nvlink_errors(self, out: dict) -> None:
+        """``gpu_nvlink_errors_<type>``: NVML's CRC (flow-control and data), replay and recovery
+        error counts of this GPU, each summed over its links by NVML (the ``*_TOTAL`` fields)."""
+        if not self._link_errors:
+            return
+        n = self.nvml
+        try:
+            values = n.nvmlDeviceGetFieldValues(self.handle, [(f, 0) for _, f in self._link_errors])
+        except Exception:  # noqa: BLE001 - NVML raises a type per error code; an unsupported field is skipped from now on
+            self._link_errors = []
+            log.info("telemetry: GPU %s: NVLink error counters unavailable: not read", self.label)
+            return
+        not_supported = getattr(n, "NVML_ERROR_NOT_SUPPORTED", 3)
+        dropped = []
+        for (kind, field), v in zip(list(self._link_errors), values):
+            ret = getattr(v, "nvmlReturn", 0)
+            if ret == 0:
+                out[f"gpu_nvlink_errors_{kind}"] = float(v.value.ullVal)
+            elif ret == not_supported:  # for good: not asked again
+                dropped.append(kind)
+                self._link_errors.remove((kind, field))
+        if dropped:
+            log.info(
+                "telemetry: GPU %s: NVLink error counters %s not supported: not read", self.label, ", ".join(dropped)
+            )
 
     def _gpm_setup(self) -> Any:
         n = self.nvml

@@ -1,6 +1,6 @@
 """The device sampler: a thread that reads the host, the scheduler's account of the training
-thread (:mod:`.sched`: run-queue delay, cgroup CPU throttling, CPU pressure), the GPU (NVML) and
-CUDA memory at an interval.
+thread (:mod:`.sched`: run-queue delay, cgroup CPU throttling, CPU pressure), the node's RDMA NIC
+counters (:mod:`.network`), the GPU (NVML) and CUDA memory at an interval.
 
 Each reading is one event in the recorder's buffer; the pipeline attaches the latest reading to
 every step record (columns ``dev.<name>``) and to the progress heartbeat (so Prometheus shows the
@@ -19,7 +19,10 @@ from typing import Any
 
 from ..logonce import LogOnce
 from ..recorder import events as ev
+from ..recorder import readers
+from .network import build_network_sources
 from .sched import build_sched_sources
+from .storage import StorageSource
 
 log = logging.getLogger("telemetry")
 
@@ -113,7 +116,8 @@ class Sampler:
 
     def sample(self) -> None:
         values: dict[str, float] = {}
-        for src in self.sources:
+        # its own sources, then the training side's readers added after init (a watched dataset)
+        for src in [*self.sources, *readers.current()]:
             try:
                 values.update(src.read())
             except Exception as exc:  # noqa: BLE001 - a failing reader must not stop the others
@@ -159,6 +163,11 @@ def build_sampler(
     except Exception as exc:  # noqa: BLE001 - psutil missing or restricted
         log.info("telemetry: host sampling off (%s)", exc)
     sources += build_sched_sources(thread_id, lambda why: log.info("telemetry: %s", why))
+    sources += build_network_sources(lambda why: log.info("telemetry: %s", why))  # the node's RDMA NICs
+    try:
+        sources.append(StorageSource())
+    except Exception as exc:  # noqa: BLE001 - no /proc/<pid>/io (not Linux, or hidden): said once, no false 0
+        log.info("telemetry: storage read bytes off (%s)", exc)
     if config.gpu:
         from .nvml import cuda_index, open_nvml
 

@@ -2,8 +2,9 @@
 
 The sink keeps the latest reading the pipeline saw (it arrives with every step record and every
 heartbeat, so a hung rank's GPU still shows); this collector turns it into metric families.
-Cumulative readings (energy, ECC errors, PCIe replays, NVLink bytes, CPU seconds, allocator
-retries, OOMs) are counters; the rest are gauges.
+Cumulative readings (energy, ECC errors, PCIe replays, NVLink bytes and errors, NIC bytes and
+errors, CPU seconds, allocator retries, OOMs) are counters; the rest are gauges. A GPU's readings
+carry the label ``gpu``; the host's and the node's (NIC) do not.
 """
 
 from __future__ import annotations
@@ -30,13 +31,17 @@ class DeviceCollector(Collector):
                 fam = _family(m, keys)
                 fam.add_metric(values + ([self.gpu] if m.labels else []), d[reading])
                 yield fam
-        for prefix, (m, _, suffix) in N.DEVICE_FAMILIES.items():
-            found = [(k[len(prefix) : len(k) - len(suffix)], v) for k, v in d.items() if k.startswith(prefix)]
-            if found:
-                fam = _family(m, keys)
-                for label, v in found:
-                    fam.add_metric(values + [self.gpu, label], v)
-                yield fam
+        families: dict[N.Metric, list[tuple[str, float]]] = {}  # metric -> [(label value, value)]
+        for k, v in d.items():
+            found = N.device_family(k)  # one family at most (the longest prefix decides)
+            if found is not None:
+                families.setdefault(found[0], []).append((found[2], v))
+        for m, found in families.items():
+            gpu = [self.gpu] if "gpu" in m.labels else []  # a GPU's family; the node's NICs have no gpu label
+            fam = _family(m, keys)
+            for label, v in found:
+                fam.add_metric(values + gpu + [label], v)
+            yield fam
 
 
 def _family(m: N.Metric, keys: list[str]) -> CounterMetricFamily | GaugeMetricFamily:

@@ -11,6 +11,13 @@ No false zeros: a series whose value is not known yet has no sample until its fi
 (MFU without ``flops_per_token``, tokens or samples per second on a rank whose steps carry none,
 the last step before the first one ends).
 
+I/O, from each step's ``io`` (the steps table's ``io.*`` columns): ``train_checkpoint_seconds_total
+{kind,part}`` counts the step's checkpoint spans (part ``blocking``, or ``async`` for an async save's
+upload) and its own storage seconds ``io.checkpoint_io_s`` (part ``storage``, only when known: see
+:func:`storage_by_kind` for its kind); ``train_input_steps_total`` and ``train_input_ready_steps_total``
+start together at the first step with a watched batch (``io.input_ready``), and
+``train_input_read_bytes_total`` at the first storage reading (``io.read_bytes``).
+
 Exemplars: a bucket of ``train_step_duration_seconds`` carries a ``trace_id`` exemplar only for a
 step whose trace the OTLP sink of this session exports (``run_info["trace_sampler"]``, set by that
 sink once it has started: see ``telemetry.traceids.StepSampler``); without an OTLP sink, no exemplars.
@@ -30,6 +37,7 @@ import errno
 import glob
 import json
 import logging
+import math
 import os
 import platform
 import socket
@@ -64,6 +72,7 @@ SD_DIR_DEFAULT = "prometheus_targets"  # beside the run directory, shared by the
 ONLINE_KINDS = (
     "straggler",
     "data_stall",
+    "input_bound",
     "slow_comm",
     "regression",
     "stage_imbalance",
@@ -326,6 +335,10 @@ class PrometheusSink(Sink):
         self.group_bytes = declare(Counter, N.COMM_GROUP_BYTES)
         self.ckpt_seconds = declare(Counter, N.CHECKPOINT_SECONDS)
         self.ckpt_bytes = declare(Counter, N.CHECKPOINT_BYTES)
+        # from the first step that has them (absent before: no false zeros); both input counters start together
+        self.input_steps = _FirstValue(declare(Counter, N.INPUT_STEPS), base)
+        self.input_ready = _FirstValue(declare(Counter, N.INPUT_READY_STEPS), base)
+        self.read_bytes = _FirstValue(declare(Counter, N.INPUT_READ_BYTES), base)
         self.steps = declare(Counter, N.STEPS).labels(*base)
         self.failures = declare(Counter, N.STEP_FAILURES).labels(*base)
         # No sample until a real value arrives (_FirstValue): absent, never a false 0.
@@ -407,14 +420,8 @@ class PrometheusSink(Sink):
                 if child is not None:
                     child.inc(sec)
                     self._child(self.group_bytes, "group", group).inc(nbytes)
-            for sp in r.spans if r.io else ():  # kind and part take 2 values each: no gate
-                if sp.kind == rec_types.SPAN_CHECKPOINT:
-                    kind, _, part = sp.name.partition(".")
-                    base = [self.labels[k] for k in BASE_LABELS]
-                    self.ckpt_seconds.labels(*base, kind, "async" if part else "blocking").inc(
-                        max(sp.end_s - sp.start_s, 0.0)
-                    )
-                    self.ckpt_bytes.labels(*base, kind).inc(sp.nbytes)
+            if r.io:
+                self._io(r)
             if r.tokens:
                 self.tokens.inc(r.tokens)
                 if r.duration_s > 0:
@@ -434,6 +441,29 @@ class PrometheusSink(Sink):
                 self._device = r.device
             self.last_step.set(r.step)
             self.last_step_ts.set(r.start_s + r.duration_s)
+
+    def _io(self, r: StepRecord) -> None:
+        """Checkpoints from the step's checkpoint spans (kind and part take few values: no gate) and its
+        io.checkpoint_io_s (part=storage); the input counters from io.input_ready and io.read_bytes."""
+        io = r.io or {}
+        base = [self.labels[k] for k in BASE_LABELS]
+        span_s: dict[str, float] = {}  # kind -> seconds of its spans in the step
+        for sp in r.spans:
+            if sp.kind == rec_types.SPAN_CHECKPOINT:
+                kind, _, part = sp.name.partition(".")
+                sec = max(sp.end_s - sp.start_s, 0.0)
+                self.ckpt_seconds.labels(*base, kind, "async" if part else "blocking").inc(sec)
+                self.ckpt_bytes.labels(*base, kind).inc(sp.nbytes)
+                span_s[kind] = span_s.get(kind, 0.0) + sec
+        for kind, sec in storage_by_kind(io.get("checkpoint_io_s"), span_s).items():
+            self.ckpt_seconds.labels(*base, kind, "storage").inc(sec)
+        ready = io.get("input_ready")
+        if _finite(ready):
+            self.input_steps.inc(1.0)
+            self.input_ready.inc(1.0 if ready >= 1.0 else 0.0)  # 0 too: readiness 0 is known, not absent
+        nbytes = io.get("read_bytes")
+        if _finite(nbytes) and nbytes >= 0:
+            self.read_bytes.inc(nbytes)
 
     def progress(self, p: Progress) -> None:
         if p.device:
@@ -530,6 +560,36 @@ class PrometheusSink(Sink):
             os.remove(self._shared_sd)
         except (OSError, ValueError):
             pass
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def storage_by_kind(storage_s: Any, span_s: dict[str, float]) -> dict[str, float]:
+    """A step's own storage seconds (io.checkpoint_io_s, one number for the step) by checkpoint kind.
+
+    The kind is the one of the step's checkpoint spans; in a step with both a save and a load (rare: a
+    resumed job that saves in its first step) the seconds are split in proportion to each kind's span
+    time, within which its storage I/O ran (evenly when the spans took no time). None when there is no
+    storage time (0 is DCP's "not known": ``telemetry.checkpoint`` blocks, a marked save) or no span
+    to give it a kind.
+
+    >>> storage_by_kind(2.0, {"save": 3.0})
+    {'save': 2.0}
+    >>> storage_by_kind(2.0, {"save": 3.0, "load": 1.0})
+    {'save': 1.5, 'load': 0.5}
+    >>> storage_by_kind(0.0, {"save": 3.0}), storage_by_kind(2.0, {})
+    ({}, {})
+    """
+    if not _finite(storage_s) or storage_s <= 0 or not span_s:
+        return {}
+    if len(span_s) == 1:
+        return {kind: float(storage_s) for kind in span_s}
+    total = sum(span_s.values())
+    if total <= 0:
+        return {kind: storage_s / len(span_s) for kind in span_s}
+    return {kind: storage_s * sec / total for kind, sec in span_s.items()}
 
 
 def _shared_sd_path(config: Any) -> str | None:

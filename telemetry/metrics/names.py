@@ -158,8 +158,9 @@ COMM_GROUP_BYTES = Metric(
 CHECKPOINT_SECONDS = Metric(
     "train_checkpoint_seconds",
     "counter",
-    "Time in checkpoint saves and loads (io.checkpoint_s and _async_s): part=blocking, the training "
-    "thread waited in the call; part=async, an async save's upload after the call returned",
+    "Time in checkpoint saves and loads (io.checkpoint_s, _async_s, _io_s): part=blocking, the training "
+    "thread waited in the call; part=async, an async save's upload after the call returned; part=storage, "
+    "this rank's own storage writes or reads within them (a step with both kinds: split by their time)",
     ("kind", "part"),
     "step",
 )
@@ -169,6 +170,23 @@ CHECKPOINT_BYTES = Metric(
     "Bytes of checkpoint saves and loads this rank wrote or read, as the storage layer reports them",
     ("kind",),
     "step",
+)
+
+# ---- input (from the steps' io.input_ready and io.read_bytes) -----------------------------------
+INPUT_STEPS = Metric(
+    "train_input_steps", "counter", "Steps that took a batch from a watched data loader (io.input_ready set)"
+)
+INPUT_READY_STEPS = Metric(
+    "train_input_ready_steps",
+    "counter",
+    "Of train_input_steps, those whose every batch was already waiting (io.input_ready = 1): "
+    "increase(this) / increase(train_input_steps_total) is the input readiness",
+)
+INPUT_READ_BYTES = Metric(
+    "train_input_read_bytes",
+    "counter",
+    "Bytes the rank and its data-loader workers read from storage, counted in the steps (io.read_bytes; "
+    "a page-cache hit is no storage read)",
 )
 
 # ---- throughput ---------------------------------------------------------------------------------
@@ -252,7 +270,8 @@ def _device(name: str, kind: str, help: str, labels: tuple[str, ...] = ()) -> Me
 
 
 _G = ("gpu",)
-# The sampler's reading name -> its metric. Readings of one GPU carry the label ``gpu``.
+# The sampler's reading name -> its metric. Readings of one GPU carry the label ``gpu``; the host's
+# and the node's do not.
 DEVICE: dict[str, Metric] = {
     "gpu_utilization_ratio": _device("train_gpu_utilization_ratio", "gauge", "GPU busy fraction (NVML)", _G),
     "gpu_memory_utilization_ratio": _device(
@@ -313,6 +332,18 @@ DEVICE: dict[str, Metric] = {
     "cpu_pressure_some_ratio": _device(
         "train_cpu_pressure_some_ratio", "gauge", "Share of time some task on the host waited for a CPU (PSI)"
     ),
+    # a watched dataset's fetches (hooks/dataset.py), summed over the rank and its data-loader workers
+    "input_fetch_seconds": _device(
+        "train_input_fetch_seconds",
+        "counter",
+        "Seconds the rank's data-loader workers spent fetching items of a watched dataset, summed over workers",
+    ),
+    "input_fetched_items": _device(
+        "train_input_fetched_items", "counter", "Items the data-loader workers fetched from a watched dataset"
+    ),
+    "input_workers": _device(
+        "train_input_workers", "gauge", "Data-loader workers seen fetching from a watched dataset (0: the rank itself)"
+    ),
     "cuda_memory_allocated_bytes": _device(
         "train_cuda_memory_allocated_bytes", "gauge", "CUDA memory allocated by tensors"
     ),
@@ -334,12 +365,62 @@ GPU_CLOCK_EVENT = _device(
     ("gpu", "reason"),
 )
 GPU_NVLINK_BYTES = _device("train_gpu_nvlink_bytes", "counter", "NVLink data bytes, all links", ("gpu", "direction"))
-# reading prefix (+ label value [+ suffix]) -> metric, label
+GPU_NVLINK_ERRORS = _device(
+    "train_gpu_nvlink_errors",
+    "counter",
+    "NVLink errors of the GPU, all links (NVML): type=crc_flit, crc_data, replay, recovery",
+    ("gpu", "type"),
+)
+# The node's RDMA NICs (devices/network.py): node totals, so no gpu label; every rank on a node
+# exports the same values (take max by node)
+NIC_BYTES = _device(
+    "train_nic_bytes",
+    "counter",
+    "Bytes through the node's RDMA NIC ports, all ports and every process on the node (sysfs port_xmit_data "
+    "and port_rcv_data x 4), since telemetry started",
+    ("direction",),
+)
+NIC_ERRORS = _device(
+    "train_nic_errors",
+    "counter",
+    "Errors of the node's RDMA NIC ports, all ports, by sysfs counter file (symbol_error, link_downed, "
+    "port_rcv_errors, link_error_recovery, port_xmit_discards, ...), since telemetry started",
+    ("counter",),
+)
+# reading prefix (+ label value [+ suffix]) -> metric, label. A family's metric carries the label
+# ``gpu`` only where its labels list it (a GPU's readings; not the node's NICs). A reading belongs
+# to the family of the longest prefix it starts with, and then only if it ends with that family's
+# suffix (see device_family): gpu_nvlink_errors_* is never read as an NVLink byte count.
 DEVICE_FAMILIES: dict[str, tuple[Metric, str, str]] = {
     "gpu_ecc_errors_": (GPU_ECC_ERRORS, "type", ""),
     "gpu_clock_event_": (GPU_CLOCK_EVENT, "reason", ""),
     "gpu_nvlink_": (GPU_NVLINK_BYTES, "direction", "_bytes"),
+    "gpu_nvlink_errors_": (GPU_NVLINK_ERRORS, "type", ""),
+    "nic_bytes_": (NIC_BYTES, "direction", ""),
+    "nic_errors_": (NIC_ERRORS, "counter", ""),
 }
+_FAMILY_ORDER = sorted(DEVICE_FAMILIES, key=len, reverse=True)
+
+
+def device_family(reading: str) -> tuple[Metric, str, str] | None:
+    """(metric, label name, label value) of a family reading (``nic_errors_symbol_error`` ->
+    (NIC_ERRORS, "counter", "symbol_error")), or None when it is in no family.
+
+    >>> device_family("gpu_nvlink_errors_replay")[1:]
+    ('type', 'replay')
+    >>> device_family("gpu_nvlink_tx_bytes")[1:]
+    ('direction', 'tx')
+    """
+    if reading in DEVICE:
+        return None
+    prefix = next((p for p in _FAMILY_ORDER if reading.startswith(p)), None)
+    if prefix is None:
+        return None
+    m, label, suffix = DEVICE_FAMILIES[prefix]
+    if not reading.endswith(suffix) or len(reading) <= len(prefix) + len(suffix):
+        return None  # the longest prefix decides: a reading is never caught by a shorter one's family
+    return m, label, reading[len(prefix) : len(reading) - len(suffix)]
+
 
 # Every metric, in the order of the reference page.
 ALL: tuple[Metric, ...] = (
@@ -362,6 +443,9 @@ ALL: tuple[Metric, ...] = (
     COMM_GROUP_BYTES,
     CHECKPOINT_SECONDS,
     CHECKPOINT_BYTES,
+    INPUT_STEPS,
+    INPUT_READY_STEPS,
+    INPUT_READ_BYTES,
     TOKENS,
     SAMPLES,
     TOKENS_PER_SECOND,
@@ -381,6 +465,9 @@ ALL: tuple[Metric, ...] = (
     GPU_ECC_ERRORS,
     GPU_CLOCK_EVENT,
     GPU_NVLINK_BYTES,
+    GPU_NVLINK_ERRORS,
+    NIC_BYTES,
+    NIC_ERRORS,
 )
 _BY_SERIES = {s: m for m in ALL for s in m.series}
 if len(_BY_SERIES) != sum(len(m.series) for m in ALL):  # pragma: no cover - a duplicate name is a bug here

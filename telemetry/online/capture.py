@@ -3,7 +3,7 @@ ranks and one healthy peer for a few steps, all from the same future step; a job
 captured on the ranks of the run's baseline capture, to be compared with it.
 
 Rank 0's online thread plans (:meth:`Captures.consider`, after each analysis): for a new finding at
-warning or above of kind ``straggler``, ``slow_comm`` or ``data_stall`` that names ranks, within the
+warning or above of kind ``straggler``, ``slow_comm``, ``data_stall`` or ``input_bound`` that names ranks, within the
 budget (at most ``capture_max`` per run, ``capture_min_interval_s`` apart), it picks the peer (the
 unflagged rank whose compute is the median in the latest block, on the first flagged rank's node when
 the ranks per node are known and another rank is there: a peer on the same host shares its CPU,
@@ -44,7 +44,7 @@ log = logging.getLogger("telemetry")
 
 PLAN_KEY = "capture/plan"
 REQUESTS = "requests"  # RUN_DIR/captures/requests/*.json: captures asked for by hand (telemetry capture)
-TRIGGERS = ("straggler", "slow_comm", "data_stall")  # with ranks: those ranks and a peer
+TRIGGERS = ("straggler", "slow_comm", "data_stall", "input_bound")  # with ranks: those ranks and a peer
 POSTED = 4  # plans PLAN_KEY holds (the latest)
 LEAD_S = 3.0  # the first captured step is at least this far ahead, at the latest step time
 

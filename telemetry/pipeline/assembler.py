@@ -57,13 +57,17 @@ from ..recorder.values import PendingValue
 from .records import SPAN_CHECKPOINT, SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord
 
 MAX_SPANS_PER_STEP = 512
+# A batch was already waiting when the loader's next() returned within this: taking a ready batch off a
+# DataLoader's queue costs tens to hundreds of microseconds; a batch still being made costs its making
+READY_NS = 2_000_000
+STORAGE_READ = "storage_read_bytes"  # the sampler's reading (devices/storage.py)
 _FLOAT_MAX_INT = int(1.7976931348623157e308)  # a logged int beyond this is no float: kept as inf
 
 
 class _Open:
     """What has arrived for the step being assembled."""
 
-    __slots__ = ("phases", "colls", "data", "logs", "ckpts")
+    __slots__ = ("phases", "colls", "data", "logs", "ckpts", "read_bytes")
 
     def __init__(self) -> None:
         self.phases: list[tuple] = []
@@ -71,6 +75,7 @@ class _Open:
         self.data: list[tuple] = []
         self.logs: list[tuple] = []
         self.ckpts: list[tuple] = []
+        self.read_bytes = 0.0  # bytes read from storage by the rank and its workers (sampler readings)
 
 
 class Assembler:
@@ -97,6 +102,7 @@ class Assembler:
         self._monotonic = monotonic
         self.unread_values = 0
         self.nonfinite_values = 0
+        self._storage_read: float | None = None  # the last storage_read_bytes reading (a counter)
         self._once = LogOnce()
         self.last_step: int | None = None
         self.last_step_end_s: float | None = None
@@ -118,9 +124,16 @@ class Assembler:
                 continue
             if kind == ev.STEP_BEGIN:
                 continue  # the STEP_END repeats it; the recorder's open_step serves the heartbeat
+            read = 0.0
             if kind == ev.DEVICE:
                 self.last_device = e[VALUES]
-                continue
+                total = e[VALUES].get(STORAGE_READ)
+                if total is None:
+                    continue
+                read = total - (self._storage_read or 0.0)  # the sampler's counter starts at 0
+                self._storage_read = total
+                if read <= 0:
+                    continue
             acc = self._open
             if held and e[T] <= held[-1][0][T]:
                 for h in held:  # a late event: the held step whose window holds its time
@@ -137,6 +150,8 @@ class Assembler:
                 acc.data.append(e)
             elif kind == ev.CHECKPOINT:
                 acc.ckpts.append(e)
+            elif kind == ev.DEVICE:
+                acc.read_bytes += read
         while held and held[0][2] < self._round:
             end, acc, _ = held.pop(0)
             self._waiting.append((self._monotonic(), end, acc))
@@ -235,6 +250,12 @@ class Assembler:
             ck: list[Span] = []
             io = _checkpoints(acc.ckpts, epoch, ck)
             spans[:0] = ck
+        if self._storage_read is not None:  # from the first reading on: 0 in a step that read nothing
+            io = io or {}
+            io["read_bytes"] = acc.read_bytes
+        if acc.data:  # 1 when every batch of the step was already waiting
+            io = io or {}
+            io["input_ready"] = float(all(d[T] - d[DATA_T0] <= READY_NS for d in acc.data))
         tokens, samples = end[STEP_TOKENS], end[STEP_SAMPLES]
         if tokens is None:
             tokens = log_tokens if log_tokens is not None else (data_tokens or None)

@@ -18,6 +18,8 @@ SPAN_COLLECTIVE = "collective"
 SPAN_DATA = "data"
 SPAN_CHECKPOINT = "checkpoint"  # name: "save", "load", or "save.async" (an async save's upload)
 IO_KEYS = ("checkpoint_s", "checkpoint_async_s", "checkpoint_bytes", "checkpoint_io_s", "checkpoint_saves")
+# the input's: bytes read from storage in the step (rank and workers), 1/0 every batch already waiting
+INPUT_IO_KEYS = ("read_bytes", "input_ready")
 
 
 class OpStats(NamedTuple):
@@ -63,7 +65,9 @@ class StepRecord(NamedTuple):
     comm_groups: dict[str, tuple[float, int]] | None = None
     # checkpoints whose blocking part returned in this step (or between the last step and this one),
     # or whose async upload ended in it: IO_KEYS -> seconds blocked, seconds of async upload, bytes,
-    # seconds of this rank's own storage writes or reads, saves returned (the steps table's io.* columns)
+    # seconds of this rank's own storage writes or reads, saves returned (the steps table's io.* columns);
+    # and INPUT_IO_KEYS: bytes read from storage by the rank and its workers (from the first storage
+    # reading on), 1.0 / 0.0 every batch taken in the step was already waiting (only with a watched loader)
     io: dict[str, float] | None = None
 
 

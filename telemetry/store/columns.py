@@ -26,7 +26,7 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
-from ..pipeline.records import IO_KEYS
+from ..pipeline.records import INPUT_IO_KEYS, IO_KEYS
 
 OP_FIELDS = ("count", "duration_s", "blocked_s", "bytes", "bus_bytes")
 SPAN_SCHEMA = pa.schema(
@@ -80,9 +80,12 @@ def steps_batch(records: Sequence[Any]) -> pa.RecordBatch:
         extra[f"log.{k}"] = pa.array([r.scalars.get(k) for r in rs], pa.float64())
     for k in _keys(r.device for r in rs if r.device):
         extra[f"dev.{k}"] = pa.array([r.device.get(k) if r.device else None for r in rs], pa.float64())
-    if any(r.io for r in rs):  # a step without a checkpoint: 0 in each
+    if any(r.io and IO_KEYS[0] in r.io for r in rs):  # a step without a checkpoint: 0 in each
         for k in IO_KEYS:
             extra[f"io.{k}"] = pa.array([r.io.get(k, 0.0) if r.io else 0.0 for r in rs], pa.float64())
+    for k in INPUT_IO_KEYS:  # null where unknown: before the first storage reading; a step with no batch
+        if any(r.io and k in r.io for r in rs):
+            extra[f"io.{k}"] = pa.array([r.io.get(k) if r.io else None for r in rs], pa.float64())
     if any(r.mfu is not None for r in rs):
         extra["mfu"] = pa.array([r.mfu for r in rs], pa.float64())
     if any(r.host_duration_s is not None for r in rs):
@@ -217,7 +220,7 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
         }
         if cg:
             rec["comm_groups"] = cg
-        io = {c[3:]: cols[c][i] for c in ios if cols[c][i]}
+        io = {c[3:]: cols[c][i] for c in ios if cols[c][i] is not None}
         if io:
             rec["io"] = io
         for key, col in (("mfu", "mfu"), ("host_duration_s", "host.duration_s")):

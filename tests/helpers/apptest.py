@@ -5,7 +5,7 @@ from streamlit.testing.v1 import AppTest
 
 from telemetry.dashboards.serve import APP
 
-VIEWS = ["Overview", "Ranks", "Findings", "Collectives", "Kernels", "Input and devices", "Compare"]
+VIEWS = ["Overview", "Ranks", "Findings", "Collectives", "Kernels", "Input and devices", "I/O", "Compare"]
 
 
 def run_app(monkeypatch, path):
@@ -23,6 +23,6 @@ def show(at, view):
     assert not at.exception, [e.value for e in at.exception]
     assert (
         at.header[0].value
-        == dict(zip(["overview", "ranks", "findings", "collectives", "kernels", "devices", "compare"], VIEWS))[view]
+        == dict(zip(["overview", "ranks", "findings", "collectives", "kernels", "devices", "io", "compare"], VIEWS))[view]
     )
     return at

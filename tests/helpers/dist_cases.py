@@ -260,3 +260,51 @@ def slow_checkpoints(rank: int, world: int, port: int, run_dir: str, slow_rank: 
                 writer = ThrottledWriter(path) if rank == slow_rank else dcp.FileSystemWriter(path)
                 dcp.save(sd, storage_writer=writer)
     _teardown()
+
+
+class FileItems(torch.utils.data.Dataset):
+    """Items of ``ITEM`` bytes read from a file past the page cache (the whole file dropped from the cache
+    before each read: every read is a storage read); ``bytes_per_s`` > 0: reads throttled to that rate,
+    as a slow disk or mount would."""
+
+    ITEM = 64 * 1024
+
+    def __init__(self, path: str, n: int, bytes_per_s: float = 0.0) -> None:
+        with open(path, "wb") as f:
+            f.write(os.urandom(self.ITEM * n))
+            f.flush()
+            os.fsync(f.fileno())  # clean pages: the cache may drop them
+        self.path, self.n, self.bytes_per_s = path, n, bytes_per_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        t0 = time.perf_counter()
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            raw = os.pread(fd, self.ITEM, i * self.ITEM)
+        finally:
+            os.close(fd)
+        if self.bytes_per_s > 0:
+            time.sleep(max(0.0, len(raw) / self.bytes_per_s - (time.perf_counter() - t0)))
+        return torch.frombuffer(bytearray(raw[:64]), dtype=torch.uint8).float()
+
+
+def throttled_input(rank: int, world: int, port: int, run_dir: str, slow_rank: int) -> None:
+    """60 steps, each on a batch of 4 items (256 KiB) from a DataLoader with 2 workers reading a file past
+    the page cache; ``slow_rank``'s reads are throttled to 2 MB/s (its peers read as fast as the disk)."""
+    _setup(rank, world, port, run_dir, device_interval_s=0.2)
+    path = os.path.join(run_dir, f"items-{rank}.bin")
+    os.makedirs(run_dir, exist_ok=True)
+    data = FileItems(path, 240, bytes_per_s=2e6 if rank == slow_rank else 0.0)
+    loader = torch.utils.data.DataLoader(telemetry.watch_dataset(data), batch_size=4, num_workers=2)
+    for batch in telemetry.watch(loader):
+        with telemetry.step(samples=len(batch)):
+            with telemetry.phase("forward"):
+                for _ in range(20):
+                    torch.ones(96, 96) @ torch.ones(96, 96)
+            with telemetry.phase("backward"):
+                dist.all_reduce(batch.sum().reshape(1))
+    _teardown()

@@ -10,6 +10,9 @@ NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
 NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
 NVML_VOLATILE_ECC = 0
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
+NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 38, 45
+NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 52, 59
+NVML_ERROR_NOT_SUPPORTED = 3
 NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY = 2, 3
 NVML_GPM_METRICS_GET_VERSION = 1
 nvmlClocksEventReasonGpuIdle = 0x1
@@ -49,6 +52,13 @@ state = types.SimpleNamespace(
     energy_mj=5_000_000,
     xids=[],
     event_sets=0,
+    # NVLink error counters (field id -> count over the links); a field not here is not supported
+    nvlink_errors={
+        NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: 5,
+        NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: 0,
+        NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: 7,
+        NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: 1,
+    },
 )
 
 
@@ -120,9 +130,23 @@ def nvmlDeviceGetCurrentClocksEventReasons(h):
     return nvmlClocksEventReasonSwPowerCap
 
 
+_NVLINK_ERROR_FIELDS = (
+    NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
+    NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
+    NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
+)
+
+
 def nvmlDeviceGetFieldValues(h, ids):
+    _count("nvmlDeviceGetFieldValues")
     out = []
     for field, link in ids:
+        if field in _NVLINK_ERROR_FIELDS:
+            count = state.nvlink_errors.get(field)
+            ret = NVML_ERROR_NOT_SUPPORTED if count is None else 0
+            out.append(types.SimpleNamespace(nvmlReturn=ret, value=types.SimpleNamespace(ullVal=count or 0)))
+            continue
         ok = link < 2  # two active links
         kib = (1000 if field == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX else 2000) * (link + 1)
         out.append(types.SimpleNamespace(nvmlReturn=0 if ok else 1, value=types.SimpleNamespace(ullVal=kib)))

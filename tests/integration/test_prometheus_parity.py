@@ -48,6 +48,10 @@ def test_the_run_store_and_prometheus_name_the_same_fault(tmp_path, inject, step
     p = parity(store, prom)
     print(json.dumps(p, default=str))  # shown when the test fails
     assert run.meta["window_s"] == WINDOW_S and "collecting" not in prom.summary, run.meta
+    # the input read live: each window's readiness (a share of its steps) and bytes per step from storage
+    # (the demo reads its batches from a file past the page cache)
+    ready, nbytes = run.table["io.input_ready"], run.table["io.read_bytes"]
+    assert ready.between(0, 1).any() and not (ready > 1).any() and nbytes.sum() > 0, run.table.describe()
     # The injected fault is acted on both ways. What else each source finds on a busy machine is its own
     # reading of what the machine did (a store's slow_comm when the other worker's tests slowed gloo, in
     # a demo with a data stall): compared in bench/prometheus_parity.py, not asserted here.

@@ -226,7 +226,7 @@ def _busy(m: StepMatrix, shift: np.ndarray | None, p: UtilizationParams, gaps: b
     return {"busy_fraction": round(busy, 4), "bound": p.bound, "warn_bound": p.warn_bound, "band": band, "idle": idle}
 
 
-TIME_KINDS = ("straggler", "data_stall", "stage_imbalance", "imbalance", "regression", "slow_comm")
+TIME_KINDS = ("straggler", "data_stall", "input_bound", "stage_imbalance", "imbalance", "regression", "slow_comm")
 
 
 def share_of_run(m: StepMatrix, f: Finding) -> float:

@@ -17,6 +17,12 @@ gpu_hw_slowdown    HwSlowdown active, as above
 gpu_clocks         SM clock at least 5% under its peers' with no reason flag to explain it
 gpu_errors         ECC errors, PCIe replays or XID errors that grew during the steps (and not on
                    its peers)
+link_errors        (a straggler or slow_comm only) its node's RDMA NIC error counters
+                   (``nic_errors_*``) or its GPU's NVLink error counters (``gpu_nvlink_errors_*``)
+                   that grew during the steps, twice its peers' growth or more (a node's NIC
+                   against the ranks on other nodes, where the table names the nodes: its
+                   node-mates read the same counters); job-wide (slow_comm, regression): any
+                   rank's that grew after the onset, twice as fast per step as before it or more
 cpu_throttled      its cgroup throttled by its CPU quota: in at least 10% of the quota's periods
                    (10 points more than its peers), or at least 50 ms per second (50 ms more);
                    peers with no reading (no quota, so no periods; no counters) count as never
@@ -32,6 +38,9 @@ cpu_contention     its training thread waited for a CPU (schedstat run-queue del
                    (a job-wide change: 5 points more after it than before)
 memory_pressure    major page faults at least 3x its peers' (and 5/s or more), or swap in use
                    that grew during the steps
+storage,           an input-bound finding's own: its reads slow against its peers', its workers
+input_workers,     all busy, its host's CPUs full (:mod:`.inputs`)
+host_cpu
 data_loader        a data stall, or a finding in the data phase, whose wait stands out
                    (:class:`.stall.DataWait`: the mean wait per step at least 1.2x its peers', and
                    at least a quarter of its excess in compute); or the culprit's data wait is at
@@ -57,6 +66,7 @@ import warnings
 import numpy as np
 
 from ..findings import Finding
+from . import inputs
 from .matrix import StepMatrix, even_sample, nanmedian
 from .stall import DataWait
 
@@ -97,9 +107,15 @@ def _causes(m: StepMatrix, f: Finding) -> list[tuple[float, dict[str, str]]]:
         who = f"rank {f.ranks[0]}" if len(f.ranks) == 1 else f"ranks {', '.join(map(str, f.ranks))}"
         pair = _Pair(m, culprits, ~culprits, cols)
         out += _device(pair, who, "its peers")
+        if f.kind in LINK_FINDINGS:
+            out += _links(pair, who)
         excess = f.details.get("excess_s") if isinstance(f.details, dict) else None
         out += _host(pair, who, "its peers", excess if isinstance(excess, float) else None)
+        if f.kind == "input_bound":  # what about its input: storage, workers, host
+            out += inputs.causes(m, culprits, cols)
         out += _data(m, f, culprits, cols, who)
+    elif f.kind == "input_bound":
+        out += inputs.causes(m, None, cols)
     elif _changed(f) and cols.any() and (~cols).any():
         before = ~cols & (np.arange(m.n_steps) < np.argmax(cols))
         if before.sum() >= 5:
@@ -107,6 +123,8 @@ def _causes(m: StepMatrix, f: Finding) -> list[tuple[float, dict[str, str]]]:
             with _quiet():
                 grew = float(np.nanmedian(m.step_time()[cols]) - np.nanmedian(m.step_time()[before]))
             out += _device(pair, "after the change", "before the change")
+            if f.kind in LINK_CHANGES:
+                out += _links_after(m, cols, before)
             out += _host(
                 pair, "after the change", "before the change", grew if np.isfinite(grew) and grew > 0 else None
             )
@@ -259,6 +277,68 @@ def _device(p: _Pair, who: str, peers: str) -> list[tuple[float, dict[str, str]]
     if errors:
         out.append((0.95, {"kind": "gpu_errors", "evidence": f"{who}: {', '.join(errors)} during these steps"}))
     return out
+
+
+# link_errors: the error counters of the node's RDMA NICs (node totals: every rank of a node reads the
+# same) and of the rank's GPU's NVLinks; only a rank's straggler or slow_comm finding, and a job-wide
+# slow_comm or regression, can have them as a cause
+LINK_ERRORS = ("nic_errors_", "gpu_nvlink_errors_")
+LINK_FINDINGS, LINK_CHANGES = ("straggler", "slow_comm"), ("slow_comm", "regression")
+
+
+def _link_signals(m: StepMatrix) -> list[str]:
+    return sorted(c[4:] for c in m.columns if c.startswith("dev.") and c[4:].startswith(LINK_ERRORS))
+
+
+def _links(p: _Pair, who: str) -> list[tuple[float, dict[str, str]]]:
+    """link_errors of a rank's finding: the culprit's link error counters grew over the steps, by
+    more than twice its peers' growth. A NIC counter is compared with the ranks on other nodes
+    (its node-mates read the same counters) where the table names the nodes and there are some."""
+    names = _link_signals(p.m)
+    if not names:
+        return []
+    away, peers_away = p, "its peers"
+    if p.m.nodes is not None:
+        other = p.b_rows & ~np.isin(p.m.nodes, p.m.nodes[p.a_rows])
+        if other.any():
+            away, peers_away = _Pair(p.m, p.a_rows, other, p.cols), "its peers on other nodes"
+    grew = []
+    for name in names:
+        nic = name.startswith("nic_")
+        g = (away if nic else p).growth(name)
+        if g and g[0] > 0 and g[0] > 2 * g[1]:
+            grew.append(f"{name} grew by {g[0]:.0f} against {g[1]:.0f} for {peers_away if nic else 'its peers'}")
+    if not grew:
+        return []
+    return [(0.9, {"kind": "link_errors", "evidence": f"{who}: " + "; ".join(grew) + " during these steps"})]
+
+
+def _links_after(m: StepMatrix, cols: np.ndarray, before: np.ndarray) -> list[tuple[float, dict[str, str]]]:
+    """link_errors of a job-wide change: ranks whose link error counters grew after the onset, more
+    than twice as fast per step as before it. Each rank is looked at, not the median over ranks: one
+    node's bad link slows the whole job."""
+    grew = []
+    scale = cols.sum() / max(before.sum(), 1)
+    for name in _link_signals(m):
+        g = m.extra("dev." + name)
+        with _quiet():
+            after = np.nanmax(g[:, cols], axis=1) - np.nanmin(g[:, cols], axis=1)
+            prior = (np.nanmax(g[:, before], axis=1) - np.nanmin(g[:, before], axis=1)) * scale
+        hit = np.isfinite(after) & (after > 0) & (after > 2 * np.where(np.isfinite(prior), prior, 0.0))
+        if not hit.any():
+            continue
+        worst = int(np.flatnonzero(hit)[np.argmax(after[hit])])
+        ranks = [int(r) for r in m.ranks[hit]]
+        where = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:8]))}"
+        where += f" and {len(ranks) - 8} more" if len(ranks) > 8 else ""
+        if m.nodes is not None:
+            nodes = sorted(set(m.nodes[hit]))
+            where += f" (node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes[:4]))}{', ...' if len(nodes) > 4 else ''})"
+        was = prior[worst] if np.isfinite(prior[worst]) else 0.0
+        grew.append(f"{name} grew by {after[worst]:.0f} on {where} against {was:.0f} over as many steps before")
+    if not grew:
+        return []
+    return [(0.9, {"kind": "link_errors", "evidence": "after the change: " + "; ".join(grew)})]
 
 
 # cpu_contention from the scheduler's run-queue delay: of the time the culprit's training thread was

@@ -440,7 +440,7 @@ def reprice(
     t = np.asarray(m.step_time(), float)
     total_s = max(float(np.nansum(t)), 1e-12)
     for f in findings:  # ranks stalled on data are in the shift too, and not replayed: keep their cost
-        if f.kind == "data_stall" and f.ranks:
+        if f.kind in ("data_stall", "input_bound") and f.ranks:
             lo, hi = _span(f, m.steps)
             synced -= f.slowdown * float(np.nansum(t[(m.steps >= lo) & (m.steps <= hi)])) / total_s
     summary["slowdown"] = round(min(1.0, max(0.0, float(summary["slowdown"]) - max(synced, 0.0)) + replayed), 6)

@@ -1,9 +1,14 @@
-"""Data stalls: ranks (or the whole job) waiting for input.
+"""Data stalls and input-bound ranks and jobs: waiting for input.
 
 A rank whose data-loader wait is above its peers' (the same scan as for stragglers, on the data
 series, all ranks as peers) delays the step for everyone: its peers wait for it in the collective.
-What-if: its wait at the peers' level. A job whose every rank waits (median wait at least
-``min_job_fraction`` of the step) is input-bound: what-if, no wait at all.
+What-if: its wait at the peers' level. Where that wait was there from the start (it begins within
+the first ``FROM_START`` of the steps analyzed) the rank's input is slow: ``input_bound`` with that
+rank; where it begins later, a wait that was not there before: ``data_stall``. A job whose every rank
+waits (median wait at least ``min_job_fraction`` of the step) is ``input_bound`` with no ranks when
+the wait was there from the start (over the first ``FROM_START`` of the steps, at least half the whole
+run's share), else a job-wide ``data_stall``: what-if, no wait at all. An input-bound finding says its readiness and bytes read per second
+(:mod:`.inputs`), against its peers' for one rank.
 
 A rank's data stall is named only where its wait really stands out over the steps it covers
 (:class:`DataWait`): its mean wait per step at least ``STANDS_OUT`` times its peers', and that many
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..findings import Finding, severity_for
+from . import inputs
 from .matrix import StepMatrix, even_sample, nanmedian, rank_median
 from .straggler import StragglerParams, scan
 from .whatif import slowdown
@@ -30,6 +36,7 @@ MIN_JOB_FRACTION = 0.05
 STANDS_OUT = 1.2  # a rank's mean data wait over a stall's steps: at least this many times its peers' (and
 # this many times more than its compute against theirs)
 OWN_SHARE = 0.25  # and its excess at least this share of its own excess in compute over those steps
+FROM_START = 0.1  # a rank's wait that begins within this share of the steps analyzed: its input is slow
 
 
 @dataclass(frozen=True)
@@ -114,28 +121,37 @@ def detect_data_stalls(
         steps = f"{int(m.steps[first])}-{int(m.steps[last])}"
         hot = int(mask.sum())
         where = f"over steps {steps}" if hot == last - first + 1 else f"on {hot} of steps {steps}"
+        slow_input = first - live_idx[0] <= FROM_START * len(live_idx)
+        evidence = (
+            f"rank {rank_id} waits {hit.excess_s * 1e3:.1f} ms more for its next batch than its peers "
+            f"({hit.base_s * 1e3:.1f} ms) {where} ({wait.mean_s * 1e3:.1f} ms per step on average "
+            f"against {wait.peer_mean_s * 1e3:.1f} ms); the other ranks wait for it in the collective; "
+            f"a data loader as fast as its peers' would make those steps {cost:.1%} faster"
+        )
+        details = {
+            "excess_s": hit.excess_s,
+            "peer_s": hit.base_s,
+            "mode": hit.mode,
+            "mean_s": wait.mean_s,
+            "peer_mean_s": wait.peer_mean_s,
+        }
+        if slow_input:  # from the start: its input is slow, with readiness and bytes/s against its peers'
+            mine, theirs = inputs.side(m, np.array([r]), span), inputs.side(m, np.flatnonzero(~culprit), span)
+            said = inputs.evidence(mine, theirs)
+            evidence = f"rank {rank_id}'s input is slow: " + evidence[len(f"rank {rank_id} ") :]
+            evidence += f"; {said}" if said else ""
+            details.update(inputs.details(mine, theirs))
         findings.append(
             Finding(
-                kind="data_stall",
+                kind="input_bound" if slow_input else "data_stall",
                 ranks=[rank_id],
                 phase="data",
                 first_step=int(m.steps[first]),
                 last_step=int(m.steps[last]),
                 severity=severity_for(cost),
                 slowdown=cost,
-                evidence=(
-                    f"rank {rank_id} waits {hit.excess_s * 1e3:.1f} ms more for its next batch than its peers "
-                    f"({hit.base_s * 1e3:.1f} ms) {where} ({wait.mean_s * 1e3:.1f} ms per step on average "
-                    f"against {wait.peer_mean_s * 1e3:.1f} ms); the other ranks wait for it in the collective; "
-                    f"a data loader as fast as its peers' would make those steps {cost:.1%} faster"
-                ),
-                details={
-                    "excess_s": hit.excess_s,
-                    "peer_s": hit.base_s,
-                    "mode": hit.mode,
-                    "mean_s": wait.mean_s,
-                    "peer_mean_s": wait.peer_mean_s,
-                },
+                evidence=evidence,
+                details=details,
             )
         )
     # input-bound job: every rank waits
@@ -149,9 +165,15 @@ def detect_data_stalls(
         if cost >= p.min_slowdown:
             out_shift += one
             mean_wait = float(np.nanmean(waits[live]))  # frac is this mean's share: the same numbers
+            # input-bound from the start, or a wait that came later (a job-wide data stall, as before)
+            early = live_idx[: max(5, int(FROM_START * len(live_idx)))]
+            early_frac = float(np.nansum(waits[early]) / max(np.nansum(t[early]), 1e-12))
+            from_start = early_frac >= 0.5 * frac
+            everyone_in = inputs.side(m, np.arange(m.n_ranks), live)
+            said = inputs.evidence(everyone_in, None, "the median rank") if from_start else ""
             findings.append(
                 Finding(
-                    kind="data_stall",
+                    kind="input_bound" if from_start else "data_stall",
                     ranks=[],
                     phase="data",
                     first_step=int(m.steps[live][0]),
@@ -159,11 +181,12 @@ def detect_data_stalls(
                     severity=severity_for(cost),
                     slowdown=cost,
                     evidence=(
-                        f"the job is input-bound: the median rank waits {mean_wait * 1e3:.1f} ms per step for data "
+                        f"{'the job is input-bound' if from_start else 'the job waits for input'}: the median rank waits {mean_wait * 1e3:.1f} ms per step for data "
                         f"on average ({nanmedian(waits[live]) * 1e3:.1f} ms on a typical step), {frac:.1%} of the "
                         f"job's time; with input ready in time steps would be {cost:.1%} faster"
+                        + (f"; {said}" if said else "")
                     ),
-                    details={"wait_fraction": frac},
+                    details={"wait_fraction": frac, **(inputs.details(everyone_in, None) if from_start else {})},
                 )
             )
     return findings, out_shift

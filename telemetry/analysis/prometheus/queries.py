@@ -44,11 +44,16 @@ KEYS = {
     "busbw": ("rank", "op"),
     "factor": ("rank", "op"),
     "mfu": ("rank",),
+    "input_steps": ("rank",),
+    "input_ready": ("rank",),
+    "read_bytes": ("rank",),
     "last_step": ("rank",),
     "last_end": ("rank",),
     "seen": ("rank",),
 }
-GAUGE_KEYS = ("rank", "__name__", "gpu", "type", "reason", "direction", "local_rank")  # the "gauges" query's
+# The labels that tell a device family's readings apart (type, reason, direction, counter)
+FAMILY_LABELS = tuple(dict.fromkeys(label for _, label, _ in N.DEVICE_FAMILIES.values()))
+GAUGE_KEYS = ("rank", "__name__", "gpu", "local_rank", *FAMILY_LABELS)  # the "gauges" query's
 
 
 def quote(s: str) -> str:
@@ -82,6 +87,10 @@ def queries(sel: str, w: str) -> dict[str, str]:
         "busbw": f"max by (rank, op) (last_over_time({busbw}{{{sel}}}[{w}]))",
         "factor": f"max by (rank, op) (last_over_time({busbw}{{{sel}}}[{w}]) / last_over_time({algbw}{{{sel}}}[{w}]))",
         "mfu": f"max by (rank) (avg_over_time({N.MFU.name}{{{sel}}}[{w}]))",
+        # the input: steps with a watched batch, those whose batch was waiting, bytes read from storage
+        "input_steps": inc(N.INPUT_STEPS.total),
+        "input_ready": inc(N.INPUT_READY_STEPS.total),
+        "read_bytes": inc(N.INPUT_READ_BYTES.total),
         # each window's last step and when it ended: the latest within the window, so a finished job's
         # last window has them too (at the window's end its gauges are already stale)
         "last_step": f"max by (rank) (last_over_time({N.LAST_STEP.name}{{{sel}}}[{w}]))",

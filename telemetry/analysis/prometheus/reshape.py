@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...metrics import names as N
-from .queries import PROGRESS
+from .queries import FAMILY_LABELS, PROGRESS
 from .window import Grid
 
 # A device metric's sample name -> the run store's reading name (families: the prefix and label).
@@ -48,15 +48,16 @@ def arrays(grid: Grid, series: list, keys: tuple[str, ...], add: bool = True) ->
     return out
 
 
-def device_key(name: str, gpu: str | None, kind: str | None, reason: str | None, direction: str | None) -> str | None:
-    """A device metric's sample name -> the run store's reading name (telemetry.metrics.names.DEVICE)."""
+def device_key(name: str, labels: dict[str, str | None]) -> str | None:
+    """A device metric's sample name and its family label (``labels``: type, reason, direction,
+    counter) -> the run store's reading name (telemetry.metrics.names.DEVICE, DEVICE_FAMILIES)."""
     if name in _READINGS:
         return _READINGS[name]
     family = _FAMILIES.get(name)
     if family is None:
         return None
     prefix, label, suffix = family
-    value = {"type": kind, "reason": reason, "direction": direction}[label]
+    value = labels.get(label)
     return f"{prefix}{value}{suffix}" if value else None
 
 
@@ -68,13 +69,13 @@ def split_gauges(
     gpu = its local rank) when it exports several, else the lowest."""
     progress: dict[tuple, np.ndarray] = {}
     device: dict[tuple, list[tuple[int, str, np.ndarray]]] = {}
-    for (r, name, gpu, kind, reason, direction, _local), a in gauges.items():
+    for (r, name, gpu, _local, *family), a in gauges.items():
         if name in PROGRESS:
             key = (r, PROGRESS[name])
             prev = progress.get(key)
             progress[key] = a if prev is None else np.where(np.isnan(a), prev, a)
             continue
-        reading = device_key(name or "", gpu, kind, reason, direction)
+        reading = device_key(name or "", dict(zip(FAMILY_LABELS, family)))
         if reading is None:
             continue
         own = (ranks.get(r) or {}).get("local_rank")

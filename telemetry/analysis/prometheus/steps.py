@@ -185,6 +185,13 @@ def build(
             op_rows[op] = (calls, secs, nbytes, bus)
         if ops:
             add("comm_bytes", sum(v[2] for v in op_rows.values()))
+        if g.get("input_steps"):  # a window's readiness: the share of its steps whose batch was waiting
+            took, ready = g["input_steps"].get((r,)), g["input_ready"].get((r,))
+            with np.errstate(all="ignore"):
+                share = ready[idx] / took[idx] if took is not None and ready is not None else np.full(len(idx), np.nan)
+            add("io.input_ready", np.where(np.isfinite(share), share, np.nan))
+        if g.get("read_bytes"):
+            add("io.read_bytes", _per_step(g["read_bytes"].get((r,)), idx, c))
         if has["mfu"]:
             mfu = g["mfu"].get((r,))
             add("mfu", mfu[idx] if mfu is not None else np.full(len(idx), np.nan))

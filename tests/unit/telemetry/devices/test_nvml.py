@@ -70,3 +70,42 @@ def test_each_rank_samples_its_own_gpu(fake_nvml, visible, local_rank, expected)
     src = nvml_hook.open_nvml(local_rank, environ=env)
     assert fake_nvml.state.handles[-1] == expected
     assert src.label == str(expected[1])
+
+
+def test_nvlink_error_counters_are_read_and_an_unsupported_one_is_dropped_and_said_once(fake_nvml, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="telemetry")
+    src = nvml_hook.open_nvml(local_rank=0, environ={})
+    r = src.read()
+    assert r["gpu_nvlink_errors_crc_flit"] == 5 and r["gpu_nvlink_errors_crc_data"] == 0
+    assert r["gpu_nvlink_errors_replay"] == 7 and r["gpu_nvlink_errors_recovery"] == 1
+    assert r["gpu_nvlink_tx_bytes"] == (1000 + 2000) * 1024  # the byte counts are not caught by the errors
+    errors = dict(fake_nvml.state.nvlink_errors)
+    try:
+        del fake_nvml.state.nvlink_errors[fake_nvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL]  # a GPU without it
+        fake_nvml.state.nvlink_errors[fake_nvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL] = 9
+        src = nvml_hook.open_nvml(local_rank=0, environ={})
+        first, second = src.read(), src.read()
+        assert "gpu_nvlink_errors_replay" not in first and "gpu_nvlink_errors_replay" not in second
+        assert second["gpu_nvlink_errors_crc_flit"] == 9 and second["gpu_nvlink_errors_recovery"] == 1
+        assert caplog.text.count("NVLink error counters replay not supported") == 1
+    finally:
+        fake_nvml.state.nvlink_errors.clear()
+        fake_nvml.state.nvlink_errors.update(errors)
+
+
+def test_nvlink_error_fields_an_older_library_lacks_are_not_asked_for(fake_nvml, monkeypatch):
+    monkeypatch.delattr(fake_nvml, "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")
+    r = nvml_hook.open_nvml(local_rank=0, environ={}).read()
+    assert "gpu_nvlink_errors_recovery" not in r and r["gpu_nvlink_errors_replay"] == 7
+    for name in (
+        "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    ):
+        monkeypatch.delattr(fake_nvml, name)
+    calls = fake_nvml.state.calls.get("nvmlDeviceGetFieldValues", 0)
+    r = nvml_hook.open_nvml(local_rank=0, environ={}).read()
+    assert not any(k.startswith("gpu_nvlink_errors_") for k in r) and "gpu_nvlink_tx_bytes" in r
+    assert fake_nvml.state.calls["nvmlDeviceGetFieldValues"] == calls + 1  # the byte counts only

@@ -267,5 +267,75 @@ def test_an_input_bound_job_has_no_onset_so_no_before_and_after_causes():
     t = simulate(Scenario(ranks=8, steps=300, data_s=0.01))
     t["dev.cpu_runqueue_wait_ratio"] = np.where(t["step"] >= 10, 0.35, 0.02)
     t["dev.cpu_running_ratio"] = 0.6
-    [f] = [f for f in analyze(t).findings if f.kind == "data_stall"]
+    [f] = [f for f in analyze(t).findings if f.kind == "input_bound"]
     assert f.ranks == [] and "input-bound" in f.evidence and f.causes == []
+
+
+def _grow(t, col, rows, start=150, by=12.0):
+    """A counter column: 0, and ``by`` from step ``start`` on ``rows``."""
+    t[col] = 0.0
+    t.loc[rows & (t["step"] >= start), col] = by
+    return t
+
+
+def test_nic_errors_that_grew_on_the_stragglers_node_alone_are_link_errors():
+    t = straggler_table()
+    _grow(t, "dev.nic_errors_symbol_error", t["rank"] == 5, by=1200.0)
+    _grow(t, "dev.gpu_nvlink_errors_replay", t["rank"] == 5, by=3.0)
+    causes = the_straggler(t).causes
+    assert [c["kind"] for c in causes] == ["link_errors"]
+    evidence = causes[0]["evidence"]
+    assert evidence.startswith("rank 5: gpu_nvlink_errors_replay grew by 3 against 0 for its peers; ")
+    assert "nic_errors_symbol_error grew by 1200 against 0 for its peers during these steps" in evidence
+
+
+def test_nic_errors_that_grew_on_every_rank_too_are_no_cause():
+    t = straggler_table()
+    _grow(t, "dev.nic_errors_symbol_error", t["rank"] >= 0, by=1200.0)
+    assert the_straggler(t).causes == []
+
+
+def test_a_nodes_nic_counters_are_compared_with_the_ranks_on_other_nodes():
+    """Every rank of a node reads the node's NIC counters: rank 5's node-mates grow with it."""
+    t = simulate(
+        Scenario(
+            ranks=8,
+            steps=300,
+            ranks_per_node=4,
+            faults=(Fault("straggler", ranks=(5,), phase="forward", factor=1.4, start=100),),
+        )
+    )
+    _grow(t, "dev.nic_errors_link_error_recovery", t["rank"] >= 4, by=4.0)  # node1: ranks 4-7
+    [f] = [f for f in analyze(t).findings if f.kind == "straggler"]
+    assert f.ranks == [5] and [c["kind"] for c in f.causes] == ["link_errors"]
+    assert "grew by 4 against 0 for its peers on other nodes" in f.causes[0]["evidence"]
+    _grow(t, "dev.nic_errors_link_error_recovery", t["rank"] >= 0, by=4.0)  # both nodes: no cause
+    [f] = [f for f in analyze(t).findings if f.kind == "straggler"]
+    assert f.causes == []
+
+
+def test_only_stragglers_and_slow_comm_get_link_errors():
+    t = simulate(Scenario(ranks=8, steps=300, faults=(Fault("data_stall", ranks=(2,), delay_s=0.02, start=50),)))
+    _grow(t, "dev.nic_errors_symbol_error", t["rank"] == 2, start=60, by=50.0)
+    [f] = [f for f in analyze(t).findings if f.ranks == [2]]
+    assert f.kind == "data_stall" and [c["kind"] for c in f.causes] == ["data_loader"]
+
+
+@pytest.mark.parametrize("kind", ["slow_comm", "regression"])
+def test_a_job_wide_change_names_the_rank_whose_link_errors_grew_after_its_onset(kind):
+    fault = Fault(kind, phase=None if kind == "slow_comm" else "backward", factor=1.5, start=200)
+    t = simulate(Scenario(ranks=8, steps=400, faults=(fault,)))
+    t["dev.nic_errors_symbol_error"] = np.where(t["step"] >= 0, 2.0, 0.0)  # old errors: no growth
+    t["dev.gpu_nvlink_errors_crc_flit"] = 0.0
+    bad = (t["rank"] == 3) & (t["step"] >= 200)
+    t.loc[bad, "dev.gpu_nvlink_errors_crc_flit"] = (t.loc[bad, "step"] - 199).astype(float)  # one more per step
+    [f] = [f for f in analyze(t).findings if f.kind == kind]
+    assert f.ranks == [] and "link_errors" in [c["kind"] for c in f.causes]
+    [c] = [c for c in f.causes if c["kind"] == "link_errors"]
+    assert c["evidence"].startswith("after the change: gpu_nvlink_errors_crc_flit grew by ")
+    assert "on rank 3 against 0 over as many steps before" in c["evidence"]
+    assert "nic_errors" not in c["evidence"]
+    # errors growing as fast before the onset as after: nothing new
+    t["dev.gpu_nvlink_errors_crc_flit"] = np.where(t["rank"] == 3, t["step"].astype(float), 0.0)
+    [f] = [f for f in analyze(t).findings if f.kind == kind]
+    assert "link_errors" not in [c["kind"] for c in f.causes]

@@ -9,7 +9,7 @@ from tests.helpers.detect import found
 def test_data_stall_on_one_rank():
     sc = Scenario(ranks=8, steps=200, faults=(Fault("data_stall", ranks=(4,), delay_s=0.01),))
     [f] = found(sc)
-    assert (f.kind, f.ranks, f.phase) == ("data_stall", [4], "data")
+    assert (f.kind, f.ranks, f.phase) == ("input_bound", [4], "data")  # from the start: its input is slow
     assert f.slowdown == pytest.approx(true_slowdown(sc, f.first_step, f.last_step), rel=0.25)
 
 
@@ -47,7 +47,7 @@ def test_a_data_stall_on_a_straggling_rank_is_still_named_when_its_wait_stands_o
     from telemetry.analysis.detectors import analyze
 
     a = analyze(contended(0.030, spike_share=0.15, factor=1.2))
-    [stall] = [f for f in a.findings if f.kind == "data_stall"]
+    [stall] = [f for f in a.findings if f.kind == "input_bound"]  # long waits from the start: its input
     assert stall.ranks == [1] and stall.details["mean_s"] > 1.2 * stall.details["peer_mean_s"]
     assert any(f.kind == "straggler" and f.ranks == [1] for f in a.findings)
     [cause] = stall.causes
