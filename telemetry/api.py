@@ -399,6 +399,14 @@ def _versions() -> dict[str, str]:
     torch = sys.modules.get("torch")
     if torch is not None:
         out["torch"] = str(getattr(torch, "__version__", "?"))
+        cuda = getattr(getattr(torch, "version", None), "cuda", None)
+        if cuda:
+            out["cuda"] = str(cuda)
+            try:  # the library's own version: no CUDA context is made
+                nccl = torch.cuda.nccl.version()
+                out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+            except Exception:  # noqa: BLE001 - a build without NCCL: no version, nothing else lost
+                pass
     return out
 
 

@@ -68,6 +68,9 @@ class Config:
 
     job: str = "train"  # job name: 1-128 letters, digits and . _ : - (the Prometheus job label, the run's name)
     run_dir: str = ""  # run directory, shared by all ranks; "": runs/<job>
+    tags: tuple[
+        str, ...
+    ] = ()  # the run's labels, key=value each (init(tags={"model": "7b"}) too): history groups by them
     sinks: tuple[str, ...] = ("store", "prometheus")  # sinks to start by name: store, prometheus, otlp, plug-ins
     flush_interval_s: float = 0.5  # pipeline period: records reach the sinks this often (0.01-60 s)
     buffer_events: int = 65536  # hot-path buffer bound; beyond it events are dropped and counted
@@ -210,6 +213,7 @@ class Config:
         if not isinstance(self.job, str) or not _JOB_RE.fullmatch(self.job):
             raise ConfigError(f"job={self.job!r} is invalid; accepted: 1-128 characters of letters, digits and . _ : -")
         object.__setattr__(self, "run_dir", _check_path("run_dir", self.run_dir))
+        object.__setattr__(self, "tags", check_tags(self.tags))
         sinks = self.sinks
         if isinstance(sinks, str):
             sinks = tuple(s for s in (p.strip() for p in sinks.split(",")) if s)
@@ -405,6 +409,40 @@ def _is_url(url: str) -> bool:
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+
+_TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def check_tags(tags: Any) -> tuple[str, ...]:
+    """``tags`` (a mapping, or ``key=value`` strings, or one such string comma-separated) -> sorted
+    ``key=value`` strings, one per key."""
+    if isinstance(tags, str):
+        tags = [t for t in (p.strip() for p in tags.split(",")) if t]
+    if isinstance(tags, Mapping):
+        items = [(k, v) for k, v in tags.items()]
+    elif isinstance(tags, (list, tuple)):
+        items = []
+        for t in tags:
+            if not isinstance(t, str) or "=" not in t:
+                raise ConfigError(f"tags contains {t!r}; accepted: key=value strings, or a dict of tags")
+            k, v = t.split("=", 1)
+            items.append((k.strip(), v.strip()))
+    else:
+        raise ConfigError(f"tags={tags!r}; accepted: a dict of str to str, or key=value strings")
+    out: dict[str, str] = {}
+    for k, v in items:
+        if not isinstance(k, str) or not _TAG_KEY.fullmatch(k):
+            raise ConfigError(f"tags has the key {k!r}; accepted: 1-64 letters, digits and _ . - (not first: digit)")
+        if not isinstance(v, (str, int, float, bool)) or len(str(v)) > 256:
+            raise ConfigError(f"tags[{k!r}]={v!r}; accepted: a string (or number) of at most 256 characters")
+        out[k] = str(v)
+    return tuple(f"{k}={out[k]}" for k in sorted(out))
+
+
+def tag_dict(tags: tuple[str, ...]) -> dict[str, str]:
+    """``("model=7b", ...)`` -> ``{"model": "7b", ...}``."""
+    return dict(t.split("=", 1) for t in tags)
 
 
 def _parse_env(key: str, raw: str, f: dataclasses.Field) -> Any:

@@ -1,4 +1,4 @@
-"""The ``telemetry`` command: demo, analyze, diff, export, dashboard, simulate, stack.
+"""The ``telemetry`` command: demo, analyze, diff, history, export, dashboard, simulate, stack.
 
 One module per command (each a ``cmd_*`` handler: parse what is left, run, print, return an exit
 code); :mod:`.parser` holds every subcommand's flags, :mod:`.common` what they share. Exit codes:
@@ -18,6 +18,7 @@ from .dashboard import cmd_dashboard
 from .demo import cmd_demo
 from .diff import cmd_diff
 from .export import cmd_export
+from .history import cmd_history
 from .parser import build_parser
 from .simulate import cmd_simulate
 from .stack import cmd_stack
@@ -34,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": cmd_export,
         "dashboard": cmd_dashboard,
         "simulate": cmd_simulate,
+        "history": cmd_history,
         "stack": cmd_stack,
     }[args.command]
     try:

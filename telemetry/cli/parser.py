@@ -262,6 +262,66 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sm.add_argument("--seed", type=_positive_int(0, 2**31), default=0, help="random seed (default 0)")
     sm.add_argument("--overwrite", action="store_true", help="replace an existing run directory at --out")
+    sm.add_argument(
+        "--series",
+        type=_positive_int(2, 10000),
+        metavar="N",
+        help="write N runs of the job as OUT/run-01 ... (one a day, seeds SEED+1 ...), for telemetry history",
+    )
+    sm.add_argument(
+        "--from-run",
+        type=_positive_int(1, 10000),
+        default=1,
+        metavar="K",
+        help="with --series: the --inject faults hold from run K on (default 1: every run)",
+    )
+    sm.add_argument(
+        "--run-noise",
+        type=_number_in(0.5, "a fraction above 0 and at most 0.5 (0.01 = 1%%)"),
+        default=0.01,
+        help="with --series: each run's compute scaled by a draw of N(1, this) (default 0.01: 1%% run to run)",
+    )
+    sm.add_argument(
+        "--start",
+        metavar="ISO8601",
+        help="the (first) run's start time, e.g. 2026-11-01T02:00:00+00:00 (default: now; with --series, N days ago)",
+    )
+
+    hi = sub.add_parser(
+        "history",
+        help="many runs in time order: their step time, throughput and phases, and the runs after which "
+        "something changed",
+        description=_wrap(
+            "One row per run (from RUN_DIR/summary.json, made on first use and kept while the run's files are "
+            "unchanged), like runs grouped by --by TAG or by their settings hash, and the change points across "
+            "each group's runs for every key metric and phase (a max-T permutation test: a group with no "
+            "change reports one with probability at most --alpha)."
+        ),
+    )
+    hi.add_argument("paths", nargs="+", metavar="DIR_OR_RUN", help="run directories, or folders holding them")
+    hi.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME",
+        help="only this series (step_time_s, tokens_per_s, mfu, compute_share, or a phase such as backward_s); "
+        "repeat for more",
+    )
+    hi.add_argument("--by", metavar="TAG", help="group runs by this tag's value (default: the settings hash)")
+    hi.add_argument("--json", action="store_true", help="print the history as JSON")
+    hi.add_argument("--fail-on", choices=("regression",), help="exit 3 when a change that made a group slower is found")
+    hi.add_argument(
+        "--alpha",
+        type=_number_in(0.5, "a probability above 0 and at most 0.5"),
+        default=0.005,
+        help="false alarm rate of a group with no change (default 0.005)",
+    )
+    hi.add_argument(
+        "--min-change",
+        type=_number_in(1, "a fraction above 0 and at most 1"),
+        default=0.01,
+        help="smallest change reported, a share of the level before (default 0.01 = 1%%)",
+    )
+    hi.add_argument("--refresh", action="store_true", help="make every run's summary again")
 
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir", help="run directory, or a directory of PyTorch profiler traces (steps table only)")

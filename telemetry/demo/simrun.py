@@ -20,13 +20,23 @@ import pyarrow as pa
 
 from ..store import layout
 from ..store.segments import write_columns
-from .simulate import Scenario, simulate_chunks
+from .simulate import SIM_EPOCH_S, Scenario, simulate_chunks
 
 RANKS_PER_NODE = 8
 
 
-def write_simulated_run(sc: Scenario, out: str, overwrite: bool = False, chunk_steps: int = 2048) -> dict:
-    """Write ``sc`` as a run directory at ``out``; returns what was written (records, seconds)."""
+def write_simulated_run(
+    sc: Scenario,
+    out: str,
+    overwrite: bool = False,
+    chunk_steps: int = 2048,
+    start_time_s: float | None = None,
+    code: dict | None = None,
+    tags: dict | None = None,
+) -> dict:
+    """Write ``sc`` as a run directory at ``out``; returns what was written (records, seconds).
+    ``start_time_s``: the run's start in its meta (default: now); ``code`` and ``tags`` as a real run's
+    meta has them (``telemetry history``)."""
     if os.path.exists(out):
         if not overwrite:
             raise FileExistsError(f"{out!r} exists; pass --overwrite to replace it")
@@ -39,15 +49,16 @@ def write_simulated_run(sc: Scenario, out: str, overwrite: bool = False, chunk_s
     for r in range(sc.ranks):
         layout.write_json_atomic(layout.rank_meta_path(out, r), {"rank": r, "node": node[r], "simulated": True})
     records = 0
+    start = time.time() if start_time_s is None else start_time_s
     with ThreadPoolExecutor(max_workers=4) as pool:
         for seq, piece in enumerate(simulate_chunks(sc, chunk_steps), start=1):
+            piece["start_s"] += start - SIM_EPOCH_S  # the steps begin at the run's start
             table = pa.Table.from_pandas(piece, preserve_index=False)
             order = np.argsort(piece["rank"].to_numpy(), kind="stable")  # rows by rank, then step
             table = table.take(pa.array(order))
             n = len(piece) // sc.ranks
             list(pool.map(lambda r: write_columns(out, r, seq, table.slice(r * n, n)), range(sc.ranks)))  # noqa: B023 - consumed here, in this iteration
             records += len(piece)
-    start = 1.7e9
     meta = {
         "job": sc.name,
         "world_size": sc.ranks,
@@ -57,6 +68,8 @@ def write_simulated_run(sc: Scenario, out: str, overwrite: bool = False, chunk_s
         "hosts": {str(r): node[r] for r in range(sc.ranks)},
         "versions": {},
         "config": {},
+        "code": code or {"commit": None, "why": "simulated"},
+        "tags": tags or {},
     }
     layout.write_json_atomic(os.path.join(out, layout.META), meta)
     truth = {
@@ -66,6 +79,48 @@ def write_simulated_run(sc: Scenario, out: str, overwrite: bool = False, chunk_s
     }
     layout.write_json_atomic(os.path.join(out, "truth.json"), truth)
     return {"records": records, "seconds": time.perf_counter() - t0}
+
+
+def write_series(
+    sc: Scenario,
+    out: str,
+    runs: int,
+    from_run: int = 1,
+    run_noise: float = 0.01,
+    start_time_s: float | None = None,
+    every_s: float = 86400.0,
+    overwrite: bool = False,
+) -> list[str]:
+    """``runs`` runs of ``sc`` as ``out/run-01``, ``out/run-02``, ...: run k (counting from 1) has seed
+    ``sc.seed + k``, starts ``every_s`` after the one before (the first at ``start_time_s``, default: now
+    minus the series' span), and holds ``sc.faults`` only from run ``from_run`` on; every run's compute is
+    also scaled by one draw of N(1, ``run_noise``) (run-to-run noise: another node, another day), and its
+    commit is ``sim-<k>`` (the fault's first run: a new commit). Returns the run directories."""
+    from dataclasses import replace
+
+    from .faults import Fault
+
+    if os.path.exists(out) and os.listdir(out) and not overwrite:
+        raise FileExistsError(f"{out!r} exists and is not empty; pass --overwrite to replace its runs")
+    os.makedirs(out, exist_ok=True)
+    first = time.time() - runs * every_s if start_time_s is None else start_time_s
+    rng = np.random.default_rng(sc.seed + 1_000_003)
+    width = max(2, len(str(runs)))
+    paths = []
+    for k in range(1, runs + 1):
+        noise = float(rng.normal(1.0, run_noise)) if run_noise > 0 else 1.0
+        faults = (sc.faults if k >= from_run else ()) + (Fault("regression", factor=noise, start=0),)
+        run = replace(sc, name=sc.name, seed=sc.seed + k, faults=faults)
+        path = os.path.join(out, f"run-{k:0{width}d}")
+        write_simulated_run(
+            run,
+            path,
+            overwrite=True,
+            start_time_s=first + (k - 1) * every_s,
+            code={"commit": f"sim-{k}", "dirty": False},
+        )
+        paths.append(path)
+    return paths
 
 
 def parse_faults(specs: list[str], ranks: int, steps: int):

@@ -32,6 +32,8 @@ import time
 from collections import deque
 from typing import Any, Sequence
 
+from .. import provenance
+from ..config import tag_dict
 from ..logonce import LogOnce
 from ..pipeline.records import OnlineResult, Progress, StepRecord
 from ..pipeline.sinks import TRACE_SAMPLER, Sink
@@ -115,6 +117,8 @@ class RunStoreSink(Sink):
                 "world_size": ctx.world_size,
                 "config": config.as_dict(),
                 "versions": run_info.get("versions", {}),
+                "code": provenance.code_state(),  # the training code's commit (telemetry history)
+                "tags": tag_dict(config.tags),
                 "start_time_s": run_info["start_time_s"],
                 "session": run_info["session"],
                 "hosts": {str(ctx.rank): ctx.node},
