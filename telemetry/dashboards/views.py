@@ -1,5 +1,5 @@
-"""The dashboard's views, one function each: Streamlit elements over the tables of data.py, comm.py
-and devices.py and the charts of charts.py. ``app.py`` picks the run and the view and calls one.
+"""The dashboard's views, one function each: Streamlit elements over the tables of data.py, comm.py,
+devices.py and io.py and the charts of charts.py. ``app.py`` picks the run and the view and calls one.
 
 Every view takes the run (``RunView``) and the sidebar's choice (``Choice``: step range, ranks).
 """
@@ -15,9 +15,9 @@ from typing import Any, Callable
 import pandas as pd
 import streamlit as st
 
-from telemetry.analysis.report import collecting_line
+from telemetry.analysis.report import advice_line, collecting_line
 
-from . import charts, comm, devices, kernels
+from . import charts, comm, devices, io, kernels
 from . import data as D
 
 
@@ -320,6 +320,94 @@ def input_and_devices(view: D.RunView, choice: Choice) -> None:
         st.dataframe(throttle, hide_index=True, width="stretch")
 
 
+def io_view(view: D.RunView, choice: Choice) -> None:
+    """Checkpoints save by save, the input per rank, and the network per node (telemetry/dashboards/io.py):
+    each part where the run has its columns, else a line saying what it lacks and how to get it."""
+    m = view.matrix
+    marked = D.marked_ranks(view)
+    st.subheader("Checkpoints")
+    if not io.has_checkpoints(m):
+        st.info(
+            "No checkpoint was timed in this run: wrap a save in `telemetry.checkpoint(...)`, or save with "
+            "`torch.distributed.checkpoint` (save, async_save and load are timed by themselves)."
+        )
+    else:
+        _checkpoints(view, choice, marked)
+    st.subheader("Input")
+    if not io.has_input(m):
+        st.info(
+            "No input reading in this run: readiness needs a loader wrapped with `telemetry.watch(loader)`; "
+            "bytes read need the device sampler on Linux (`/proc/<pid>/io`); worker fetch time needs "
+            "`telemetry.watch_dataset(dataset)`."
+        )
+    else:
+        table = io.input_per_rank(m, choice.steps, choice.ranks)
+        st.caption(
+            "Per rank over the chosen steps: % ready, the share of steps with a watched batch whose batch was "
+            "already waiting; read MB/s, bytes read from storage by the rank and its workers (page-cache hits "
+            "are not reads) per second of step time, data wait included; MB/s fetching, those bytes per second "
+            "of the workers' fetch time (else of data wait); % workers busy, fetch time over the time x the "
+            "workers (near 100%: more workers or cheaper items would help)."
+        )
+        if "% ready" in table:
+            left, right = st.columns([1, 1])
+            left.altair_chart(
+                charts.rank_bars(table, "% ready", "% of steps whose batch was waiting", marked), width="stretch"
+            )
+            right.dataframe(table.round(3), hide_index=True, width="stretch")
+        else:
+            st.dataframe(table.round(3), hide_index=True, width="stretch")
+    st.subheader("Network")
+    if not io.network_signals(m):
+        st.info(
+            "No network reading in this run: NIC counters are read on nodes with RDMA devices "
+            "(`/sys/class/infiniband`), NVLink error counters from NVML on GPUs with NVLink."
+        )
+        return
+    table, errors, by_node = io.network(m, choice.steps, choice.ranks)
+    st.caption(
+        ("Per node" if by_node else "Per rank (the table names no nodes: ranks on one node show the same NIC counters)")
+        + " over the chosen steps: NIC GB/s, the node's RDMA ports' growth over the time in steps (node totals: "
+        "every rank of a node reads the same counters, other jobs on the node count too); errors, each counter's "
+        "growth (NIC: the node's; NVLink: "
+        + ("summed over the node's GPUs" if by_node else "the rank's GPU")
+        + "), highlighted when it grew."
+    )
+    styled = table.style.format(precision=3)
+    if errors:
+        styled = styled.map(
+            lambda v: "background-color: #f8d7da; color: #721c24" if isinstance(v, (int, float)) and v > 0 else "",
+            subset=errors,
+        )
+    st.dataframe(styled, hide_index=True, width="stretch")
+
+
+def _checkpoints(view: D.RunView, choice: Choice, marked: dict[int, str]) -> None:
+    advice = advice_line(view.analysis.summary.get("checkpoint_advice"))
+    if advice:
+        st.markdown(advice.strip())
+    saves = io.checkpoint_saves(view.matrix, choice.steps, choice.ranks)
+    if saves.empty:
+        st.info("No checkpoint in the chosen steps and ranks.")
+        return
+    lines, per_rank = io.checkpoint_lines(saves, marked)
+    froms = set(saves["bandwidth from"]) - {""}
+    st.caption(
+        "Bandwidth: each checkpoint's bytes over the rank's own storage seconds (every rank of a DCP save waits "
+        "for the slowest at its end, so the time blocked does not tell a slow rank apart); where the storage "
+        "time is not known (`telemetry.checkpoint`, a storage layer that cannot be counted), over the time "
+        "blocked plus the async upload. Here: "
+        + (", ".join(sorted(froms)) if froms else "no checkpoint with bytes")
+        + ("" if per_rank else "; the median over ranks and the lowest rank at each step (choose ranks to see each)")
+        + "."
+    )
+    if len(lines):
+        st.altair_chart(charts.lines(lines, "MB/s per checkpoint", "rank", "rank", step_title(view)), width="stretch")
+    st.dataframe(io.checkpoint_per_rank(saves).round(3), hide_index=True, width="stretch")
+    with st.expander(f"Every checkpoint ({len(saves)})"):
+        st.dataframe(saves.drop(columns="saves").round(3), hide_index=True, width="stretch")
+
+
 def compare(view: D.RunView, choice: Choice, base: D.RunView | None, base_name: str) -> None:
     if base is None:
         st.info(
@@ -440,6 +528,7 @@ VIEWS: dict[str, tuple[str, Callable[..., None]]] = {
     "collectives": ("Collectives", collectives),
     "kernels": ("Kernels", kernels_view),
     "devices": ("Input and devices", input_and_devices),
+    "io": ("I/O", io_view),
     "compare": ("Compare", compare),
 }
 

@@ -6,6 +6,7 @@ from streamlit.testing.v1 import AppTest
 from telemetry.dashboards.serve import APP
 
 VIEWS = ["Overview", "Ranks", "Findings", "Collectives", "Kernels", "Input and devices", "I/O", "Compare"]
+KEYS = ["overview", "ranks", "findings", "collectives", "kernels", "devices", "io", "compare"]  # views.VIEWS' keys
 
 
 def run_app(monkeypatch, path):
@@ -21,8 +22,5 @@ def show(at, view):
     [radio] = [r for r in at.sidebar.radio if r.label == "view"]
     radio.set_value(view).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert (
-        at.header[0].value
-        == dict(zip(["overview", "ranks", "findings", "collectives", "kernels", "devices", "io", "compare"], VIEWS))[view]
-    )
+    assert at.header[0].value == dict(zip(KEYS, VIEWS))[view]
     return at

@@ -88,7 +88,7 @@ def test_the_app_writes_nothing_in_the_run(monkeypatch, tmp_path):
 
     before = listing()
     at = run_app(monkeypatch, run)
-    for view in ("ranks", "findings", "collectives", "devices", "compare"):
+    for view in ("ranks", "findings", "collectives", "devices", "io", "compare"):
         show(at, view)
     assert listing() == before
 
@@ -225,3 +225,46 @@ def test_the_collectives_view_splits_by_parallel_dimension(monkeypatch, tmp_path
     assert set(table["dimension"]) == {"dp", "tp"}
     dp3 = table[(table["dimension"] == "dp") & (table["rank"] == 3)]["blocked ms/step"].iloc[0]
     assert abs(dp3 - 15.0) < 1e-6 and table[table["dimension"] == "dp"]["MB/step"].max() == 2.0
+
+
+def test_the_io_view_shows_checkpoints_input_and_network_or_says_what_the_run_lacks(
+    monkeypatch, tmp_path, straggler_table
+):
+    """A steps table with io.* and dev.* columns (4 ranks on 2 nodes, rank 3's checkpoint storage slow,
+    node1's NIC errors growing): each part drawn; a table without them: a line per part saying so."""
+    import numpy as np
+
+    t = simulate(Scenario(ranks=4, steps=120, ranks_per_node=2))
+    for c in ("checkpoint_s", "checkpoint_saves", "checkpoint_bytes", "checkpoint_io_s", "checkpoint_async_s"):
+        t[f"io.{c}"] = 0.0
+    save = t["step"].isin([30, 60, 90])
+    t.loc[save, ["io.checkpoint_s", "io.checkpoint_saves", "io.checkpoint_bytes"]] = [0.5, 1.0, 1e9]
+    t.loc[save, "io.checkpoint_io_s"] = np.where(t.loc[save, "rank"] == 3, 1.0, 0.25)
+    t["io.input_ready"] = np.where(t["rank"] == 1, (t["step"] % 2).astype(float), 1.0)
+    t["io.read_bytes"] = 1e6
+    t["dev.input_fetch_seconds"] = t.groupby("rank")["duration_s"].cumsum()
+    t["dev.input_workers"] = 2.0
+    t["dev.nic_bytes_tx"] = t["dev.nic_bytes_rx"] = (t["step"] + 1) * 1e8
+    t["dev.nic_errors_symbol_error"] = np.where((t["rank"] >= 2) & (t["step"] > 50), 3.0, 0.0)
+    path = tmp_path / "io.parquet"
+    t.to_parquet(path, index=False)
+
+    at = show(run_app(monkeypatch, str(path)), "io")
+    assert not at.info, [i.value for i in at.info]
+    assert [h.value for h in at.subheader] == ["Checkpoints", "Input", "Network"]
+    assert any(m.value.startswith("Checkpoints: 3 save(s)") and "recommended every" in m.value for m in at.markdown)
+    assert len(at.get("vega_lite_chart")) == 2  # bandwidth over the saves, readiness per rank
+    per_rank, saves, inputs, network = (d.value for d in at.dataframe)
+    assert per_rank.set_index("rank").loc[3, "median MB/s"] == 1000 and len(saves) == 12
+    assert inputs.set_index("rank").loc[1, "% ready"] == 50
+    network = network.set_index("node")
+    assert network.loc["node1", "NIC symbol_error"] == 3 and network.loc["node0", "ranks"] == "0-1"
+
+    [slider] = [s for s in at.sidebar.slider if s.label == "steps"]
+    slider.set_value((0, 20)).run()  # no save in these steps
+    assert not at.exception and "No checkpoint in the chosen steps" in at.info[0].value
+
+    at = show(run_app(monkeypatch, straggler_table), "io")
+    lacks = [i.value for i in at.info]
+    assert len(lacks) == 3 and "No checkpoint was timed" in lacks[0] and "telemetry.checkpoint" in lacks[0]
+    assert "telemetry.watch_dataset" in lacks[1] and "No network reading" in lacks[2]
