@@ -70,6 +70,7 @@ NO_DATA_ON_CPU_DEMO = {
     "train_cuda_": "no CUDA on a CPU run: the caching allocator is never read",
     "train_mfu_ratio": "MFU needs flops_per_token (the demo sets none) and a device peak (none for a CPU)",
     "train_findings": "the series appear with online detection's first analysis (0 per kind when it finds nothing)",
+    "train_nic_": "no RDMA NIC on this machine (no /sys/class/infiniband): the node's NIC counters are absent",
 }
 
 PANEL = {
@@ -412,8 +413,9 @@ def panel_target(dashboards: dict, uid: str, title: str, ref: str = "A") -> dict
 
 @pytest.mark.slow
 def test_every_panel_query_runs_on_a_live_demo(tmp_path):
-    """A 4-rank demo whose rank 2 computes its forward twice as long: every panel's query evaluates, every
-    one returns data but for what a CPU run cannot have, and the ranks dashboard names rank 2."""
+    """A 4-rank demo whose rank 2 computes its forward twice as long (and saves a checkpoint every 25
+    steps): every panel's query evaluates, every one returns data but for what a CPU run cannot have, and
+    the ranks dashboard names rank 2."""
     from tests.helpers.otlp_receiver import Receiver  # needs opentelemetry-proto (a dev dependency)
     from tests.helpers.runs import stop_demo
 
@@ -446,6 +448,8 @@ def test_every_panel_query_runs_on_a_live_demo(tmp_path):
                 "--json",
                 "--inject",
                 "straggler:rank=2,phase=forward,factor=2",
+                "--checkpoint-every",  # DCP saves, for the I/O row's checkpoint panels
+                "25",
             ],
             cwd=ROOT,
             env=env,
