@@ -32,7 +32,8 @@ would show:
   slower). The demo then saves a checkpoint every ``--checkpoint-every`` steps (25 unless given).
 - ``slow_input:rank=R,factor=F[,start=S]``: from step S rank R's reads of its token file take F times
   as long, at least (F-1) ms more per batch (its storage F times slower: I/O wait, not CPU). Every
-  rank reads its batches from a file on disk past the page cache (``RUN_DIR/data/rank-N.tokens``).
+  rank reads its batches in order from its own file (``RUN_DIR/data/rank-N.tokens``), written and
+  dropped from the page cache first: the kernel reads it from storage once, ahead of the batches.
 - ``kill:rank=R,step=S``: rank R's process is killed (SIGKILL, as by the OOM killer or a lost pod)
   inside the forward phase of step S: no shutdown, no last flush. The launcher then stops the job.
 

@@ -55,9 +55,9 @@ class TinyLM(nn.Module):
 
 class TokenShard(torch.utils.data.Dataset):
     """Learnable sequences x[t+1] = (a * x[t] + b) mod vocab, (a, b) from a small set, written once to a
-    file and read back batch by batch from storage: each read first drops the file from the page cache
-    (``POSIX_FADV_DONTNEED``, read-ahead off), so the kernel counts it as read from storage
-    (``io.read_bytes``). ``slow(first_item)`` > 1: that read takes that many times as long, at least
+    file, dropped from the page cache, and read back batch by batch in order: the kernel reads it from
+    storage once, a read-ahead of some pages at a time (counted in ``io.read_bytes``), and most batches
+    find their pages already read. ``slow(first_item)`` > 1: that read takes that many times as long, at least
     1 ms x (factor - 1) more (a slower disk; the wait is I/O, not CPU)."""
 
     def __init__(
@@ -74,6 +74,7 @@ class TokenShard(torch.utils.data.Dataset):
             f.write(x.tobytes())
             f.flush()
             os.fsync(f.fileno())  # clean pages: the cache may drop them
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # so the first read is from storage
         self.path, self.n, self.width, self.slow = path, n, seq_len + 1, slow
         self._fd: int | None = None
 
@@ -83,11 +84,8 @@ class TokenShard(torch.utils.data.Dataset):
     def _read(self, first: int, count: int) -> np.ndarray:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY)
-            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         size, offset = 8 * self.width * count, 8 * self.width * first
         t0 = time.perf_counter()
-        # the whole file (a range alone was seen to leave just-read pages cached: 0 bytes from storage)
-        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
         raw = os.pread(self._fd, size, offset)
         factor = self.slow(first) if self.slow is not None else 1.0
         if factor > 1:

@@ -18,7 +18,7 @@ Causes, each only where its numbers say it (none where the columns are absent):
 kind               rule
 =================  ===========================================================================
 storage            one rank: it read at most half its peers' bytes per second of fetching (and
-                   read at least 1 MiB over the steps). Job-wide there are no peers to compare
+                   read at least 256 KiB over the steps). Job-wide there are no peers to compare
                    with: the evidence states the rate, and no storage cause is named (a worker
                    blocked in a read and one decoding both count as fetching)
 input_workers      the workers were fetching at least 85% of the time (every worker busy: more
@@ -38,7 +38,7 @@ import numpy as np
 from .matrix import StepMatrix
 
 SLOW_STORAGE = 0.5  # a rank reading at most this share of its peers' bytes per second of fetching
-MIN_BYTES = 1 << 20  # ... and at least this much over the steps (a few stray reads say nothing)
+MIN_BYTES = 256 << 10  # ... and at least this much over the steps (a few stray reads say nothing)
 BUSY_WORKERS = 0.85  # workers fetching at least this share of the time
 BUSY_HOST = 0.9  # the host's CPUs at least this busy
 HOST_ABOVE = 0.10  # one rank's host at least this much busier than its peers'
