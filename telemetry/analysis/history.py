@@ -145,9 +145,9 @@ def summarize(run_dir: str) -> dict[str, Any]:
     }
 
 
-def run_summary(run_dir: str, refresh: bool = False) -> dict[str, Any]:
+def run_summary(run_dir: str, refresh: bool = False, write: bool = True) -> dict[str, Any]:
     """The run's summary, from ``RUN_DIR/summary.json`` when its key still matches the run's content,
-    else made and written there (a read-only run directory: made, not written)."""
+    else made and written there (a read-only run directory, or ``write=False``: made, not written)."""
     key = content_key(run_dir)
     path = os.path.join(run_dir, SUMMARY)
     if not refresh:
@@ -159,6 +159,8 @@ def run_summary(run_dir: str, refresh: bool = False) -> dict[str, Any]:
         except (OSError, ValueError, AttributeError):
             pass
     doc = {**summarize(run_dir), "key": key}
+    if not write:
+        return doc
     try:
         layout.write_json_atomic(path, doc)
     except OSError:

@@ -23,9 +23,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     env = {k: v for k, v in os.environ.items() if not k.startswith("TELEMETRY_DASHBOARD_")}
     if args.prometheus:
-        if args.path or args.base:
+        if args.path or args.base or args.history:
             print(
-                "telemetry dashboard: --prometheus shows a live job; give it no run directory and no --base",
+                "telemetry dashboard: --prometheus shows a live job; give it no run directory, no --base and no "
+                "--history",
                 file=sys.stderr,
             )
             return EXIT_USAGE
@@ -59,6 +60,26 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         env[name] = os.path.abspath(given)
+    if args.history:
+        from ..analysis.history import find_runs
+
+        for given in args.history:
+            if not os.path.isdir(given):
+                print(
+                    f"telemetry dashboard: --history {given!r} is not a directory; accepted: run directories or "
+                    "folders of run directories",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+        paths = [os.path.abspath(p) for p in args.history]
+        if not find_runs(paths):
+            print(
+                f"telemetry dashboard: --history: no run directory in {', '.join(args.history)} (a run directory "
+                "holds meta.json or ranks/)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        env["TELEMETRY_DASHBOARD_HISTORY"] = os.pathsep.join(paths)
     if not args.path and not args.prometheus:
         env["TELEMETRY_DASHBOARD_ROOT"] = os.path.abspath("runs")
     # serve.py imports and exercises the app's modules before it serves (a plain `streamlit run` makes

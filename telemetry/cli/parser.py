@@ -228,6 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--base", metavar="BASE", help="a second run or steps table for the Compare view (PATH against BASE)"
     )
     ds.add_argument(
+        "--history",
+        nargs="+",
+        metavar="DIR_OR_RUN",
+        help="runs of the job for the History view, as telemetry history takes them: run directories or folders "
+        "of run directories (default: no History; the run's sibling runs are not taken by themselves)",
+    )
+    ds.add_argument(
         "--prometheus",
         metavar="URL",
         help="show a live job from this Prometheus server's HTTP API "

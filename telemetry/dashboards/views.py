@@ -19,6 +19,7 @@ from telemetry.analysis.report import advice_line, collecting_line
 
 from . import charts, comm, devices, io, kernels
 from . import data as D
+from . import history as H
 
 
 @dataclass(frozen=True)
@@ -521,6 +522,89 @@ def _source_breakdown(src: "kernels.Source") -> tuple[dict[str, Any], list[str]]
     return kernels.source_breakdown(src)
 
 
+HISTORY_PAIR = "history_pair"  # session state: (before, after) run directories the Compare view shows
+
+
+def _compare_pair(pair: tuple[str, str]) -> None:
+    """A button's callback (before the page runs again): the Compare view, on the runs either side."""
+    st.session_state[HISTORY_PAIR] = pair
+    st.session_state["view"] = "compare"
+
+
+def history_view(view: D.RunView, choice: Choice, hist: "H.History | None") -> None:
+    """Many runs of the job in time order (``--history``): one series over the runs with the change
+    points marked, the changes, and what moved across the one chosen (telemetry/dashboards/history.py)."""
+    if hist is None:
+        st.info(
+            "No history: start `telemetry dashboard RUN --history DIR` (a folder of runs of the job, or run "
+            "directories) to see them in time order and the runs after which something changed."
+        )
+        return
+    for s in hist.skipped:
+        st.warning(f"skipped {s}")
+    runs = hist.doc["runs"]
+    if not runs:
+        st.info("No run directory in the history source (a run directory holds meta.json or ranks/).")
+        return
+    df = H.trend(hist)
+    changes = hist.doc["changes"]
+    st.caption(
+        f"{len(runs)} runs, {len(hist.doc['groups'])} group(s) of like runs (changes are searched within a group), "
+        f"{len(changes)} change(s); as `telemetry history` finds them"
+    )
+    left, right = st.columns([1, 1])
+    metric = left.selectbox("series", H.metrics(hist), key="history_metric")
+    has_start = df["start"].notna().any()
+    x = right.radio(
+        "x axis",
+        ["n", "start"] if has_start else ["n"],
+        format_func={"n": "run number", "start": "start time"}.get,
+        horizontal=True,
+        key="history_x",
+    )
+    st.altair_chart(H.chart(df, metric, changes, x), width="stretch")
+    st.caption(
+        "A point per run (hover: its name, commit and tags); a dashed rule at the first run after each change, "
+        "red for a change of this series, grey for another's."
+    )
+    for n in hist.doc["notes"]:
+        st.caption(f"note: {n}")
+    st.subheader(f"Changes ({len(changes)})")
+    if not changes:
+        st.success("No change across these runs.")
+        return
+    st.dataframe(
+        H.changes_table(hist).style.format({"change": "{:+.1%}", "p": "{:.4f}", "before": "{:.6g}", "after": "{:.6g}"}),
+        hide_index=True,
+        width="stretch",
+    )
+    i = st.selectbox(
+        "change", range(len(changes)), format_func=lambda k: H.change_label(changes[k]), key="history_change"
+    )
+    c = changes[i]
+    d = c.get("diff") or {}
+    st.markdown(
+        f"**What moved** from runs {', '.join(d.get('before_runs', []))} to runs {', '.join(d.get('after_runs', []))} "
+        "(each series' median over the runs; compute phases with their run's speed taken out)"
+    )
+    st.dataframe(
+        H.diff_table(c).style.format({"before": "{:.6g}", "after": "{:.6g}", "change": "{:+.1%}"}),
+        hide_index=True,
+        width="stretch",
+    )
+    if d.get("command"):
+        st.markdown(f"Steps, ops and collectives of the runs either side: `{d['command']}`")
+    pair = H.pair(hist, c)
+    if pair:
+        st.button(
+            f"Compare {c['runs'][1]} against {c['runs'][0]}",
+            on_click=_compare_pair,
+            args=(pair,),
+            help="opens the Compare view on these two runs (the sidebar's button goes back to the run given)",
+        )
+    st.markdown(f"Or from a shell: `{H.compare_command(hist, c)}`")
+
+
 VIEWS: dict[str, tuple[str, Callable[..., None]]] = {
     "overview": ("Overview", overview),
     "ranks": ("Ranks", ranks),
@@ -530,6 +614,7 @@ VIEWS: dict[str, tuple[str, Callable[..., None]]] = {
     "devices": ("Input and devices", input_and_devices),
     "io": ("I/O", io_view),
     "compare": ("Compare", compare),
+    "history": ("History", history_view),
 }
 
 

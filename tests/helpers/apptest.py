@@ -5,8 +5,9 @@ from streamlit.testing.v1 import AppTest
 
 from telemetry.dashboards.serve import APP
 
-VIEWS = ["Overview", "Ranks", "Findings", "Collectives", "Kernels", "Input and devices", "I/O", "Compare"]
-KEYS = ["overview", "ranks", "findings", "collectives", "kernels", "devices", "io", "compare"]  # views.VIEWS' keys
+VIEWS = ["Overview", "Ranks", "Findings", "Collectives", "Kernels", "Input and devices", "I/O", "Compare", "History"]
+# views.VIEWS' keys
+KEYS = ["overview", "ranks", "findings", "collectives", "kernels", "devices", "io", "compare", "history"]
 
 
 def run_app(monkeypatch, path):

@@ -5,8 +5,10 @@ Read-only: it opens the run named by ``TELEMETRY_DASHBOARD_PATH`` (``telemetry d
 it), or one chosen among the run directories under ``TELEMETRY_DASHBOARD_ROOT``, or a live job on the
 Prometheus server at ``TELEMETRY_DASHBOARD_PROMETHEUS`` (``--prometheus URL``, job
 ``TELEMETRY_DASHBOARD_JOB``), through the library's loaders; it shows the library's analysis and
-writes nothing. A run that is missing, empty or unreadable is a message on the page. A run still
-being written, and a Prometheus job, refresh by themselves; a finished run does not poll.
+writes nothing. ``TELEMETRY_DASHBOARD_HISTORY`` (``--history``) names runs of the job for the History
+view; from a change there the page can compare the runs either side of it (those runs only). A run
+that is missing, empty or unreadable is a message on the page. A run still being written, and a
+Prometheus job, refresh by themselves; a finished run does not poll.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 import streamlit as st
 
 from telemetry.dashboards import data as D
+from telemetry.dashboards import history as H
 from telemetry.dashboards import views as V
 
 st.set_page_config(page_title="training-telemetry", layout="wide")
@@ -41,6 +44,32 @@ def _percentiles(key: tuple, _view: D.RunView):
     return D.step_percentiles(_view.matrix)
 
 
+@st.cache_resource(show_spinner="Summarizing the runs of the history...", max_entries=2)
+def _load_history(paths: tuple[str, ...], key: tuple) -> H.History:  # key: the runs' content
+    return H.load(list(paths))
+
+
+def _history() -> H.History | None:
+    """The runs given with ``--history``, summarized (cached while their content is unchanged); None
+    when none were given."""
+    paths = H.source_paths()
+    return _load_history(tuple(paths), H.cache_key(paths)) if paths else None
+
+
+def _history_pair() -> tuple[str, str] | None:
+    """(before, after): the runs either side of a change, chosen in the History view to compare; only
+    runs of the history source (no other path can be opened from the page)."""
+    pair = st.session_state.get(V.HISTORY_PAIR)
+    if not pair:
+        return None
+    hist = _history()
+    known = set(hist.paths.values()) if hist else set()
+    if not all(p in known for p in pair):
+        st.session_state.pop(V.HISTORY_PAIR, None)
+        return None
+    return tuple(pair)
+
+
 def _mtime(path: str) -> float:
     """The newest change in ``path``: its files' and its directories' (a file removed or renamed
     changes its directory's), so a run changed in any way is read again; 0 when it is gone."""
@@ -62,6 +91,11 @@ def _pick_run() -> tuple[str, str]:
     the page)."""
     path = os.environ.get("TELEMETRY_DASHBOARD_PATH", "")
     root = os.environ.get("TELEMETRY_DASHBOARD_ROOT", "")
+    pair = _history_pair()
+    if pair:  # the History view's change: its run after, against its run before (_base)
+        st.sidebar.caption(f"From the History view: {os.path.basename(pair[1])} against {os.path.basename(pair[0])}")
+        st.sidebar.button("back to the run given", on_click=st.session_state.pop, args=(V.HISTORY_PAIR, None))
+        return pair[1], root
     if path or not root:
         return path, ""
     runs = _runs(root)
@@ -198,6 +232,9 @@ def _base(root: str, path: str) -> tuple[D.RunView | None, str]:
     """The run to compare with: ``--base`` (TELEMETRY_DASHBOARD_BASE), else one chosen among the other
     runs under the root."""
     base = os.environ.get("TELEMETRY_DASHBOARD_BASE", "")
+    pair = _history_pair()
+    if pair:
+        base = pair[0]
     if not base:
         others = [r for r in _runs(root) if r != path]
         if not others:
@@ -232,6 +269,8 @@ def main() -> None:
         show(view, choice, _percentiles(key, view))
     elif name == "compare":
         show(view, choice, *_base(root, key[0] if key else ""))
+    elif name == "history":
+        show(view, choice, _history())
     else:
         show(view, choice)
 
