@@ -45,21 +45,13 @@ def per_call_us(fn, n: int = 200) -> float:
 
 
 def fake_sysfs(root: str) -> None:
+    from telemetry.devices.network import COUNTERS
+
     for dev in ("mlx5_0", "mlx5_1"):
         for port in ("1", "2"):
             d = os.path.join(root, "class", "infiniband", dev, "ports", port, "counters")
             os.makedirs(d, exist_ok=True)
-            for name in (
-                "port_xmit_data",
-                "port_rcv_data",
-                "symbol_error",
-                "link_downed",
-                "port_rcv_errors",
-                "link_error_recovery",
-                "port_xmit_discards",
-                "local_link_integrity_errors",
-                "excessive_buffer_overrun_errors",
-            ):
+            for name in COUNTERS:  # every counter the source reads
                 with open(os.path.join(d, name), "w") as f:
                     f.write("12345\n")
 
