@@ -315,7 +315,7 @@ def tested(series: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _moved(series: dict[str, np.ndarray], members: list[dict[str, Any]], lo: int, k: int, hi: int) -> dict[str, Any]:
     """What moved across a change: every series' median over the runs after it (to the next change)
-    against the runs before (from the last), largest change first, compute phases with their runs'
+    against the runs before (from the last), largest change first (+ slower for times, lower for rates), compute phases with their runs'
     speed taken out as the change points saw them; and the ``telemetry diff`` command of the two runs
     either side, to look at steps, ops and collectives (one pair of runs also differs by its nodes)."""
     rows = []
@@ -325,7 +325,8 @@ def _moved(series: dict[str, np.ndarray], members: list[dict[str, Any]], lo: int
             continue
         before, after = float(np.nanmedian(b)), float(np.nanmedian(a))
         if before:
-            rows.append({"metric": m, "before": before, "after": after, "change": after / before - 1})
+            change = after / before - 1
+            rows.append({"metric": m, "before": before, "after": after, "change": -change if m in RATES else change})
     rows.sort(key=lambda r: -abs(r["change"]))
     left, right = members[k - 1].get("path"), members[k].get("path")
     return {
@@ -372,7 +373,8 @@ def history(
                     "run": after["n"],
                     "metric": c["metric"],
                     "phase": c["metric"][:-2] if c["metric"] not in KEY_METRICS else None,
-                    "change": c["change"],
+                    # DESIGN's sign: + is slower for times, lower for rates
+                    "change": -c["change"] if c["metric"] in RATES else c["change"],
                     "p": c["p"],
                     "before": c["before"],
                     "after": c["after"],

@@ -33,6 +33,10 @@ def test_a_backward_3_percent_slower_from_run_8_is_named_there(slowed, capsys):
     assert 0.02 <= c["change"] <= 0.04 and c["p"] <= 0.005, c
     assert c["runs"] == ["run-07", "run-08"] and c["commits"] == ["sim-7", "sim-8"]
     assert all(x["run"] == 8 for x in doc["changes"])  # nothing anywhere else
+    # DESIGN's sign: + is slower for times, lower for rates (tokens/s fell: +)
+    assert all(x["change"] > 0 for x in doc["changes"] if x["regression"]), doc["changes"]
+    moved = {r["metric"]: r["change"] for r in c["diff"]["series"]}
+    assert moved["backward_s"] > 0.02 and moved["tokens_per_s"] > 0 and moved["step_time_s"] > 0
 
 
 def test_fail_on_regression_exits_3_and_the_table_names_the_change(slowed, capsys):
