@@ -6,7 +6,9 @@
 2. CUDA-event phase times from telemetry agree with torch.cuda.Event timings taken by hand around
    the same forward phase (median relative difference; target under 5%).
 3. A one-rank NCCL all_reduce per step: its time comes from CUDA events (comm_s > 0).
-4. NVML readings of this GPU (what the sampler exports), and the MFU of the loop.
+4. NVML readings of this GPU (what the sampler exports: NVLink bytes and error counters where the GPU
+   has NVLink), the machine's RDMA NIC counters where /sys/class/infiniband has devices (issue 25:
+   devices/network.py, tested here only on a fake tree), and the MFU of the loop.
 5. Profiler captures of the NCCL job (issue 24): two captures of the same rank armed as the job arms
    them (ProfilerCapture), 3 steps as trained, then 3 steps that also run an extra ``torch.sort`` in
    forward; each broken down (GPU activities, NCCL all-reduce with its bytes and bus bandwidth, idle
@@ -137,6 +139,11 @@ def main() -> int:
         result["dev_columns"] = dev_cols
     src = open_nvml(0)
     result["nvml"] = src.read() if src is not None else None
+    from telemetry.devices.network import build_network_sources
+
+    said: list[str] = []
+    nics = build_network_sources(said.append)
+    result["nic"] = nics[0].read() if nics else {"none": "; ".join(said)}
     dist.destroy_process_group()
     cap = result["capture"]
     ok = (
@@ -169,6 +176,12 @@ def main() -> int:
         "",
         "```",
         json.dumps(result["nvml"], indent=1, sort_keys=True),
+        "```",
+        "",
+        "RDMA NIC counters (node totals since the source was built):",
+        "",
+        "```",
+        json.dumps(result["nic"], indent=1, sort_keys=True),
         "```",
     ]
     text = "\n".join(lines) + "\n"
