@@ -57,16 +57,22 @@ class TokenShard(torch.utils.data.Dataset):
     """Learnable sequences x[t+1] = (a * x[t] + b) mod vocab, (a, b) from a small set, written once to a
     file, dropped from the page cache, and read back batch by batch in order: the kernel reads it from
     storage once, a read-ahead of some pages at a time (counted in ``io.read_bytes``), and most batches
-    find their pages already read. ``slow(first_item)`` > 1: that read takes that many times as long, at least
-    1 ms x (factor - 1) more (a slower disk; the wait is I/O, not CPU)."""
+    find their pages already read. The file holds at most ``MAX_ITEMS`` items (about 8.5 MB at the demo's
+    sizes): a longer job reads it again from the start, from the page cache then (no storage bytes), so
+    that a job of 100,000 steps does not write gigabytes before its first step. ``slow(first_item)`` > 1:
+    that read takes that many times as long, at least 1 ms x (factor - 1) more (a slower disk; the wait is
+    I/O, not CPU)."""
+
+    MAX_ITEMS = 16384
 
     def __init__(
         self, path: str, n: int, seq_len: int, vocab: int, seed: int, slow: Callable[[int], float] | None = None
     ) -> None:
         rng = np.random.default_rng(seed)
-        rules = np.array([(3, 1), (5, 7), (7, 3), (1, 11)], dtype=np.int64)[rng.integers(4, size=n)]
-        x = np.empty((n, seq_len + 1), dtype=np.int64)
-        x[:, 0] = rng.integers(vocab, size=n)
+        m = min(n, self.MAX_ITEMS)
+        rules = np.array([(3, 1), (5, 7), (7, 3), (1, 11)], dtype=np.int64)[rng.integers(4, size=m)]
+        x = np.empty((m, seq_len + 1), dtype=np.int64)
+        x[:, 0] = rng.integers(vocab, size=m)
         for t in range(seq_len):
             x[:, t + 1] = (rules[:, 0] * x[:, t] + rules[:, 1]) % vocab
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -75,7 +81,7 @@ class TokenShard(torch.utils.data.Dataset):
             f.flush()
             os.fsync(f.fileno())  # clean pages: the cache may drop them
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # so the first read is from storage
-        self.path, self.n, self.width, self.slow = path, n, seq_len + 1, slow
+        self.path, self.n, self.m, self.width, self.slow = path, n, m, seq_len + 1, slow
         self._fd: int | None = None
 
     def __len__(self) -> int:
@@ -84,9 +90,13 @@ class TokenShard(torch.utils.data.Dataset):
     def _read(self, first: int, count: int) -> np.ndarray:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY)
-        size, offset = 8 * self.width * count, 8 * self.width * first
         t0 = time.perf_counter()
-        raw = os.pread(self._fd, size, offset)
+        at, left, parts = first % self.m, count, []
+        while left:  # past the file's end: from its start again
+            take = min(left, self.m - at)
+            parts.append(os.pread(self._fd, 8 * self.width * take, 8 * self.width * at))
+            at, left = 0, left - take
+        raw = b"".join(parts)
         factor = self.slow(first) if self.slow is not None else 1.0
         if factor > 1:
             time.sleep((factor - 1) * max(time.perf_counter() - t0, 0.001))

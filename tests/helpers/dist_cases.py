@@ -292,14 +292,16 @@ class FileItems(torch.utils.data.Dataset):
         return torch.frombuffer(bytearray(raw[:64]), dtype=torch.uint8).float()
 
 
-def throttled_input(rank: int, world: int, port: int, run_dir: str, slow_rank: int) -> None:
-    """60 steps, each on a batch of 4 items (256 KiB) from a DataLoader with 2 workers reading a file past
-    the page cache; ``slow_rank``'s reads are throttled to 2 MB/s (its peers read as fast as the disk)."""
+def throttled_input(rank: int, world: int, port: int, run_dir: str, slow_rank: int, workers: int = 1) -> None:
+    """60 steps, each on a batch of 4 items (256 KiB) from a DataLoader with ``workers`` workers reading a
+    file past the page cache; ``slow_rank``'s reads are throttled to 2 MB/s (its peers read as fast as the
+    disk). With 2 workers that start together the throttled rank's batches come in pairs, the second
+    already waiting (readiness 0.5); started apart, none waits (0): how far apart is the host's doing."""
     _setup(rank, world, port, run_dir, device_interval_s=0.2)
     path = os.path.join(run_dir, f"items-{rank}.bin")
     os.makedirs(run_dir, exist_ok=True)
     data = FileItems(path, 240, bytes_per_s=2e6 if rank == slow_rank else 0.0)
-    loader = torch.utils.data.DataLoader(telemetry.watch_dataset(data), batch_size=4, num_workers=2)
+    loader = torch.utils.data.DataLoader(telemetry.watch_dataset(data), batch_size=4, num_workers=workers)
     for batch in telemetry.watch(loader):
         with telemetry.step(samples=len(batch)):
             with telemetry.phase("forward"):

@@ -1,4 +1,4 @@
-"""The input pipeline on real gloo ranks: a DataLoader with two workers reading a file past the page
+"""The input pipeline on real gloo ranks: a DataLoader with a worker reading a file past the page
 cache, one rank's reads throttled (a slow disk); ``analyze`` names it ``input_bound`` with that rank,
 its storage as the first cause with the bytes per second, and the bytes the workers read are in
 ``io.read_bytes``."""
@@ -11,8 +11,10 @@ from tests.helpers import dist_cases
 from tests.helpers.servers import free_port
 
 
-# four ranks (and eight DataLoader workers) on two cores: run alone (scripts/suite.sh)
-@pytest.mark.parametrize("world,slow", [(2, 1), pytest.param(4, 2, marks=pytest.mark.alone)])
+# run alone (scripts/suite.sh), both: beside another worker's tests the healthy rank's uncached reads slowed
+# too, and with two ranks the median rank's wait made the job input-bound (fresh-clone make test, 2026-12-05)
+@pytest.mark.alone
+@pytest.mark.parametrize("world,slow", [(2, 1), (4, 2)])
 def test_a_rank_whose_reads_are_throttled_is_named_input_bound_with_its_storage(tmp_path, world, slow):
     from telemetry.analysis.windows import analyze_path
 
@@ -21,12 +23,14 @@ def test_a_rank_whose_reads_are_throttled_is_named_input_bound_with_its_storage(
         dist_cases.throttled_input, args=(world, free_port(), run, slow), nprocs=world, start_method="spawn", join=True
     )
     table = open_input(run).table
-    # every rank's workers read its 240 items of 64 KiB from storage (the first reading counts from
-    # telemetry's start, before the loader's workers existed: all of it lands in the steps)
+    # every rank's worker read its 240 items of 64 KiB from storage (the first reading counts from
+    # telemetry's start, before the loader's worker existed: all of it lands in the steps)
     per_rank = table.groupby("rank")["io.read_bytes"].sum()
     assert (per_rank >= 0.9 * 240 * dist_cases.FileItems.ITEM).all(), per_rank.to_dict()
     ready = table.groupby("rank")["io.input_ready"].mean()
-    assert ready[slow] < 0.2, ready.to_dict()  # the throttled rank's batch was never waiting
+    # the throttled rank's batch was never waiting (one worker: its batches come one by one, each ~130 ms
+    # after the last); its peers' were, every step they spent waiting for it in the all-reduce
+    assert ready[slow] < 0.2 and (ready.drop(slow) >= 0.8).all(), ready.to_dict()
     result, _, _ = analyze_path(run)
     named = [f for f in result.findings if f.kind in ("input_bound", "data_stall") and f.ranks]
     assert [(f.kind, f.ranks) for f in named] == [("input_bound", [slow])], [

@@ -5,7 +5,7 @@ Over the finding's steps, for the culprits (one rank, or every rank of an input-
 one rank, its peers:
 
 - **readiness**: the share of the steps that took a batch whose batch was already waiting
-  (``io.input_ready``, 1 when the loader returned within 2 ms);
+  (``io.input_ready``, 1 when the loader returned within 2 ms or a tenth of the step);
 - **read rate**: bytes read from storage (``io.read_bytes``: the rank and its workers) per second of
   fetching, where the fetching time is the watched dataset's worker fetch seconds (``dev.input_fetch_
   seconds`` grown over the steps) or, without one, the rank's data wait (a loader without workers

@@ -49,6 +49,16 @@ def test_a_batch_is_ready_when_the_loader_returned_within_the_threshold():
     assert r0.io == {"input_ready": 1.0} and r1.io == {"input_ready": 0.0} and r2.io is None
 
 
+def test_a_long_steps_batch_is_ready_when_taking_it_cost_under_a_tenth_of_the_step():
+    """Taking a waiting batch off a worker's queue costs a few ms on a busy host: against a 50 ms step a 4 ms
+    next() was a waiting batch; 6 ms against a 50 ms step, or 4 ms against a 20 ms one, was not."""
+    events = [(ev.DATA, 4 * MS, 0, 8, None)] + _step(0, 5 * MS, 55 * MS)
+    events += [(ev.DATA, 62 * MS, 56 * MS, 8, None)] + _step(1, 63 * MS, 113 * MS)
+    events += [(ev.DATA, 118 * MS, 114 * MS, 8, None)] + _step(2, 119 * MS, 139 * MS)
+    r0, r1, r2 = _build(events)
+    assert [r.io["input_ready"] for r in (r0, r1, r2)] == [1.0, 0.0, 0.0]
+
+
 def test_ready_and_waiting_batches_read_back_from_the_store(run_dir):
     import time
 
