@@ -60,12 +60,12 @@ def main() -> None:
         found = [series_changes(d, 10_000 + i, slow) for i in range(args.faulty)]
     alarms = sum(bool(c) for c in false)
     named = [
-        [c for c in changes if c["run"] == 8 and c["metric"] == "backward_s" and c["regression"]] for changes in found
+        [c for c in changes if c["n"] == 8 and c["metric"] == "backward_s" and c["regression"]] for changes in found
     ]
     hits = [n[0] for n in named if n]
     # other series changed at run 8 too (the step time, tokens/s: the backward's 3% is theirs too) are right;
     # a change at another run is not
-    wrong = sum(len([c for c in changes if c["run"] != 8]) for changes in found)
+    wrong = sum(len([c for c in changes if c["n"] != 8]) for changes in found)
     with tempfile.TemporaryDirectory() as d:
         from telemetry.demo.simrun import write_simulated_run
 

@@ -349,12 +349,13 @@ def history(
     metrics: tuple[str, ...] | None = None,
     params: HistoryParams | None = None,
 ) -> dict[str, Any]:
-    """The history document: runs in time order (``run``: 1-based), their groups, and each group's
-    changes (``run``: the first run after the change, by its number; ``runs``: the run names either side;
-    ``diff``: what moved between the runs either side, :func:`_moved`)."""
+    """The history document (DESIGN's contract): ``runs`` in time order (``run``: the run's directory as
+    given, its ``name`` and ``n``, its number from 1), their ``groups``, and each group's ``changes``
+    (``run``: the directory of the first run after the change, ``n``: its number; ``runs``: the names of the
+    runs either side, ``paths`` their directories; ``diff``: what moved between them, :func:`_moved`)."""
     params = params or HistoryParams()
     ordered = sorted(summaries, key=lambda s: (s.get("start_time_s") is None, s.get("start_time_s") or 0, s["run"]))
-    runs = [{**s, "n": i + 1} for i, s in enumerate(ordered)]
+    runs = [{**s, "n": i + 1} for i, s in enumerate(ordered)]  # "run": the name until the document is made
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         groups.setdefault(group_key(r, by), []).append(r)
@@ -370,7 +371,8 @@ def history(
             changes.append(
                 {
                     "group": key,
-                    "run": after["n"],
+                    "run": after.get("path") or after["run"],
+                    "n": after["n"],
                     "metric": c["metric"],
                     "phase": c["metric"][:-2] if c["metric"] not in KEY_METRICS else None,
                     # DESIGN's sign: + is slower for times, lower for rates
@@ -380,6 +382,7 @@ def history(
                     "after": c["after"],
                     "regression": is_regression(c),
                     "runs": [before["run"], after["run"]],
+                    "paths": [before.get("path"), after.get("path")],
                     "commits": [before.get("commit"), after.get("commit")],
                     "diff": _moved(
                         series, members, cuts[cuts.index(c["index"]) - 1], c["index"], cuts[cuts.index(c["index"]) + 1]
@@ -388,9 +391,16 @@ def history(
             )
         out_groups.append({"group": key, "runs": [r["n"] for r in members]})
     return {
-        "runs": [{k: v for k, v in r.items() if k != "key"} for r in runs],
+        "runs": [
+            {
+                **{k: v for k, v in r.items() if k not in ("key", "run")},
+                "run": r.get("path") or r["run"],
+                "name": r["run"],
+            }
+            for r in runs
+        ],
         "groups": out_groups,
-        "changes": sorted(changes, key=lambda c: (c["run"], c["p"])),
+        "changes": sorted(changes, key=lambda c: (c["n"], c["p"])),
         "params": {"alpha": params.alpha, "min_change": params.min_change, "min_runs": params.min_runs},
         "notes": notes,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -16,6 +17,7 @@ def _ms(x: float | None) -> str:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from ..analysis.history import HistoryParams, find_runs, history, run_summary
+    from ..analysis.historydiff import explain_changes
 
     runs = find_runs(args.paths)
     if not runs:
@@ -33,6 +35,8 @@ def cmd_history(args: argparse.Namespace) -> int:
             skipped.append(f"{r}: {type(exc).__name__}: {exc}")
     params = HistoryParams(alpha=args.alpha, min_change=args.min_change)
     doc = history(summaries, by=args.by, metrics=tuple(args.metric) if args.metric else None, params=params)
+    if not args.no_diff:
+        explain_changes(doc)
     doc["notes"] += [f"skipped {s}" for s in skipped]
     regressed = [c for c in doc["changes"] if c["regression"]]
     if args.json:
@@ -54,19 +58,17 @@ def cmd_history(args: argparse.Namespace) -> int:
             )
         if doc["changes"]:
             print("changes:")
-            for c in doc["changes"]:
+            changes = doc["changes"]
+            for i, c in enumerate(changes):
                 what = "slower" if c["regression"] else "better"
                 print(
-                    f"  from run {c['run']} ({c['runs'][1]}, commit {str(c['commits'][1] or '-')[:12]}): "
+                    f"  from run {c['n']} ({c['runs'][1]}, commit {str(c['commits'][1] or '-')[:12]}): "
                     f"{c['metric']} {c['change']:+.1%} ({what}; {c['before']:.6g} -> {c['after']:.6g}, p={c['p']:.4f})"
                 )
-                d = c.get("diff") or {}
-                moved = ", ".join(f"{r['metric']} {r['change']:+.1%}" for r in d.get("series", [])[:4])
-                print(
-                    f"      runs {len(d.get('before_runs', []))} before -> {len(d.get('after_runs', []))} after: {moved}"
-                )
-                if d.get("command"):
-                    print(f"      steps, ops and collectives: {d['command']}")
+                nxt = changes[i + 1] if i + 1 < len(changes) else None
+                if nxt is not None and (nxt["n"], nxt["group"]) == (c["n"], c["group"]):
+                    continue  # the runs either side are said once, after the last series that changed there
+                _print_either_side(c.get("diff") or {})
         else:
             print("changes: none")
         for n in doc["notes"]:
@@ -74,3 +76,28 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.fail_on == "regression" and regressed:
         return EXIT_FAIL_ON
     return EXIT_OK
+
+
+def _print_either_side(d: dict) -> None:
+    """What moved across a change: the series over the runs either side, the two runs' steps compared,
+    their captures of a common rank compared, and the command that compares the two runs."""
+    moved = ", ".join(f"{r['metric']} {r['change']:+.1%}" for r in d.get("series", [])[:4])
+    print(f"      runs {len(d.get('before_runs', []))} before -> {len(d.get('after_runs', []))} after: {moved}")
+    for f in (d.get("steps") or {}).get("findings", [])[:3]:
+        print(f"      the runs either side, {f['kind']}: {f['evidence']}")
+    cap = d.get("captures")
+    if cap:
+        slow, fast = (cap["after"], cap["before"]) if cap["slower"] == "after" else (cap["before"], cap["after"])
+        more = "; ".join(
+            f"{r['kind']} {r['name']} +{r['flagged_ms_per_step'] - r['peer_ms_per_step']:.3f} ms/step"
+            for r in d["trace_diff"][:3]
+        )
+        print(
+            f"      rank {slow['rank']}'s captures, the slower run ({os.path.basename(slow['run'])}, steps "
+            f"{slow['steps'][0]}-{slow['steps'][1]}) against the faster ({os.path.basename(fast['run'])}, "
+            f"steps {fast['steps'][0]}-{fast['steps'][1]}): " + (more or "nothing takes longer per step")
+        )
+    for n in d.get("notes", []):
+        print(f"      ({n})")
+    if d.get("command"):
+        print(f"      steps, ops and collectives: {d['command']}")

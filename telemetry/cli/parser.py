@@ -329,6 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="smallest change reported, a share of the level before (default 0.01 = 1%%)",
     )
     hi.add_argument("--refresh", action="store_true", help="make every run's summary again")
+    hi.add_argument(
+        "--no-diff",
+        action="store_true",
+        help="do not open the runs either side of each change (their steps compared, and their profiler "
+        "captures of a common rank: which op, kernel or collective moved)",
+    )
 
     e = sub.add_parser("export", help="write a run's steps table, or its timeline for Perfetto")
     e.add_argument("run_dir", help="run directory, or a directory of PyTorch profiler traces (steps table only)")

@@ -32,7 +32,7 @@ class History:
         out: dict[str, str] = {}
         for r in self.doc["runs"]:
             if r.get("path"):
-                out.setdefault(r["run"], r["path"])
+                out.setdefault(r["name"], r["path"])
         return out
 
 
@@ -89,7 +89,7 @@ def trend(h: History) -> pd.DataFrame:
         start = pd.to_datetime(r["start_time_s"], unit="s", utc=True) if r.get("start_time_s") else pd.NaT
         base = {
             "n": r["n"],
-            "run": r["run"],
+            "run": r["name"],
             "start": start,
             "commit": str(r.get("commit") or "-"),
             "tags": tags_text(r.get("tags")),
@@ -106,7 +106,13 @@ def change_label(c: dict[str, Any]) -> str:
     what = "slower" if c["regression"] else "better"
     if c["metric"] in RATES:
         what = "worse" if c["regression"] else "better"
-    return f"from run {c['run']} ({c['runs'][1]}): {c['metric']} {c['change']:+.1%} ({what}, p={c['p']:.4f})"
+    return f"from run {c['n']} ({c['runs'][1]}): {c['metric']} {c['change']:+.1%} ({what}, p={c['p']:.4f})"
+
+
+def first_shown(changes: list[dict[str, Any]]) -> int:
+    """The change the view opens on: the largest regression (else the first change)."""
+    worst = [(abs(c["change"]), -k) for k, c in enumerate(changes) if c["regression"]]
+    return -max(worst)[1] if worst else 0
 
 
 def changes_table(h: History) -> pd.DataFrame:
@@ -114,7 +120,7 @@ def changes_table(h: History) -> pd.DataFrame:
     its change and p, the levels either side, whether it is a regression, the commits either side."""
     rows = [
         {
-            "from run": c["run"],
+            "from run": c["n"],
             "run after": c["runs"][1],
             "run before": c["runs"][0],
             "metric": c["metric"],
@@ -139,9 +145,27 @@ def diff_table(c: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "before", "after", "change"])
 
 
+def trace_table(explained: dict[str, Any]) -> pd.DataFrame:
+    """The captures compared (historydiff.explain): each op, kernel or collective the slower run spends
+    more time in per step, the extra first."""
+    rows = [
+        {
+            "kind": r["kind"],
+            "name": r["name"],
+            "slower ms/step": r["flagged_ms_per_step"],
+            "faster ms/step": r["peer_ms_per_step"],
+            "extra ms/step": r["flagged_ms_per_step"] - r["peer_ms_per_step"],
+            "calls/step": r["flagged_count"],
+        }
+        for r in explained.get("trace_diff") or []
+    ]
+    cols = ["kind", "name", "slower ms/step", "faster ms/step", "extra ms/step", "calls/step"]
+    return pd.DataFrame(rows, columns=cols)
+
+
 def pair(h: History, c: dict[str, Any]) -> tuple[str, str] | None:
     """The directories of the runs either side of the change (before, after); None when either is unknown."""
-    before, after = (h.paths.get(n) for n in c["runs"])
+    before, after = c.get("paths") or (h.paths.get(n) for n in c["runs"])
     return (before, after) if before and after else None
 
 
@@ -180,8 +204,8 @@ def chart(df: pd.DataFrame, metric: str, changes: list[dict[str, Any]], x: str =
     marks = pd.DataFrame(
         [
             {
-                "n": c["run"],
-                "start": starts.get(c["run"], pd.NaT),
+                "n": c["n"],
+                "start": starts.get(c["n"], pd.NaT),
                 "change": change_label(c),
                 "this series": c["metric"] == metric,
             }

@@ -531,6 +531,40 @@ def _compare_pair(pair: tuple[str, str]) -> None:
     st.session_state["view"] = "compare"
 
 
+@st.cache_data(show_spinner="comparing the runs either side", max_entries=16)
+def _either_side(before: str, after: str, slower_after: bool, min_effect: float, keys: tuple) -> dict[str, Any]:
+    from telemetry.analysis.historydiff import explain
+
+    return explain(before, after, slower_after, min_effect)  # keys: the runs' content, so a grown run is read again
+
+
+def _either_side_view(pair: tuple[str, str], c: dict[str, Any], min_change: float) -> None:
+    """The two runs either side of the change: their steps compared, and their captures of one rank."""
+    keys = tuple(H.content_key(p) for p in pair)
+    e = _either_side(pair[0], pair[1], bool(c["regression"]), min_change, keys)
+    for f in (e.get("steps") or {}).get("findings", []):
+        st.markdown(f"- {c['runs'][0]} -> {c['runs'][1]}, {f['kind']}: {f['evidence']}")
+    cap = e.get("captures")
+    if cap:
+        slow, fast = (cap["after"], cap["before"]) if cap["slower"] == "after" else (cap["before"], cap["after"])
+        st.markdown(
+            f"**Captures compared**: rank {slow['rank']} in the slower run ({os.path.basename(slow['run'])}, steps "
+            f"{slow['steps'][0]}-{slow['steps'][1]}) against the faster ({os.path.basename(fast['run'])}, steps "
+            f"{fast['steps'][0]}-{fast['steps'][1]}): what takes more time per step"
+        )
+        table = H.trace_table(e)
+        if len(table):
+            st.dataframe(
+                table.style.format({k: "{:.3f}" for k in table.columns if "ms/step" in k} | {"calls/step": "{:.1f}"}),
+                hide_index=True,
+                width="stretch",
+            )
+        else:
+            st.caption("Nothing in the slower run's capture takes longer per step.")
+    for n in e.get("notes", []):
+        st.caption(n)
+
+
 def history_view(view: D.RunView, choice: Choice, hist: "H.History | None") -> None:
     """Many runs of the job in time order (``--history``): one series over the runs with the change
     points marked, the changes, and what moved across the one chosen (telemetry/dashboards/history.py)."""
@@ -579,7 +613,11 @@ def history_view(view: D.RunView, choice: Choice, hist: "H.History | None") -> N
         width="stretch",
     )
     i = st.selectbox(
-        "change", range(len(changes)), format_func=lambda k: H.change_label(changes[k]), key="history_change"
+        "change",
+        range(len(changes)),
+        index=H.first_shown(changes),
+        format_func=lambda k: H.change_label(changes[k]),
+        key="history_change",
     )
     c = changes[i]
     d = c.get("diff") or {}
@@ -592,9 +630,11 @@ def history_view(view: D.RunView, choice: Choice, hist: "H.History | None") -> N
         hide_index=True,
         width="stretch",
     )
+    pair = H.pair(hist, c)
+    if pair:
+        _either_side_view(pair, c, hist.doc["params"]["min_change"])
     if d.get("command"):
         st.markdown(f"Steps, ops and collectives of the runs either side: `{d['command']}`")
-    pair = H.pair(hist, c)
     if pair:
         st.button(
             f"Compare {c['runs'][1]} against {c['runs'][0]}",

@@ -206,3 +206,23 @@ def write_trace(path: str, trace: dict) -> str:
     with opener(path, "wt") as f:
         json.dump(trace, f)
     return path
+
+
+def write_capture(
+    run: str, cid: str, roles: dict[int, str], steps: tuple[int, int] = (100, 102), slow_us: float = 0.0
+) -> None:
+    """A capture as online detection leaves it in ``run``: its manifest and a :func:`gpu_trace` of each rank
+    (3 steps; ``slow_us``: the forward gemm kernel that much longer)."""
+    d = os.path.join(run, "captures", cid)
+    os.makedirs(d)
+    for r in roles:
+        write_trace(os.path.join(d, f"rank-{r}.json.gz"), gpu_trace(r, slow_us=slow_us))
+    manifest = {
+        "id": cid,
+        "ranks": list(roles),
+        "roles": {str(r): v for r, v in roles.items()},
+        "steps": list(steps),
+        "reason": "baseline" if "baseline" in roles.values() else "finding",
+    }
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f)

@@ -3,8 +3,8 @@
 A rank whose data-loader wait is above its peers' (the same scan as for stragglers, on the data
 series, all ranks as peers) delays the step for everyone: its peers wait for it in the collective.
 What-if: its wait at the peers' level. Where that wait was there from the start (it begins within
-the first ``FROM_START`` of the steps analyzed) the rank's input is slow: ``input_bound`` with that
-rank; where it begins later, a wait that was not there before: ``data_stall``. A job whose every rank
+the first ``FROM_START`` of the steps analyzed; of windows read from Prometheus, the first tenth of
+them and at least the first) the rank's input is slow: ``input_bound`` with that rank; where it begins later, a wait that was not there before: ``data_stall``. A job whose every rank
 waits (median wait at least ``min_job_fraction`` of the step) is ``input_bound`` with no ranks when
 the wait was there from the start (over the first ``FROM_START`` of the steps, at least half the whole
 run's share), else a job-wide ``data_stall``: what-if, no wait at all. An input-bound finding says its readiness and bytes read per second
@@ -37,6 +37,14 @@ STANDS_OUT = 1.2  # a rank's mean data wait over a stall's steps: at least this 
 # this many times more than its compute against theirs)
 OWN_SHARE = 0.25  # and its excess at least this share of its own excess in compute over those steps
 FROM_START = 0.1  # a rank's wait that begins within this share of the steps analyzed: its input is slow
+
+
+def _early_windows(live_idx: np.ndarray) -> int:
+    """Windows of several steps (a live job read from Prometheus): how many of the first live windows are
+    "from the start": FROM_START of them, at least the first. A window is known only whole, so a wait
+    that began in the second of 16 windows began after the start (the run store, from every step, dates
+    the same onset past the first tenth: the two agree)."""
+    return max(1, int(FROM_START * len(live_idx)))
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,10 @@ def detect_data_stalls(
         steps = f"{int(m.steps[first])}-{int(m.steps[last])}"
         hot = int(mask.sum())
         where = f"over steps {steps}" if hot == last - first + 1 else f"on {hot} of steps {steps}"
-        slow_input = first - live_idx[0] <= FROM_START * len(live_idx)
+        if m.weight is not None:
+            slow_input = first - live_idx[0] < _early_windows(live_idx)
+        else:
+            slow_input = first - live_idx[0] <= FROM_START * len(live_idx)
         evidence = (
             f"rank {rank_id} waits {hit.excess_s * 1e3:.1f} ms more for its next batch than its peers "
             f"({hit.base_s * 1e3:.1f} ms) {where} ({wait.mean_s * 1e3:.1f} ms per step on average "
@@ -166,7 +177,8 @@ def detect_data_stalls(
             out_shift += one
             mean_wait = float(np.nanmean(waits[live]))  # frac is this mean's share: the same numbers
             # input-bound from the start, or a wait that came later (a job-wide data stall, as before)
-            early = live_idx[: max(5, int(FROM_START * len(live_idx)))]
+            n_early = _early_windows(live_idx) if m.weight is not None else max(5, int(FROM_START * len(live_idx)))
+            early = live_idx[:n_early]
             early_frac = float(np.nansum(waits[early]) / max(np.nansum(t[early]), 1e-12))
             from_start = early_frac >= 0.5 * frac
             everyone_in = inputs.side(m, np.arange(m.n_ranks), live)

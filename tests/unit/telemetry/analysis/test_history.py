@@ -27,12 +27,13 @@ def slowed(tmp_path_factory):
 def test_a_backward_3_percent_slower_from_run_8_is_named_there(slowed, capsys):
     assert main(["history", slowed, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["run"] for r in doc["runs"]] == [f"run-{k:02d}" for k in range(1, 13)]  # in time order
+    assert [r["name"] for r in doc["runs"]] == [f"run-{k:02d}" for k in range(1, 13)]  # in time order
+    assert [r["run"] for r in doc["runs"]] == [os.path.join(slowed, f"run-{k:02d}") for k in range(1, 13)]
     [c] = [c for c in doc["changes"] if c["metric"] == "backward_s"]
-    assert (c["run"], c["phase"], c["regression"]) == (8, "backward", True)
+    assert (c["n"], c["run"], c["phase"], c["regression"]) == (8, os.path.join(slowed, "run-08"), "backward", True)
     assert 0.02 <= c["change"] <= 0.04 and c["p"] <= 0.005, c
     assert c["runs"] == ["run-07", "run-08"] and c["commits"] == ["sim-7", "sim-8"]
-    assert all(x["run"] == 8 for x in doc["changes"])  # nothing anywhere else
+    assert all(x["n"] == 8 for x in doc["changes"])  # nothing anywhere else
     # DESIGN's sign: + is slower for times, lower for rates (tokens/s fell: +)
     assert all(x["change"] > 0 for x in doc["changes"] if x["regression"]), doc["changes"]
     moved = {r["metric"]: r["change"] for r in c["diff"]["series"]}

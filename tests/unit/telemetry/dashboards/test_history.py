@@ -11,6 +11,7 @@ from telemetry.dashboards import history as H
 from telemetry.demo.simrun import write_series
 from telemetry.demo.simulate import Fault, Scenario
 from tests.helpers.apptest import run_app, show
+from tests.helpers.kineto_traces import write_capture
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,9 @@ def series(tmp_path_factory):
     sc = Scenario(
         name="hist", ranks=8, steps=300, seed=7, faults=(Fault("regression", phase="backward", factor=1.03, start=0),)
     )
-    write_series(sc, out, 12, from_run=8)
+    runs = write_series(sc, out, 12, from_run=8)
+    for k, run in enumerate(runs, start=1):  # each run's baseline capture, the gemm 40 us longer from run 8
+        write_capture(run, "baseline", {0: "baseline", 3: "baseline"}, slow_us=40.0 if k >= 8 else 0.0)
     return out
 
 
@@ -84,6 +87,11 @@ def test_the_history_view_shows_the_trend_and_names_run_8_backward(monkeypatch, 
     assert label.startswith("from run 8 (run-08)")
     change.set_value(label).run()
     assert at.dataframe[1].value.iloc[0]["metric"] == "backward_s"
+    # the runs either side: their steps compared, and their captures of rank 0: the kernel that moved
+    assert any("run-07 -> run-08, regression: phase backward" in m.value for m in at.markdown)
+    assert any(m.value.startswith("**Captures compared**: rank 0 in the slower run (run-08") for m in at.markdown)
+    top = at.dataframe[2].value.iloc[0]
+    assert (top["kind"], top["name"]) == ("kernel", "sm80_xmma_gemm_f32") and abs(top["extra ms/step"] - 0.04) < 1e-3
     assert any("telemetry dashboard " in m.value and "--base" in m.value for m in at.markdown)
 
     metric.set_value("backward_s").run()
@@ -107,3 +115,12 @@ def test_without_a_history_source_the_view_says_how_to_give_one(monkeypatch, ser
     at = show(run_app(monkeypatch, os.path.join(series, "run-01")), "history")
     [info] = at.info
     assert "--history" in info.value
+
+
+def test_the_view_opens_on_the_largest_regression():
+    c = [
+        {"change": 0.02, "regression": True},
+        {"change": -0.3, "regression": False},  # a larger improvement: not what one opens the view for
+        {"change": 0.05, "regression": True},
+    ]
+    assert H.first_shown(c) == 2 and H.first_shown(c[:2]) == 0 and H.first_shown([c[1]]) == 0

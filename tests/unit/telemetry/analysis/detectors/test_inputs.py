@@ -58,3 +58,18 @@ def test_an_input_bound_job_with_busy_workers_names_them():
     assert f.ranks == [] and "already waiting in 0% of the steps" in f.evidence and "from storage" in f.evidence
     assert [c["kind"] for c in f.causes] == ["input_workers"]
     assert "2 data-loader workers were fetching 97% of the time" in f.causes[0]["evidence"]
+
+
+def test_of_windows_only_a_wait_in_the_first_live_window_is_from_the_start():
+    """16 windows of 50 steps (a live job read from Prometheus, warm-up the first 2): a rank's wait from
+    the first live window is input_bound, one from the second is a data_stall (a window is known only
+    whole: its onset may lie anywhere in its 50 steps, past the run's first tenth), where 16 single steps
+    call an onset one step past warm-up from the start (a fresh clone's parity test: the store dated a
+    stall from step 300 of 900 a data_stall, Prometheus's 16 windows called it input_bound)."""
+    for start, steps_kind, windows_kind in ((0, "input_bound", "input_bound"), (3, "input_bound", "data_stall")):
+        t = simulate(Scenario(ranks=4, steps=16, faults=(Fault("data_stall", ranks=(2,), delay_s=0.02, start=start),)))
+        steps = [(f.kind, f.ranks) for f in analyze(t).findings if f.kind in ("input_bound", "data_stall")]
+        t["row_steps"] = 50.0
+        found = analyze(t, step_resolution=False, gaps=True).findings
+        windows = [(f.kind, f.ranks) for f in found if f.kind in ("input_bound", "data_stall")]
+        assert (steps, windows) == ([(steps_kind, [2])], [(windows_kind, [2])]), start

@@ -1,0 +1,98 @@
+"""History across real runs: 12 runs of the demo job (2 gloo ranks, real processes, each run its own
+`telemetry demo`), the last four with the backward phase 1.5x slower (real extra matrix products).
+`telemetry history` names run 9, backward, slower, and compares the runs either side by their steps and
+by the baseline captures online detection took of rank 0 in each; the dashboard's History view shows the
+change and the captures compared in headless Chromium."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.helpers import browser
+from tests.helpers.servers import free_port
+
+RUNS, FAULTY_FROM = 12, 9
+
+
+def demo(run_dir: str, k: int) -> None:
+    cmd = [sys.executable, "-m", "telemetry", "demo", "--ranks", "2", "--steps", "80", "--run-dir", run_dir, "--json"]
+    if k >= FAULTY_FROM:
+        cmd += ["--inject", "regression:factor=1.5,start=0,phase=backward"]
+    env = {**os.environ, "TELEMETRY_SINKS": "store", "TELEMETRY_GIT_COMMIT": f"demo-{k}"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("demos") / "nightly")
+    for k in range(1, RUNS + 1):
+        demo(os.path.join(out, f"run-{k:02d}"), k)
+    return out
+
+
+# twelve demos, one after another: alone (scripts/suite.sh), so that a neighbour's load does not make a
+# run slower than its fault does
+@pytest.mark.alone
+def test_history_names_run_9_backward_and_the_dashboard_shows_it(series):
+    done = subprocess.run(
+        [sys.executable, "-m", "telemetry", "history", series, "--json", "--fail-on", "regression"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 3, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert [r["commit"] for r in doc["runs"]] == [f"demo-{k}" for k in range(1, RUNS + 1)]
+    back = [c for c in doc["changes"] if c["metric"] == "backward_s"]
+    assert [(c["n"], c["regression"]) for c in back] == [(FAULTY_FROM, True)], doc["changes"]
+    c = back[0]
+    assert 0.2 < c["change"] < 0.8, c  # 1.5x the backward's compute: its own time about half as long again
+    d = c["diff"]
+    assert ("regression", "backward") in [(f["kind"], f["phase"]) for f in d["steps"]["findings"]], d["steps"]
+    # both runs' baseline captures of rank 0 compared: the slower run's backward ops take more per step
+    assert d["captures"]["slower"] == "after" and d["captures"]["before"]["rank"] == 0, d["notes"]
+    assert d["trace_diff"] and d["trace_diff"][0]["kind"] in ("op", "kernel"), d["trace_diff"]
+    extra = sum(r["flagged_ms_per_step"] - r["peer_ms_per_step"] for r in d["trace_diff"])
+    assert extra > 0, d["trace_diff"]
+
+    if browser.chromium() is None:
+        pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    last = os.path.join(series, f"run-{RUNS:02d}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry", "dashboard", last, "--port", str(port), "--history", series],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the dashboard never became healthy"
+                time.sleep(0.3)
+        want = f"from run {FAULTY_FROM} (run-{FAULTY_FROM:02d})"
+        dom = ""
+        for _ in range(6):  # a dump can race the app's websocket and show the empty shell
+            dom = browser.dump_dom(f"{url}/?view=history")
+            if want in dom and "Captures compared" in dom:
+                break
+        assert 'data-testid="stApp"' in dom
+        assert f"{want}: backward_s +" in dom
+        assert 'data-testid="stVegaLiteChart"' in dom
+        assert "Captures compared" in dom
+        assert f"Compare run-{FAULTY_FROM:02d} against run-{FAULTY_FROM - 1:02d}" in dom
+        assert 'data-testid="stException"' not in dom
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(20)
