@@ -2,7 +2,6 @@
 localhost and stopping with its server, a real browser, and a large run through every view."""
 
 import os
-import time
 
 import pytest
 
@@ -88,45 +87,16 @@ def test_telemetry_dashboard_serves_on_localhost_and_stops_with_its_server(strag
 
 
 def test_a_real_browser_renders_the_findings_and_charts_without_an_exception(straggler_table):
-    import signal
-    import subprocess
-    import sys
-    import urllib.request
-
     from tests.helpers import browser
-    from tests.helpers.servers import free_port
 
     if browser.chromium() is None:
         pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "telemetry", "dashboard", straggler_table, "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the dashboard never became healthy"
-                time.sleep(0.3)
-        # A dump can race the app's websocket and show the empty shell (the first after a start
-        # always does): dump again until the page has drawn its findings, up to a deadline.
-        for _ in range(6):
-            dom = browser.dump_dom(url)
-            if 'data-testid="stExpander"' in dom:
-                break
-        assert 'data-testid="stApp"' in dom
-        assert "straggler - rank 5 - phase forward" in dom
-        assert 'data-testid="stVegaLiteChart"' in dom
-        assert 'data-testid="stException"' not in dom
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(20)
+    with browser.dashboard(straggler_table) as url:
+        dom = browser.dump_dom_until(url, 'data-testid="stExpander"')  # the findings drawn
+    assert 'data-testid="stApp"' in dom
+    assert "straggler - rank 5 - phase forward" in dom
+    assert 'data-testid="stVegaLiteChart"' in dom
+    assert 'data-testid="stException"' not in dom
 
 
 # slow: a 128 x 4,000 table through every view: seconds of CPU, no server

@@ -2,11 +2,6 @@
 (backward 3% slower from run 8), opened at ?view=history in headless Chromium."""
 
 import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 
@@ -15,7 +10,6 @@ pytest.importorskip("streamlit")
 from telemetry.demo.simrun import write_series
 from telemetry.demo.simulate import Fault, Scenario
 from tests.helpers import browser
-from tests.helpers.servers import free_port
 
 
 def test_a_real_browser_shows_the_history_and_its_change_at_run_8(tmp_path):
@@ -26,41 +20,10 @@ def test_a_real_browser_shows_the_history_and_its_change_at_run_8(tmp_path):
         name="hist", ranks=8, steps=300, seed=7, faults=(Fault("regression", phase="backward", factor=1.03, start=0),)
     )
     write_series(sc, series, 12, from_run=8)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "telemetry",
-            "dashboard",
-            os.path.join(series, "run-12"),
-            "--port",
-            str(port),
-            "--history",
-            series,
-        ],
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the dashboard never became healthy"
-                time.sleep(0.3)
-        for _ in range(6):  # a dump can race the app's websocket and show the empty shell
-            dom = browser.dump_dom(f"{url}/?view=history")
-            if "from run 8 (run-08)" in dom:
-                break
-        assert 'data-testid="stApp"' in dom
-        assert "Changes (" in dom and "from run 8 (run-08): backward_s +" in dom
-        assert 'data-testid="stVegaLiteChart"' in dom
-        assert "Compare run-08 against run-07" in dom
-        assert 'data-testid="stException"' not in dom
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(20)
+    with browser.dashboard(os.path.join(series, "run-12"), "--history", series) as url:
+        dom = browser.dump_dom_until(f"{url}/?view=history", "from run 8 (run-08)")
+    assert 'data-testid="stApp"' in dom
+    assert "Changes (" in dom and "from run 8 (run-08): backward_s +" in dom
+    assert 'data-testid="stVegaLiteChart"' in dom
+    assert "Compare run-08 against run-07" in dom
+    assert 'data-testid="stException"' not in dom

@@ -6,16 +6,12 @@ change and the captures compared in headless Chromium."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 from tests.helpers import browser
-from tests.helpers.servers import free_port
 
 RUNS, FAULTY_FROM = 12, 9
 
@@ -64,35 +60,12 @@ def test_history_names_run_9_backward_and_the_dashboard_shows_it(series):
 
     if browser.chromium() is None:
         pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    last = os.path.join(series, f"run-{RUNS:02d}")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "telemetry", "dashboard", last, "--port", str(port), "--history", series],
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the dashboard never became healthy"
-                time.sleep(0.3)
-        want = f"from run {FAULTY_FROM} (run-{FAULTY_FROM:02d})"
-        dom = ""
-        for _ in range(6):  # a dump can race the app's websocket and show the empty shell
-            dom = browser.dump_dom(f"{url}/?view=history")
-            if want in dom and "Captures compared" in dom:
-                break
-        assert 'data-testid="stApp"' in dom
-        assert f"{want}: backward_s +" in dom
-        assert 'data-testid="stVegaLiteChart"' in dom
-        assert "Captures compared" in dom
-        assert f"Compare run-{FAULTY_FROM:02d} against run-{FAULTY_FROM - 1:02d}" in dom
-        assert 'data-testid="stException"' not in dom
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(20)
+    want = f"from run {FAULTY_FROM} (run-{FAULTY_FROM:02d})"
+    with browser.dashboard(os.path.join(series, f"run-{RUNS:02d}"), "--history", series) as url:
+        dom = browser.dump_dom_until(f"{url}/?view=history", want, "Captures compared")
+    assert 'data-testid="stApp"' in dom
+    assert f"{want}: backward_s +" in dom
+    assert 'data-testid="stVegaLiteChart"' in dom
+    assert "Captures compared" in dom
+    assert f"Compare run-{FAULTY_FROM:02d} against run-{FAULTY_FROM - 1:02d}" in dom
+    assert 'data-testid="stException"' not in dom
