@@ -163,18 +163,20 @@ def metrics_page() -> str:
         f"series carries the labels {', '.join(f'`{b}`' for b in names.BASE_LABELS)}; the table names the labels "
         "beyond those. The series column is what a query reads (a counter with `_total`, a histogram as "
         "`_bucket`, `_sum`, `_count`); prometheus-client's `_created` series are left out. "
-        "[Exporters](../exporters.md) says when a series has a sample and what bounds the label values.",
+        "[Exporters](../exporters.md) says when a series has a sample and what bounds the label values. "
+        "The level column is the least `metrics_level` that exports the metric (`job` < `phase` < `full`, the "
+        "default): a rank at a lower level leaves it out ([Scale](../scale.md#a-cardinality-budget-per-rank)).",
     ]
     groups: dict[str, list] = {}
     for m in names.ALL:
         groups.setdefault(m.group, []).append(m)
     for group, metrics in groups.items():
         out += ["", f"## {GROUP_TITLES.get(group, group.capitalize())}", ""]
-        out += ["| metric | type | series | labels | help |", "|---|---|---|---|---|"]
+        out += ["| metric | type | series | labels | level | help |", "|---|---|---|---|---|---|"]
         for m in metrics:
             series = ", ".join(f"`{s}`" for s in m.series)
             labels = ", ".join(f"`{lab}`" for lab in m.labels)
-            out.append(f"| `{m.name}` | {m.kind} | {series} | {labels} | {_text(m.help)} |")
+            out.append(f"| `{m.name}` | {m.kind} | {series} | {labels} | {m.level} | {_text(m.help)} |")
     return "\n".join(out) + "\n"
 
 

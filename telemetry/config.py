@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from . import plugins
 from .flops import DTYPES
+from .metrics.names import LEVELS as METRICS_LEVELS
 
 log = logging.getLogger("telemetry")
 
@@ -116,6 +117,7 @@ class Config:
     step_buckets_s: tuple[float, ...] = STEP_BUCKETS_S  # histogram buckets of step, phase and data-wait times (s)
     collective_buckets_s: tuple[float, ...] = COLLECTIVE_BUCKETS_S  # histogram buckets of collective calls (s)
     max_label_values: int = 32  # distinct phases / logged names / ops exported per rank
+    metrics_level: str = "full"  # series per rank: full (everything), phase (no per-op or per-group detail), job (no per-phase or per-name detail either); see Scale
     pushgateway_url: str = ""  # push to a Pushgateway every push_interval_s and at shutdown
     push_interval_s: float = 15.0  # Pushgateway push period, and the OTel metrics mirror's export period
     # OpenTelemetry (on when an endpoint is set here or in OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)
@@ -288,6 +290,11 @@ class Config:
         for name in ("step_buckets_s", "collective_buckets_s"):
             _check_buckets(self, name)
         self._set("max_label_values", _check_int("max_label_values", self.max_label_values, 1, 1024))
+        if not isinstance(self.metrics_level, str) or self.metrics_level not in METRICS_LEVELS:
+            raise ConfigError(
+                f"metrics_level={_show(self.metrics_level)}; accepted: full (every series, the default), phase "
+                "(no per-op or per-group series), job (no per-phase or per-name series either)"
+            )
         self._set("push_interval_s", _check_number("push_interval_s", self.push_interval_s, 0.5, 3600.0))
         self._set("otlp_sample_every", _check_int("otlp_sample_every", self.otlp_sample_every, 1, 1 << 20))
         self._set("otlp_timeout_s", _check_number("otlp_timeout_s", self.otlp_timeout_s, 0.1, 300.0))

@@ -4,7 +4,8 @@ installed package for a pip user.
 Everything comes from the package's data (:mod:`importlib.resources`), so it works from a wheel:
 
 - ``DIR/prometheus/``: ``prometheus.yml``, ``recording.rules.yml``, ``alerts.rules.yml`` and the rules'
-  promtool tests in ``tests/`` (``promtool test rules DIR/prometheus/tests/*.yml``);
+  promtool tests in ``tests/`` (``promtool test rules DIR/prometheus/tests/*.yml``); ``agent.yml``, for
+  Prometheus in agent mode remote-writing to a central store (not used by the compose file);
 - ``DIR/alertmanager/alertmanager.yml``, ``DIR/grafana/{provisioning,dashboards}/``, ``DIR/otel/collector.yml``;
 - ``DIR/docker-compose.yml``: Prometheus, Alertmanager, the Pushgateway, the OpenTelemetry Collector,
   Jaeger, Grafana, and the Streamlit dashboard on the runs under ``DIR/runs`` (or ``TELEMETRY_RUNS_DIR``);

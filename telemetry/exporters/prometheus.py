@@ -7,6 +7,14 @@ exporting rank: rank 0's per-rank straggler scores name the scored rank ``scored
 registry is this sink's own, never the process-global one. Scrape with ``honor_labels: true`` so
 that the ``job`` label stays the training job's.
 
+The cardinality budget, ``metrics_level`` (each metric's level is in :mod:`telemetry.metrics.names`):
+``full`` exports everything; ``phase`` leaves out the per-op and per-group families (the collective
+duration histogram, calls, bytes, bandwidth gauges, the per-group counters) but keeps the two per-op
+counters the recorded bus bandwidth and its alert read (``train_collective_seconds_total``,
+``train_collective_bus_bytes_total``); ``job`` also leaves out the per-phase families and the logged
+values (``train_phase_duration_seconds``, ``train_phase_blocked_seconds_total``, ``train_log_value``).
+What is left out is never declared: no family, no ``# HELP`` line, no label value taken from the caps.
+
 No false zeros: a series whose value is not known yet has no sample until its first real value
 (MFU without ``flops_per_token``, tokens or samples per second on a rank whose steps carry none,
 the last step before the first one ends).
@@ -229,6 +237,7 @@ class PrometheusSink(Sink):
         self._run_info = run_info
         self._trace_sampled: Any = None  # decided at the first write (see _exemplar)
         self._gates = {k: LabelGate(k, config.max_label_values) for k in ("phase", "op", "name", "group")}
+        self.level = getattr(config, "metrics_level", "full")
         self._build_metrics(config)
         self._push: PushWorker | None = None
         self.registry.register(
@@ -313,6 +322,9 @@ class PrometheusSink(Sink):
         base = [self.labels[k] for k in L]
 
         def declare(cls: Any, m: N.Metric, **kw: Any) -> Any:
+            """The metric, or None when this rank's metrics_level leaves it out (never declared)."""
+            if not m.exported_at(self.level):
+                return None
             return cls(m.name, m.help, m.all_labels, registry=r, **kw)
 
         self.step_hist = declare(Histogram, N.STEP_DURATION, buckets=c.step_buckets_s).labels(*base)
@@ -389,12 +401,14 @@ class PrometheusSink(Sink):
                 if name == "data":  # its own metric, train_dataloader_wait_seconds
                     self.data_hist.observe(sec)
                     continue
+                if self.phase_hist is None:  # metrics_level job: no per-phase series
+                    continue
                 child = self._child(self.phase_hist, "phase", name)
                 if child is not None:
                     child.observe(sec)
                     # 0 too: a phase's series starts with the phase, so "no waiting" never reads as "not known"
                     self._child(self.phase_blocked, "phase", name).inc(r.phase_comm.get(name, 0.0))
-            for span in r.spans:
+            for span in r.spans if self.coll_hist is not None else ():
                 if span.kind == rec_types.SPAN_COLLECTIVE:
                     child = self._child(self.coll_hist, "op", span.name)
                     if child is not None:
@@ -406,16 +420,18 @@ class PrometheusSink(Sink):
                     (self.coll_seconds, s.duration_s),
                     (self.coll_bus_bytes, s.bus_bytes),
                 ):
+                    if metric is None:  # left out by metrics_level
+                        continue
                     child = self._child(metric, "op", op)
                     if child is not None:
                         child.inc(value)
-                if s.duration_s > 0:
+                if s.duration_s > 0 and self.busbw is not None:
                     for metric, value in ((self.busbw, s.bus_bytes), (self.algbw, s.bytes)):
                         child = self._child(metric, "op", op)
                         if child is not None:
                             child.set(value / s.duration_s)
             self.comm_total.inc(r.comm_s)
-            for group, (sec, nbytes) in (r.comm_groups or {}).items():
+            for group, (sec, nbytes) in (r.comm_groups or {}).items() if self.group_blocked is not None else ():
                 child = self._child(self.group_blocked, "group", group)
                 if child is not None:
                     child.inc(sec)
@@ -430,7 +446,7 @@ class PrometheusSink(Sink):
                 self.samples.inc(r.samples)
                 if r.duration_s > 0:
                     self.sps.set(r.samples / r.duration_s)
-            for name, value in r.scalars.items():
+            for name, value in r.scalars.items() if self.scalar is not None else ():
                 if isinstance(value, (int, float)):
                     child = self._child(self.scalar, "name", name)
                     if child is not None:

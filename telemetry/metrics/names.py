@@ -13,6 +13,13 @@ them. A name written by hand anywhere else is a name that can drift.
 >>> by_series("train_gpu_power_watts") is DEVICE["gpu_power_watts"]
 True
 
+Levels (the setting ``metrics_level``): each metric says the least level that exports it
+(:data:`LEVELS`); a rank at ``phase`` or ``job`` leaves the more detailed families out, under their
+own names and labels unchanged.
+
+>>> [m.name for m in ALL if not m.exported_at("phase")][:2]
+['train_collective_duration_seconds', 'train_collective_bytes']
+
 Conventions (Prometheus'): base units in the name (``_seconds``, ``_bytes``, ``_ratio``), counters
 exposed with ``_total``; every per-rank series carries :data:`BASE_LABELS`; never a step number or a
 tensor shape as a label value (cardinality).
@@ -25,6 +32,10 @@ from dataclasses import dataclass
 PREFIX = "train_"
 BASE_LABELS = ("job", "rank", "local_rank", "node")  # on every series a rank exports
 KINDS = ("counter", "gauge", "histogram")
+# The cardinality budget per rank (the setting metrics_level), least detail first. A metric is exported
+# at its own level and every level above it: "job" ones at every level, "phase" ones at phase and full,
+# "full" ones only at full. A level drops whole families; it never renames one or drops a label.
+LEVELS = ("job", "phase", "full")
 
 
 @dataclass(frozen=True)
@@ -37,10 +48,13 @@ class Metric:
     help: str
     labels: tuple[str, ...] = ()
     group: str = "step"  # step | collective | progress | throughput | device | online | telemetry
+    level: str = "job"  # the least metrics_level that exports it (LEVELS)
 
     def __post_init__(self) -> None:
         if not self.name.startswith(PREFIX) or self.kind not in KINDS:
             raise ValueError(f"metric {self.name!r} ({self.kind}): names start with {PREFIX!r}; kinds: {KINDS}")
+        if self.level not in LEVELS:
+            raise ValueError(f"metric {self.name!r}: level {self.level!r}; levels: {LEVELS}")
         if self.kind == "counter" and self.name.endswith("_total"):
             raise ValueError(f"counter {self.name!r}: give the name without _total (the client adds it)")
 
@@ -74,6 +88,14 @@ class Metric:
     def all_labels(self) -> tuple[str, ...]:
         return BASE_LABELS + self.labels
 
+    def exported_at(self, level: str) -> bool:
+        """Whether a rank exports this metric at ``metrics_level`` ``level``.
+
+        >>> PHASE_DURATION.exported_at("phase"), PHASE_DURATION.exported_at("job")
+        (True, False)
+        """
+        return LEVELS.index(level) >= LEVELS.index(self.level)
+
 
 # ---- steps and phases ---------------------------------------------------------------------------
 STEP_DURATION = Metric("train_step_duration_seconds", "histogram", "Wall time of one training step")
@@ -82,25 +104,28 @@ PHASE_DURATION = Metric(
     "histogram",
     "Time in a phase per step (the data wait is train_dataloader_wait_seconds)",
     ("phase",),
+    level="phase",
 )
 DATALOADER_WAIT = Metric(
     "train_dataloader_wait_seconds", "histogram", "Time blocked waiting for the next batch, per step"
 )
 STEPS = Metric("train_steps", "counter", "Completed steps")
 STEP_FAILURES = Metric("train_step_failures", "counter", "Steps that raised")
-LOG_VALUE = Metric("train_log_value", "gauge", "Last value given to telemetry.log", ("name",))
+LOG_VALUE = Metric("train_log_value", "gauge", "Last value given to telemetry.log", ("name",), level="phase")
 BUILD_INFO = Metric(
     "train_build_info", "gauge", "Versions of this telemetry session", ("version", "python", "torch"), "telemetry"
 )
 
 # ---- collectives --------------------------------------------------------------------------------
 COLLECTIVE_DURATION = Metric(
-    "train_collective_duration_seconds", "histogram", "Duration of one collective call", ("op",), "collective"
+    "train_collective_duration_seconds", "histogram", "Duration of one collective call", ("op",), "collective", "full"
 )
 COLLECTIVE_BYTES = Metric(
-    "train_collective_bytes", "counter", "Bytes moved by collectives (payload)", ("op",), "collective"
+    "train_collective_bytes", "counter", "Bytes moved by collectives (payload)", ("op",), "collective", "full"
 )
-COLLECTIVE_CALLS = Metric("train_collective_calls", "counter", "Collective calls", ("op",), "collective")
+COLLECTIVE_CALLS = Metric("train_collective_calls", "counter", "Collective calls", ("op",), "collective", "full")
+# These two stay per op at every metrics_level: the recorded bus bandwidth per op and its alert
+# (TrainingCollectiveBandwidthDrop) read them; every other per-op family is "full" only.
 COLLECTIVE_SECONDS = Metric(
     "train_collective_seconds", "counter", "Time in collective calls, issue to completion", ("op",), "collective"
 )
@@ -117,6 +142,7 @@ COLLECTIVE_BUSBW = Metric(
     "Bus bandwidth of the last step's calls of an op (nccl-tests factors)",
     ("op",),
     "collective",
+    "full",
 )
 COLLECTIVE_ALGBW = Metric(
     "train_collective_algbw_bytes_per_second",
@@ -124,6 +150,7 @@ COLLECTIVE_ALGBW = Metric(
     "Algorithm bandwidth (bytes / time) of the last step's calls of an op",
     ("op",),
     "collective",
+    "full",
 )
 COLLECTIVE_BLOCKED = Metric(
     "train_collective_blocked_seconds",
@@ -137,6 +164,7 @@ PHASE_BLOCKED = Metric(
     "Time blocked in collectives inside a phase (its compute: the phase's time less this)",
     ("phase",),
     "collective",
+    "phase",
 )
 COMM_GROUP_BLOCKED = Metric(
     "train_comm_group_blocked_seconds",
@@ -145,6 +173,7 @@ COMM_GROUP_BLOCKED = Metric(
     "world; g<hash> for an unnamed group)",
     ("group",),
     "collective",
+    "full",
 )
 COMM_GROUP_BYTES = Metric(
     "train_comm_group_bytes",
@@ -152,6 +181,7 @@ COMM_GROUP_BYTES = Metric(
     "Bytes of collectives per process group, labelled by its parallel dimension",
     ("group",),
     "collective",
+    "full",
 )
 
 # ---- checkpoints -------------------------------------------------------------------------------

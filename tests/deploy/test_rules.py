@@ -148,6 +148,20 @@ def test_the_rules_only_read_metrics_the_exporter_writes():
     assert unknown == {}
 
 
+def test_the_rules_read_only_metrics_every_metrics_level_exports():
+    """A rank at metrics_level job (the least) still exports every train_* series the recording and
+    alert rules read: the budget never silences an alert or empties a record."""
+    recorded = {r["record"] for r in rules(RECORDS)}
+    read = {}
+    for path in (RECORDS, ALERTS):
+        for r in rules(path):
+            for name in set(re.findall(r"(?<![:a-z_])train_[a-z_]+", r["expr"])) - recorded:
+                read.setdefault(name, []).append(r.get("alert") or r.get("record"))
+    assert "train_collective_bus_bytes_total" in read and "train_step_duration_seconds_bucket" in read
+    missing = {n: who for n, who in read.items() if not names.by_series(n).exported_at("job")}
+    assert missing == {}
+
+
 def test_amtool_checks_the_alertmanager_config():
     amtool = require("amtool", "prometheus-alertmanager")
     out = run(amtool, "check-config", ALERTMANAGER)

@@ -137,6 +137,14 @@ def test_promtool_check_config(stack_dir):
     assert "2 rule files found" in r.stdout
 
 
+def test_promtool_check_config_of_the_agent(stack_dir):
+    """agent.yml (Prometheus in agent mode, remote-writing to a central store) is written too, and is a
+    valid agent-mode config: no rules, no alerting. tests/integration/test_prometheus_agent.py runs it."""
+    promtool = require("promtool", "prometheus")
+    r = run(promtool, "check", "config", "--agent", os.path.join(stack_dir, "prometheus", "agent.yml"))
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
 def test_promtool_check_rules(stack_dir):
     promtool = require("promtool", "prometheus")
     rules = [os.path.join(stack_dir, "prometheus", n) for n in ("recording.rules.yml", "alerts.rules.yml")]

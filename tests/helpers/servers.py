@@ -80,18 +80,15 @@ def wait_http(url: str, timeout: float = 20.0) -> None:
 
 @contextlib.contextmanager
 def running(cmd: list[str], ready_url: str, log_path):
+    """The server, in a process group of its own, once it answers ``ready_url``; the group is stopped
+    at the end (SIGTERM, then SIGKILL)."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_http(ready_url)
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_group(proc, timeout=10)
 
 
 def stop_group(proc: subprocess.Popen, timeout: float = 20.0) -> None:
@@ -161,6 +158,25 @@ def prometheus(tmp_path, config: str, extra_args: tuple[str, ...] = ()):
     ]
     with running(cmd, f"http://127.0.0.1:{port}/-/ready", tmp_path / "prometheus.log"):
         yield Prometheus(f"http://127.0.0.1:{port}")
+
+
+@contextlib.contextmanager
+def prometheus_agent(tmp_path, config: str, extra_args: tuple[str, ...] = ()):
+    """Prometheus in agent mode (scrape and remote-write only: no query API, no rules); yields its URL."""
+    binary = require("prometheus", "prometheus")
+    port = free_port()
+    cfg = tmp_path / "agent.yml"
+    cfg.write_text(config)
+    cmd = [
+        binary,
+        "--enable-feature=agent",
+        f"--config.file={cfg}",
+        f"--storage.agent.path={tmp_path / 'agent-wal'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        *extra_args,
+    ]
+    with running(cmd, f"http://127.0.0.1:{port}/-/ready", tmp_path / "agent.log"):
+        yield f"http://127.0.0.1:{port}"
 
 
 @contextlib.contextmanager

@@ -64,3 +64,12 @@ def test_bad_device_settings_fail_at_init(run_dir):
         telemetry.init(run_dir=run_dir, mfu_dtype="int4")
     with pytest.raises(telemetry.ConfigError, match="device_interval_s=0.001"):
         telemetry.init(run_dir=run_dir, device_interval_s=0.001)
+
+
+def test_metrics_level_is_checked_at_init_naming_the_setting(run_dir, monkeypatch):
+    with pytest.raises(telemetry.ConfigError, match=r"metrics_level='ops'; accepted: full .*phase .*job"):
+        telemetry.init(run_dir=run_dir, metrics_level="ops")
+    monkeypatch.setenv("TELEMETRY_METRICS_LEVEL", "per-op")
+    with pytest.raises(telemetry.ConfigError, match=r"metrics_level='per-op'.*TELEMETRY_METRICS_LEVEL"):
+        telemetry.init(run_dir=run_dir)
+    assert telemetry.session() is None

@@ -429,3 +429,92 @@ def test_captures_are_counted_by_outcome_only_when_captures_run():
     fams = {f.name: f for f in _DropCollector(labels, lambda: stats, []).collect()}
     got = {s.labels["outcome"]: s.value for s in fams["train_captures"].samples}
     assert got == {"planned": 1, "taken": 1, "missed": 0, "skipped": 2, "failed": 0, "over_budget": 3}
+
+
+def _rich_record(step):
+    """A step with something for every per-rank family: phases (and one blocked in a collective), the
+    data wait, an op with its span, a process group, a logged value, tokens and samples, a checkpoint
+    save, a watched batch, host readings."""
+    from telemetry.pipeline.records import SPAN_CHECKPOINT, SPAN_COLLECTIVE, OpStats, Span, StepRecord
+
+    t = 1.8e9 + step
+    return StepRecord(
+        rank=0,
+        step=step,
+        start_s=t,
+        duration_s=0.5,
+        ok=True,
+        phases={"data": 0.01, "forward": 0.2, "backward": 0.25},
+        phase_comm={"backward": 0.05},
+        comm_s=0.05,
+        ops={"all_reduce": OpStats(2, 0.05, 0.05, 1 << 20, 1.5 * (1 << 20))},
+        tokens=4096,
+        samples=8,
+        scalars={"loss": 1.5},
+        spans=(
+            Span(SPAN_COLLECTIVE, "all_reduce", t + 0.3, t + 0.35, group="dp"),
+            Span(SPAN_CHECKPOINT, "save", t + 0.4, t + 0.45, nbytes=1000),
+        ),
+        device={"process_cpu_ratio": 1.0, "process_resident_memory_bytes": 1e9},
+        mfu=0.4,
+        comm_groups={"dp": (0.05, 1 << 20)},
+        io={"checkpoint_io_s": 0.03, "input_ready": 1.0, "read_bytes": 4096.0},
+    )
+
+
+def _families_at(level, tmp_path):
+    """The metrics (telemetry.metrics.names) one rank exports at ``metrics_level`` ``level`` after a
+    few rich steps, and its exposition."""
+    from prometheus_client import generate_latest
+
+    from telemetry.config import Config
+    from telemetry.exporters.prometheus import PrometheusSink
+    from telemetry.metrics import names as N
+    from telemetry.pipeline.records import OnlineResult
+    from telemetry.rank import RankContext
+
+    kwargs = {"run_dir": str(tmp_path / level), "job": "lv", "prometheus_port": free_port(), "prometheus_sd_dir": "off"}
+    if level != "default":
+        kwargs["metrics_level"] = level
+    sink = PrometheusSink(Config.resolve(kwargs, environ={}), RankContext.from_env({}), {"stats": dict})
+    try:
+        sink.write([_rich_record(s) for s in range(3)])
+        sink.findings(OnlineResult([], {0: 0.0, 1: 0.3}, {"straggler": 1}, {1: 0.06}))
+        text = generate_latest(sink.registry).decode()
+    finally:
+        sink.close(1.0)
+    found = {N.by_series(line.split("{")[0].split(" ")[0]) for line in series(text)}
+    found.discard(None)  # _created samples
+    return found, text
+
+
+def test_metrics_level_leaves_out_whole_families_and_renames_none(tmp_path):
+    from telemetry.metrics import names as N
+
+    full, full_text = _families_at("full", tmp_path)
+    default, _ = _families_at("default", tmp_path)
+    assert full == default  # full is the default: today's exporter
+    assert len(full) >= 30 and {N.PHASE_DURATION, N.COLLECTIVE_DURATION, N.COMM_GROUP_BYTES, N.LOG_VALUE} <= full
+    counts = {"full": len(series(full_text))}
+    for level in ("phase", "job"):
+        got, text = _families_at(level, tmp_path)
+        assert got == {m for m in full if m.exported_at(level)}, level
+        counts[level] = len(series(text))
+        # what is left out is not declared at all: no HELP or TYPE line either
+        for m in full - got:
+            assert f"# HELP {m.name}" not in text, (level, m.name)
+        # what stays is exactly what full exports for it: same names, labels and values
+        kept = {line for line in series(full_text) if N.by_series(line.split("{")[0]) in got}
+        kept_here = {line for line in series(text) if N.by_series(line.split("{")[0]) in got}
+        assert {k.rsplit(" ", 1)[0] for k in kept} == {k.rsplit(" ", 1)[0] for k in kept_here}, level
+    phase, _ = _families_at("phase", tmp_path)
+    job, job_text = _families_at("job", tmp_path)
+    assert N.PHASE_DURATION in phase and N.PHASE_BLOCKED in phase and N.LOG_VALUE in phase
+    assert not {N.COLLECTIVE_DURATION, N.COLLECTIVE_CALLS, N.COLLECTIVE_BUSBW, N.COMM_GROUP_BLOCKED} & phase
+    assert not {N.PHASE_DURATION, N.PHASE_BLOCKED, N.LOG_VALUE} & job
+    # the job level keeps the step histogram, the counters, compute / comm / data seconds, and the
+    # per-op counters the recorded bus bandwidth reads
+    assert {N.STEP_DURATION, N.STEPS, N.TOKENS, N.SAMPLES, N.COLLECTIVE_BLOCKED, N.DATALOADER_WAIT} <= job
+    assert {N.COLLECTIVE_SECONDS, N.COLLECTIVE_BUS_BYTES, N.STRAGGLER_COST, N.CHECKPOINT_SECONDS} <= job
+    assert 'train_collective_bus_bytes_total{job="lv"' in job_text and 'op="all_reduce"' in job_text
+    assert counts["job"] < counts["phase"] < counts["full"], counts
