@@ -8,7 +8,7 @@ this machine (2 gloo ranks each), the last ones with the backward phase slower, 
   were compared by their captures (and the first op the slower run spends more in);
 - **cost**: seconds per demo run, and ``history``'s first pass (summaries made) and a cached one.
 
-    python bench/history_demo.py [--out bench/RESULTS.md] [--runs 12] [--faulty-from 9] [--factor 1.5]
+    python bench/history_demo.py [--out bench/RESULTS.md] [--runs 12] [--faulty-from 9] [--factor 1.5] [--steps 400]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=12)
     ap.add_argument("--faulty-from", type=int, default=9)
     ap.add_argument("--factor", type=float, default=1.5)
-    ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--steps", type=int, default=400)
     args = ap.parse_args()
     fault = f"regression:factor={args.factor},start=0,phase=backward"
     with tempfile.TemporaryDirectory() as d:
@@ -49,7 +49,7 @@ def main() -> None:
         took = []
         for k in range(1, args.runs + 1):
             cmd = [sys.executable, "-m", "telemetry", "demo", "--ranks", "2", "--steps", str(args.steps)]
-            cmd += ["--run-dir", os.path.join(series, f"run-{k:02d}"), "--json"]
+            cmd += ["--run-dir", os.path.join(series, f"run-{k:02d}"), "--job", "nightly", "--json"]
             if k >= args.faulty_from:
                 cmd += ["--inject", fault]
             env = {**os.environ, "TELEMETRY_SINKS": "store", "TELEMETRY_GIT_COMMIT": f"demo-{k}"}
@@ -80,7 +80,7 @@ def main() -> None:
     lines = [
         f"Command: `python bench/history_demo.py --runs {args.runs} --faulty-from {args.faulty_from} "
         f"--factor {args.factor} --steps {args.steps}` (bench/history_demo.py; 2-core VM): {args.runs} real "
-        f"`telemetry demo --ranks 2 --steps {args.steps}` runs one after another, runs {args.faulty_from}+ with "
+        f"`telemetry demo --ranks 2 --steps {args.steps} --job nightly` runs one after another, runs {args.faulty_from}+ with "
         f"`--inject {fault}`; `telemetry history` at its defaults.",
         "",
         "| measure | result |",

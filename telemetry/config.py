@@ -30,6 +30,9 @@ log = logging.getLogger("telemetry")
 
 ENV_PREFIX = "TELEMETRY_"
 _HOST_RE = re.compile(r"[A-Za-z0-9_.:\[\]%-]{1,253}")
+# TELEMETRY_* variables that are no settings: read by provenance.py (the commit of a job run from a copy
+# without .git) and by the dashboard's process; not "unknown"
+READ_ELSEWHERE = ("TELEMETRY_GIT_COMMIT", "TELEMETRY_GIT_DIRTY", "TELEMETRY_DASHBOARD_")
 _JOB_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # fullmatch: no trailing newline
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 OTLP_TRACES_EXPORTERS = ("otlp", "console", "none")  # as the OTel SDK's OTEL_TRACES_EXPORTER
@@ -143,14 +146,15 @@ class Config:
             if not key.startswith(ENV_PREFIX):
                 continue
             name = key[len(ENV_PREFIX) :].lower()
-            if name not in names:
+            if name not in names and not key.startswith(READ_ELSEWHERE):
                 log.warning(
                     "telemetry: ignoring unknown environment variable %s (accepted: %s)",
                     key,
                     ", ".join(ENV_PREFIX + n.upper() for n in sorted(names)),
                 )
                 continue
-            values[name] = _parse_env(key, value, names[name])
+            if name in names:
+                values[name] = _parse_env(key, value, names[name])
         from_env = set(values)
         values.update({k: v for k, v in kwargs.items() if v is not None})
         from_env -= set(kwargs)

@@ -41,7 +41,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             out=out,
             hang_after_s=args.hang_after,
-            extra_args={"checkpoint_every": every} if every else None,
+            extra_args={**({"checkpoint_every": every} if every else {}), **({"job": args.job} if args.job else {})},
         )
     except DemoError as exc:
         print(f"telemetry demo: {exc}", file=sys.stderr)

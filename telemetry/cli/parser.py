@@ -11,6 +11,16 @@ from ..version import __version__
 from .common import EXIT_CODES
 
 
+def _job_name(text: str) -> str:
+    from ..config import _JOB_RE
+
+    if not _JOB_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is invalid; accepted: 1-128 characters of letters, digits and . _ : -"
+        )
+    return text
+
+
 def _positive_int(lo: int, hi: int):
     def parse(text: str) -> int:
         try:
@@ -87,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int(1, 100000),
         help="save a checkpoint (torch.distributed.checkpoint, each rank its own) every N steps "
         "(default: none, or 25 with a slow_checkpoint injected)",
+    )
+    d.add_argument(
+        "--job",
+        type=_job_name,
+        metavar="NAME",
+        help="the job's name (default: the run directory's): give runs of one job one name, and "
+        "`telemetry history` compares them (it groups by the job name, world size, phases and tags)",
     )
     d.add_argument("--overwrite", action="store_true", help="replace an existing --run-dir")
     d.add_argument(

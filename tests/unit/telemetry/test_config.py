@@ -52,6 +52,14 @@ def test_unknown_env_variable_is_warned_not_fatal(caplog):
     assert "ignoring unknown environment variable TELEMETRY_FLUSH" in caplog.text
 
 
+def test_the_variables_read_elsewhere_are_not_called_unknown(caplog):
+    """TELEMETRY_GIT_COMMIT names the commit of a job run from a copy (docs/runs.md): no setting, but
+    read by the package, so no warning on every rank (a demo series printed one per rank per run)."""
+    env = {"TELEMETRY_GIT_COMMIT": "abc", "TELEMETRY_GIT_DIRTY": "1", "TELEMETRY_DASHBOARD_JOB": "j"}
+    assert Config.resolve({}, environ=env) == Config.resolve({}, environ={})
+    assert "unknown environment variable" not in caplog.text
+
+
 def test_a_setting_of_the_wrong_type_is_not_called_out_of_range():
     with pytest.raises(ConfigError, match=r"prometheus_port='abc' is not an integer; accepted: an integer"):
         Config.resolve({"prometheus_port": "abc"}, environ={})

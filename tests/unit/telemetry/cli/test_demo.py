@@ -43,3 +43,21 @@ def test_demo_refuses_to_clobber_an_existing_run_dir(capsys, tmp_path):
     (tmp_path / "r" / "precious.txt").write_text("x")
     assert cli(["demo", "--run-dir", str(tmp_path / "r")]) == 2
     assert "exists and is not empty; pass --overwrite" in capsys.readouterr().err
+
+
+def test_demo_takes_a_job_name_and_refuses_a_bad_one_before_starting(run_dir, monkeypatch, capsys):
+    from telemetry.demo.launcher import DemoResult
+
+    seen = {}
+
+    def run(*a, **k):
+        seen.update(k["extra_args"])
+        return DemoResult(run_dir, "completed", exit_codes={0: 0}, wall_s=1.0)
+
+    record(run_dir, 3)
+    monkeypatch.setattr("telemetry.demo.launcher.run_demo", run)
+    cli(["demo", "--run-dir", run_dir, "--job", "nightly"])
+    assert seen == {"job": "nightly"}
+    with pytest.raises(SystemExit) as e:
+        cli(["demo", "--run-dir", run_dir, "--job", "two words"])
+    assert e.value.code == 2 and "--job: 'two words' is invalid; accepted: 1-128 characters" in capsys.readouterr().err
