@@ -8,7 +8,7 @@ this machine (2 gloo ranks each), the last ones with the backward phase slower, 
   were compared by their captures (and the first op the slower run spends more in);
 - **cost**: seconds per demo run, and ``history``'s first pass (summaries made) and a cached one.
 
-    python bench/history_demo.py [--out bench/RESULTS.md] [--runs 12] [--faulty-from 9] [--factor 1.5] [--steps 400]
+    python bench/history_demo.py [--out bench/RESULTS.md] [--runs 16] [--faulty-from 11] [--factor 1.5] [--steps 400] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ def spread(x: np.ndarray) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--runs", type=int, default=12)
-    ap.add_argument("--faulty-from", type=int, default=9)
+    ap.add_argument("--runs", type=int, default=16)
+    ap.add_argument("--faulty-from", type=int, default=11)
     ap.add_argument("--factor", type=float, default=1.5)
     ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--keep", metavar="DIR", help="write the runs here and keep them (default: a temporary folder)")
     args = ap.parse_args()
     fault = f"regression:factor={args.factor},start=0,phase=backward"
     with tempfile.TemporaryDirectory() as d:
-        series = os.path.join(d, "nightly")
+        series = args.keep or os.path.join(d, "nightly")
         took = []
         for k in range(1, args.runs + 1):
             cmd = [sys.executable, "-m", "telemetry", "demo", "--ranks", "2", "--steps", str(args.steps)]
@@ -95,6 +96,13 @@ def main() -> None:
         "| change from run | series | change | p | captures compared (the slower run's first extra) |",
         "|---|---|---|---|---|",
         *(rows or ["| - | none | - | - | - |"]),
+        "",
+        "The permutation test's p has a floor set by the number of runs either side: a perfectly separated "
+        "change with 4 runs after it among 12 is matched by about 2 of C(12,4) = 495 orders (p about 0.004, "
+        "next to the 0.005 default); 6 among 16, 2 of 8,008. Measured 2026-12-06 with `--runs 12 "
+        "--faulty-from 9`: at 400 steps the change was named twice (p 0.0005 and 0.0025; +46.5% and +63.3%) "
+        "and missed once; at 80 steps no run had its baseline capture (planned 3 s of steps past the first "
+        "analysis, about step 250 here), and 12 demo runs without `--job` were 12 groups of one run each.",
     ]
     body = "\n".join(lines)
     print(body)
