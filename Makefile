@@ -68,6 +68,8 @@ bench: $(STAMP)
 	$(PY) bench/functional_cost.py --out bench/RESULTS.md
 	$(PY) bench/capture_cost.py --out bench/RESULTS.md
 	$(PY) bench/io_cost.py --out bench/RESULTS.md
+	$(PY) bench/history.py --out bench/RESULTS.md
+	$(PY) bench/history_demo.py --out bench/RESULTS.md
 	$(PY) bench/hta_compare.py --out bench/RESULTS.md
 
 clean:
