@@ -400,7 +400,7 @@ def history(
             for r in runs
         ],
         "groups": out_groups,
-        "changes": sorted(changes, key=lambda c: (c["n"], c["p"])),
+        "changes": sorted(changes, key=lambda c: (c["n"], not c["regression"], c["p"])),  # regressions first
         "params": {"alpha": params.alpha, "min_change": params.min_change, "min_runs": params.min_runs},
         "notes": notes,
     }

@@ -66,8 +66,12 @@ def cmd_history(args: argparse.Namespace) -> int:
                     f"{c['metric']} {c['change']:+.1%} ({what}; {c['before']:.6g} -> {c['after']:.6g}, p={c['p']:.4f})"
                 )
                 nxt = changes[i + 1] if i + 1 < len(changes) else None
-                if nxt is not None and (nxt["n"], nxt["group"]) == (c["n"], c["group"]):
-                    continue  # the runs either side are said once, after the last series that changed there
+                if nxt is not None and (nxt["n"], nxt["group"], nxt["regression"]) == (
+                    c["n"],
+                    c["group"],
+                    c["regression"],
+                ):
+                    continue  # the runs either side said once, after the last series that changed there alike
                 _print_either_side(c.get("diff") or {})
         else:
             print("changes: none")
