@@ -165,8 +165,19 @@ def test_a_job_wide_regression_is_captured_and_diffed_against_the_runs_baseline(
     adopted = [f for f in doc["findings"] if f.get("capture", {}).get("id") in ids]
     assert adopted, (ids, seen)
     for f in adopted:
-        assert f["kind"] in JOB_WIDE and f["ranks"] == [] and f["capture"]["baseline"]["id"] == base["id"]
+        assert f["kind"] in JOB_WIDE and f["ranks"] == [], f
         said = ({k: v for k, v in f["capture"].items() if k != "breakdown"}, doc["summary"].get("warnings"))
+        if f["first_step"] <= base["steps"][1]:
+            # the finding dated its change before the baseline's steps ended (a fresh clone's make test,
+            # 2026-12-06: a job-wide finding whose onset the analysis put before step 500): the baseline
+            # saw the change too, so analyze compares nothing with it, and says so
+            assert "capture" in f and "baseline" not in f["capture"], said
+            assert any(
+                f"its baseline {base['id']}" in w and "was taken after the change began" in w
+                for w in doc["summary"].get("warnings", [])
+            ), said
+            continue
+        assert f["capture"].get("baseline", {}).get("id") == base["id"], said
         # the op the baseline never ran is in the diff, whatever else a busy host made slower
         rows = [r for r in f["trace_diff"] if r["name"] == "aten::exp"]
         assert len(rows) == 1, said
