@@ -4,11 +4,12 @@ A rank whose data-loader wait is above its peers' (the same scan as for straggle
 series, all ranks as peers) delays the step for everyone: its peers wait for it in the collective.
 What-if: its wait at the peers' level. Where that wait was there from the start (it begins within
 the first ``FROM_START`` of the steps analyzed; of windows read from Prometheus, the first tenth of
-them and at least the first) the rank's input is slow: ``input_bound`` with that rank; where it begins later, a wait that was not there before: ``data_stall``. A job whose every rank
-waits (median wait at least ``min_job_fraction`` of the step) is ``input_bound`` with no ranks when
-the wait was there from the start (over the first ``FROM_START`` of the steps, at least half the whole
-run's share), else a job-wide ``data_stall``: what-if, no wait at all. An input-bound finding says its readiness and bytes read per second
-(:mod:`.inputs`), against its peers' for one rank.
+them and at least the first) the rank's input is slow: ``input_bound`` with that rank; where it begins
+later, a wait that was not there before: ``data_stall``. A job whose every rank waits (median wait at
+least ``min_job_fraction`` of the step) is ``input_bound`` with no ranks when the wait was there from
+the start (over the first ``FROM_START`` of the steps, at least half the whole run's share), else a
+job-wide ``data_stall``: what-if, no wait at all. An input-bound finding says its readiness and bytes
+read per second (:mod:`.inputs`), against its peers' for one rank.
 
 A rank's data stall is named only where its wait really stands out over the steps it covers
 (:class:`DataWait`): its mean wait per step at least ``STANDS_OUT`` times its peers', and that many
