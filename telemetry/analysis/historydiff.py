@@ -110,6 +110,12 @@ def explain(before: str, after: str, slower_after: bool = True, min_effect: floa
     return out
 
 
+def slower_and_faster(captures: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two captures :func:`explain` compared (its ``captures``), the slower run's first."""
+    after, before = captures["after"], captures["before"]
+    return (after, before) if captures["slower"] == "after" else (before, after)
+
+
 def explain_changes(doc: dict[str, Any], limit: int = MAX_EXPLAINED) -> None:
     """Add :func:`explain` of the runs either side to each change of the history document ``doc`` (at
     most ``limit``, regressions first, then by run; the others said in ``doc["notes"]``)."""

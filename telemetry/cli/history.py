@@ -85,13 +85,15 @@ def cmd_history(args: argparse.Namespace) -> int:
 def _print_either_side(d: dict) -> None:
     """What moved across a change: the series over the runs either side, the two runs' steps compared,
     their captures of a common rank compared, and the command that compares the two runs."""
+    from ..analysis.historydiff import slower_and_faster
+
     moved = ", ".join(f"{r['metric']} {r['change']:+.1%}" for r in d.get("series", [])[:4])
     print(f"      runs {len(d.get('before_runs', []))} before -> {len(d.get('after_runs', []))} after: {moved}")
     for f in (d.get("steps") or {}).get("findings", [])[:3]:
         print(f"      the runs either side, {f['kind']}: {f['evidence']}")
     cap = d.get("captures")
     if cap:
-        slow, fast = (cap["after"], cap["before"]) if cap["slower"] == "after" else (cap["before"], cap["after"])
+        slow, fast = slower_and_faster(cap)
         more = "; ".join(
             f"{r['kind']} {r['name']} +{r['flagged_ms_per_step'] - r['peer_ms_per_step']:.3f} ms/step"
             for r in d["trace_diff"][:3]

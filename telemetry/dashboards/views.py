@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pandas as pd
 import streamlit as st
 
+from telemetry.analysis.historydiff import explain, slower_and_faster
 from telemetry.analysis.report import advice_line, collecting_line
 
 from . import charts, comm, devices, io, kernels
@@ -533,8 +534,6 @@ def _compare_pair(pair: tuple[str, str]) -> None:
 
 @st.cache_data(show_spinner="comparing the runs either side", max_entries=16)
 def _either_side(before: str, after: str, slower_after: bool, min_effect: float, keys: tuple) -> dict[str, Any]:
-    from telemetry.analysis.historydiff import explain
-
     return explain(before, after, slower_after, min_effect)  # keys: the runs' content, so a grown run is read again
 
 
@@ -546,7 +545,7 @@ def _either_side_view(pair: tuple[str, str], c: dict[str, Any], min_change: floa
         st.markdown(f"- {c['runs'][0]} -> {c['runs'][1]}, {f['kind']}: {f['evidence']}")
     cap = e.get("captures")
     if cap:
-        slow, fast = (cap["after"], cap["before"]) if cap["slower"] == "after" else (cap["before"], cap["after"])
+        slow, fast = slower_and_faster(cap)
         st.markdown(
             f"**Captures compared**: rank {slow['rank']} in the slower run ({os.path.basename(slow['run'])}, steps "
             f"{slow['steps'][0]}-{slow['steps'][1]}) against the faster ({os.path.basename(fast['run'])}, steps "
