@@ -121,9 +121,16 @@ def format1_line(r: StepRecord) -> str:
 
 
 def sink(run_dir: str) -> RunStoreSink:
-    cfg = SimpleNamespace(run_dir=run_dir, job="bench", as_dict=lambda: {})
+    cfg = SimpleNamespace(run_dir=run_dir, job="bench", as_dict=lambda: {}, tags=(), otlp_sample_every=0)
     ctx = SimpleNamespace(
-        rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, node="bench", launcher="none"
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        local_world_size=1,
+        node_rank=0,
+        node="bench",
+        launcher="none",
+        placement_labels=lambda: {},
     )
     return RunStoreSink(cfg, ctx, {"session": "s", "start_time_s": time.time(), "versions": {}})
 

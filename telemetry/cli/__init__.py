@@ -1,4 +1,4 @@
-"""The ``telemetry`` command: demo, analyze, diff, history, export, dashboard, simulate, stack.
+"""The ``telemetry`` command: demo, analyze, diff, history, export, compact, dashboard, simulate, stack.
 
 One module per command (each a ``cmd_*`` handler: parse what is left, run, print, return an exit
 code); :mod:`.parser` holds every subcommand's flags, :mod:`.common` what they share. Exit codes:
@@ -14,6 +14,7 @@ from typing import Sequence
 from .analyze import cmd_analyze
 from .capture import cmd_capture
 from .common import EXIT_INTERRUPTED, OUTPUT_ERRNOS, output_failed
+from .compact import cmd_compact
 from .dashboard import cmd_dashboard
 from .demo import cmd_demo
 from .diff import cmd_diff
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "diff": cmd_diff,
         "capture": cmd_capture,
         "export": cmd_export,
+        "compact": cmd_compact,
         "dashboard": cmd_dashboard,
         "simulate": cmd_simulate,
         "history": cmd_history,

@@ -67,6 +67,16 @@ def _wrap(text: str) -> str:
     return textwrap.fill(text, width=90)
 
 
+def _at_least_two(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}; accepted: a whole number, 2 or more")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="telemetry",
@@ -362,6 +372,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="FILE.parquet or FILE.csv (steps table), FILE.json (Chrome/Perfetto trace)",
     )
     e.add_argument("--steps", metavar="A:B", help="trace only steps A to B (inclusive; either may be empty)")
+
+    co = sub.add_parser(
+        "compact",
+        help="merge a run directory's sealed segments into a few files per rank",
+        description=_wrap(
+            "Merge each rank's sealed segments (one per 2,048 steps) into compacted segments of up to "
+            "--segments each, in the order written; a run's writers do this themselves while the job runs, "
+            "so this is for finished runs, simulated ones and runs written before. Ranks a live process "
+            "writes are left to it. Safe to stop at any moment: nothing is lost or read twice, and the next "
+            "compact (or the rank's next session) finishes the job."
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    co.add_argument("run_dir", help="run directory")
+    co.add_argument(
+        "--segments",
+        type=_at_least_two,
+        default=16,
+        metavar="N",
+        help="sealed segments per compacted segment (default 16, about 32,768 steps; at least 2)",
+    )
 
     st = sub.add_parser(
         "stack", help="write the monitoring stack (Prometheus, Alertmanager, Grafana, collector, compose)"

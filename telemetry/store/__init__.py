@@ -1,12 +1,14 @@
-"""The run store: the embedded default sink. Per-rank append-only JSON Lines under RUN_DIR.
+"""The run store: the embedded default sink. Per rank, a live tail sealed into Parquet segments under RUN_DIR.
 
-Layout (see :mod:`telemetry.store.layout`)::
+Layout (see :mod:`telemetry.store.layout`; docs/runs.md, "The run directory")::
 
-    RUN_DIR/meta.json                     job, world size, hosts, config, versions, start time
-    RUN_DIR/ranks/rank-00003.json         this rank's identity (host, pid, local rank, node)
-    RUN_DIR/ranks/rank-00003.steps.jsonl  one JSON object per step, appended, flushed every tick
-    RUN_DIR/ranks/rank-00003.progress.json  heartbeat, replaced atomically every tick
-    RUN_DIR/findings.jsonl                findings written by online detection / analyze
+    RUN_DIR/meta.json                               job, world size, hosts, config, versions, start time
+    RUN_DIR/ranks/rank-00003.json                   this rank's identity (host, pid, local rank, node)
+    RUN_DIR/ranks/rank-00003.tail-000007.jsonl      the live tail, appended every tick
+    RUN_DIR/ranks/rank-00003.seg-000006.parquet     a sealed segment's step columns (+ .spans-000006)
+    RUN_DIR/ranks/rank-00003.seg-000001-000005.parquet  segments 1-5 compacted (+ .spans-000001-000005)
+    RUN_DIR/ranks/rank-00003.progress.json          heartbeat, replaced atomically every tick
+    RUN_DIR/findings.jsonl                          findings written by online detection
 """
 
 from .reader import RunData, read_run

@@ -11,8 +11,9 @@ RANKS_DIR = "ranks"
 META = "meta.json"
 FINDINGS = "findings.jsonl"
 STEPS_RE = re.compile(r"^rank-(\d+)\.steps\.jsonl$")  # format 1: one JSON object per step (still read)
-# Format 2: per rank, a live tail of JSON lines sealed into columnar segments, numbered in order.
-SEQ_RE = re.compile(r"^rank-(\d+)\.(tail|seg|spans)-(\d+)\.(jsonl|parquet)$")
+# Format 2: per rank, a live tail of JSON lines sealed into columnar segments, numbered in order;
+# a compacted segment (``seg-FIRST-LAST``) holds the sealed segments FIRST..LAST merged, in order.
+SEQ_RE = re.compile(r"^rank-(\d+)\.(tail|seg|spans)-(\d+)(?:-(\d+))?\.(jsonl|parquet)$")
 
 
 def rank_stem(run_dir: str, rank: int) -> str:
@@ -36,6 +37,11 @@ def segment_path(run_dir: str, rank: int, seq: int) -> str:
 def spans_path(run_dir: str, rank: int, seq: int) -> str:
     """A sealed segment's spans (Parquet), apart from the step columns."""
     return f"{rank_stem(run_dir, rank)}.spans-{seq:06d}.parquet"
+
+
+def compacted_path(run_dir: str, rank: int, first: int, last: int, kind: str = "seg") -> str:
+    """Segments ``first``..``last`` merged (``kind``: "seg", the step columns, or "spans")."""
+    return f"{rank_stem(run_dir, rank)}.{kind}-{first:06d}-{last:06d}.parquet"
 
 
 def progress_path(run_dir: str, rank: int) -> str:

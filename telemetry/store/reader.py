@@ -78,6 +78,7 @@ class TailFollower:
     def __init__(self, run_dir: str, rank: int) -> None:
         self.run_dir, self.rank = run_dir, rank
         self.seq, self.offset, self.seen = 0, 0, 0  # current file, bytes read of its tail, records of it
+        self.last_step: int | None = None  # of the last record returned
         self._partial = b""
         self._decoder = TailDecoder()
 
@@ -87,13 +88,29 @@ class TailFollower:
             if seq < self.seq:
                 continue
             if seq > self.seq:
-                self.seq, self.offset, self.seen, self._partial = seq, 0, 0, b""
+                # a compacted segment holding files read already (FIRST <= the file being read):
+                # its rows up to the last step returned were returned
+                merged = "first" in kinds and int(kinds["first"]) <= self.seq and self.last_step is not None
+                self.seq, self.offset, self._partial = seq, 0, b""
+                self.seen = self._rows_through(kinds["seg"], self.last_step) if merged else 0
                 self._decoder = TailDecoder()
             if "tail" in kinds and "seg" not in kinds:
                 out += self._from_tail(kinds["tail"])
             elif "seg" in kinds:
                 out += self._from_segment(kinds["seg"])
+        if out:
+            self.last_step = out[-1]["step"]
         return out
+
+    @staticmethod
+    def _rows_through(path: str, step: int) -> int:
+        """Rows of a (compacted) segment up to ``step``, its rows being in the order written."""
+        try:
+            steps = pq.read_table(path, columns=["step"]).column("step").to_numpy()
+        except (OSError, pa.ArrowException, KeyError):
+            return 0
+        after = (steps > step).nonzero()[0]
+        return int(after[0]) if len(after) else len(steps)
 
     def _from_tail(self, path: str) -> list[dict[str, Any]]:
         try:

@@ -9,10 +9,11 @@ whose numbers are packed float64: exact, NaN included, since a diverged loss is 
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 import os
 from array import array
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -224,21 +225,30 @@ def read_tail(path: str, warnings: list[str]) -> list[StepRecord]:
     return out
 
 
-def _write_parquet(path: str, batch: pa.RecordBatch, durable: bool) -> None:
+def write_parquet(
+    path: str,
+    data: pa.RecordBatch | pa.Table,
+    durable: bool,
+    row_group_size: int | None = None,
+    before_rename: Callable[[], None] | None = None,
+) -> None:
     """Floats byte-stream-split (their bytes regrouped: zstd then finds the repetition in times and
     readings), the rest dictionary-encoded; statistics only for ``step`` (a window of steps skips
-    the segments outside it) and no Arrow schema: about 135 bytes per demo step record with its
-    spans, against 200 with the defaults."""
-    floats = [f.name for f in batch.schema if pa.types.is_floating(f.type)]
-    others = [f.name for f in batch.schema if not pa.types.is_floating(f.type)]
+    the segments outside it, and the row groups of a compacted one) and no Arrow schema: about 135
+    bytes per demo step record with its spans, against 200 with the defaults. Written to a temporary
+    name and renamed (``before_rename`` runs between: compaction's tests stop a process there)."""
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+    others = [f.name for f in table.schema if not pa.types.is_floating(f.type)]
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
             pq.write_table(
-                pa.Table.from_batches([batch]),
+                table,
                 f,
+                row_group_size=row_group_size,
                 compression=COMPRESSION,
-                write_statistics=["step"] if "step" in batch.schema.names else False,
+                write_statistics=["step"] if "step" in table.schema.names else False,
                 use_dictionary=others,
                 use_byte_stream_split=floats,
                 store_schema=False,
@@ -247,6 +257,8 @@ def _write_parquet(path: str, batch: pa.RecordBatch, durable: bool) -> None:
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     except BaseException:
         try:  # a disk that filled mid-file: no half file left behind
@@ -260,20 +272,20 @@ def write_segment(run_dir: str, rank: int, seq: int, records: Sequence[StepRecor
     """Seal ``records`` as segment ``seq``: spans first, then the step columns (whose presence
     marks the segment complete: a reader takes a segment's steps only once both are there).
     ``durable``: on the disk itself before the rename (at shutdown), not only handed to the OS."""
-    _write_parquet(layout.spans_path(run_dir, rank, seq), spans_batch(records), durable)
-    _write_parquet(layout.segment_path(run_dir, rank, seq), steps_batch(records), durable)
+    write_parquet(layout.spans_path(run_dir, rank, seq), spans_batch(records), durable)
+    write_parquet(layout.segment_path(run_dir, rank, seq), steps_batch(records), durable)
 
 
 def write_columns(run_dir: str, rank: int, seq: int, steps: pa.Table) -> None:
     """Segment ``seq`` of ``rank`` from step columns made elsewhere (a simulated run: no spans)."""
     for batch in steps.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=steps.schema)]:
-        _write_parquet(layout.segment_path(run_dir, rank, seq), batch, False)
+        write_parquet(layout.segment_path(run_dir, rank, seq), batch, False)
 
 
-def rank_files(run_dir: str) -> dict[int, dict[int, dict[str, str]]]:
-    """rank -> seq -> {"tail"|"seg"|"spans": path}, from the run directory's listing."""
+def listing(run_dir: str) -> dict[int, list[tuple[int, int, bool, str, str]]]:
+    """rank -> [(first seq, last seq, compacted, kind, path)] of every format-2 file in the listing."""
     rdir = os.path.join(run_dir, layout.RANKS_DIR)
-    out: dict[int, dict[int, dict[str, str]]] = {}
+    out: dict[int, list[tuple[int, int, bool, str, str]]] = {}
     try:
         names = os.listdir(rdir)
     except FileNotFoundError:
@@ -281,8 +293,68 @@ def rank_files(run_dir: str) -> dict[int, dict[int, dict[str, str]]]:
     for name in names:
         m = layout.SEQ_RE.match(name)
         if m:
-            out.setdefault(int(m.group(1)), {}).setdefault(int(m.group(3)), {})[m.group(2)] = os.path.join(rdir, name)
+            first = int(m.group(3))
+            last = int(m.group(4)) if m.group(4) else first
+            entry = (first, last, m.group(4) is not None, m.group(2), os.path.join(rdir, name))
+            out.setdefault(int(m.group(1)), []).append(entry)
     return out
+
+
+def resolve(entries: list[tuple[int, int, bool, str, str]]) -> tuple[dict[int, dict[str, str]], list[str]]:
+    """One rank's files -> (seq -> {"tail"|"seg"|"spans": path} of the files to read, the files
+    superseded). A compacted segment (its step columns present: they are written last) stands for
+    every file numbered FIRST..LAST, under the key LAST (``"first"`` names FIRST); a compacted
+    segment inside a larger one, and compacted spans whose step columns never came (a compaction
+    stopped half way), are superseded too."""
+    ranges = sorted(
+        {(a, b) for a, b, merged, kind, _ in entries if merged and kind == "seg"}, key=lambda r: (r[0], -r[1])
+    )
+    keep: list[tuple[int, int]] = []
+    for a, b in ranges:
+        if keep and a <= keep[-1][1]:
+            continue  # inside the one before (compaction merges only files no range covers)
+        keep.append((a, b))
+    kept = set(keep)
+    starts = [a for a, _ in keep]
+
+    def covered(seq: int) -> bool:
+        i = bisect.bisect_right(starts, seq) - 1
+        return i >= 0 and seq <= keep[i][1]
+
+    out: dict[int, dict[str, str]] = {}
+    superseded = []
+    for a, b, merged, kind, path in entries:
+        if merged:
+            if (a, b) in kept:
+                out.setdefault(b, {})[kind] = path
+                out[b]["first"] = str(a)
+            else:
+                superseded.append(path)
+        elif covered(a):
+            superseded.append(path)
+        else:
+            out.setdefault(a, {})[kind] = path
+    return out, superseded
+
+
+def rank_files(run_dir: str) -> dict[int, dict[int, dict[str, str]]]:
+    """rank -> seq -> {"tail"|"seg"|"spans": path} of the files to read, from the run directory's
+    listing (compacted segments in place of the files they merged)."""
+    return {rank: resolve(entries)[0] for rank, entries in listing(run_dir).items()}
+
+
+def leftovers(run_dir: str, rank: int) -> list[str]:
+    """What a stopped compaction or seal of ``rank`` left: files a compacted segment supersedes,
+    compacted spans without their step columns, temporaries. Removed only by the rank's own writer
+    (which holds its lock) or ``telemetry compact``."""
+    _, superseded = resolve(listing(run_dir).get(rank, []))
+    stem = os.path.basename(layout.rank_stem(run_dir, rank)) + "."
+    rdir = os.path.join(run_dir, layout.RANKS_DIR)
+    try:
+        temps = [os.path.join(rdir, n) for n in os.listdir(rdir) if n.startswith(stem) and ".parquet.tmp" in n]
+    except FileNotFoundError:
+        temps = []
+    return superseded + temps
 
 
 def recover_tails(run_dir: str, rank: int) -> int:
@@ -302,17 +374,41 @@ def recover_tails(run_dir: str, rank: int) -> int:
     return max(files, default=0)
 
 
-def _pieces(run_dir: str) -> list[tuple[int, int, str, str]]:
-    """(rank, seq, kind, path) of every rank's steps in reading order: a segment, or a tail
-    that has no segment."""
+def _pieces(run_dir: str) -> list[tuple[int, int, str, str, str | None]]:
+    """(rank, seq, kind, path, spans path) of every rank's steps in reading order: a segment
+    (compacted or not), or a tail that has no segment."""
     out = []
     for rank, seqs in sorted(rank_files(run_dir).items()):
         for seq, kinds in sorted(seqs.items()):
             if "seg" in kinds:
-                out.append((rank, seq, "seg", kinds["seg"]))
+                out.append((rank, seq, "seg", kinds["seg"], kinds.get("spans")))
             elif "tail" in kinds:
-                out.append((rank, seq, "tail", kinds["tail"]))
+                out.append((rank, seq, "tail", kinds["tail"], None))
     return out
+
+
+class _Vanished(Exception):
+    """A file listed a moment ago is gone: a compaction merged it meanwhile; the listing is read again."""
+
+
+def _again(read: Callable[[list[str], bool], Any], warnings: list[str]) -> Any:
+    """``read(warnings, last)``, from a new listing while files it listed vanish under it (a
+    compaction deletes the segments it merged, whose rows the compacted one then holds): each row
+    once. ``last``: the last try, where a vanished file is said and skipped like an unreadable one."""
+    tries = 8
+    for attempt in range(tries):
+        said: list[str] = []
+        try:
+            out = read(said, attempt == tries - 1)
+        except _Vanished:
+            continue
+        warnings.extend(said)
+        return out
+    raise AssertionError("unreachable: the last try raises no _Vanished")
+
+
+def _gone(path: str, exc: BaseException) -> bool:
+    return isinstance(exc, FileNotFoundError) or not os.path.exists(path)
 
 
 def has_segments(run_dir: str) -> bool:
@@ -325,6 +421,12 @@ def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] 
     in parallel) under the union of their schemas (a column a segment lacks is null there); then
     the tails, whose numbers come after every segment's of their rank. ``steps``: only steps
     first..last (inclusive); segments outside are skipped by their statistics."""
+    return _again(lambda said, last: _step_columns(run_dir, said, steps, last), warnings)
+
+
+def _step_columns(
+    run_dir: str, warnings: list[str], steps: tuple[int, int] | None, last: bool = True
+) -> pa.Table | None:
     pieces = _pieces(run_dir)
     if not pieces:
         return None
@@ -332,10 +434,12 @@ def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] 
     tables = []
     readable = []
     schemas = []
-    for _, _, _, path in segs:
+    for _, _, _, path, _ in segs:
         try:
             schema, lo, hi = footer(path)
         except (OSError, pa.ArrowException) as exc:
+            if not last and _gone(path, exc):
+                raise _Vanished from None
             warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
             continue
         if steps is not None and lo is not None and (hi < steps[0] or lo > steps[1]):
@@ -353,12 +457,14 @@ def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] 
             where = None if steps is None else (ds.field("step") >= steps[0]) & (ds.field("step") <= steps[1])
             tables.append(ds.dataset(readable, format=_VERIFIED, schema=schema).to_table(columns=cols, filter=where))
         except (OSError, pa.ArrowException):  # a file damaged past its footer: read one at a time, say which
-            tables += [t for t in (_read_one(p, cols, warnings, steps) for p in readable) if t is not None]
-    for _, _, kind, path in pieces:
+            tables += [t for t in (_read_one(p, cols, warnings, steps, last) for p in readable) if t is not None]
+    for _, _, kind, path, _ in pieces:
         if kind == "tail":
             try:
                 records = read_tail(path, warnings)
             except OSError as exc:
+                if not last and isinstance(exc, FileNotFoundError):
+                    raise _Vanished from None  # sealed meanwhile: its segment holds the records
                 warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
                 continue
             if steps is not None:
@@ -450,7 +556,9 @@ def _table_column(name: str) -> bool:
     return not name.startswith("op.") and name != "spans_dropped"
 
 
-def _read_one(path: str, cols: list[str], warnings: list[str], steps: tuple[int, int] | None) -> pa.Table | None:
+def _read_one(
+    path: str, cols: list[str], warnings: list[str], steps: tuple[int, int] | None, last: bool = True
+) -> pa.Table | None:
     try:
         have = set(pq.read_schema(path).names)
         where = None if steps is None else [("step", ">=", steps[0]), ("step", "<=", steps[1])]
@@ -458,6 +566,8 @@ def _read_one(path: str, cols: list[str], warnings: list[str], steps: tuple[int,
             path, columns=[c for c in cols if c in have], filters=where, page_checksum_verification=True
         )
     except (OSError, pa.ArrowException) as exc:
+        if not last and _gone(path, exc):
+            raise _Vanished from None
         warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
         return None
 
@@ -496,17 +606,22 @@ def step_range(run_dir: str) -> tuple[int, int, int] | None:
 def read_records(run_dir: str, warnings: list[str]) -> list[dict[str, Any]]:
     """Every rank's records as the store's record dicts, spans included (trace export, the
     dashboard's collectives view): slower than :func:`read_step_columns`, read only when asked."""
+    return _again(lambda said, last: _records(run_dir, said, last), warnings)
+
+
+def _records(run_dir: str, warnings: list[str], last: bool = True) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for rank, seq, kind, path in _pieces(run_dir):
+    for _rank, _seq, kind, path, spans_file in _pieces(run_dir):
         try:
             if kind == "tail":
                 out.extend(record_dict(r) for r in read_tail(path, warnings))
                 continue
             steps = pq.read_table(path, page_checksum_verification=True)
-            spans_file = layout.spans_path(run_dir, rank, seq)
-            spans = pq.read_table(spans_file, page_checksum_verification=True) if os.path.exists(spans_file) else None
+            spans = pq.read_table(spans_file, page_checksum_verification=True) if spans_file else None
             out.extend(records_from_columns(steps, spans))
         except (OSError, pa.ArrowException) as exc:
+            if not last and (_gone(path, exc) or (spans_file is not None and _gone(spans_file, exc))):
+                raise _Vanished from None
             warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
     return out
 

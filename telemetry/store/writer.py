@@ -8,8 +8,10 @@ events, then written at the next; measured 0.5-1.0 s at the default 0.5 s). Ever
 ``SEAL_INTERVAL_S`` seconds) and at shutdown the records held since the last seal are written as
 two Parquet files, the step columns (``rank-N.seg-SEQ.parquet``) and the spans apart
 (``rank-N.spans-SEQ.parquet``), each to a temporary name and renamed; then the tail is deleted and
-the next one opened. A tail left by a crash is sealed by the next session of that rank (a restart)
-before it writes; readers read tails as they are. A torn last line is skipped by the reader. For a
+the next one opened. Every ``compact.COMPACT_SEGMENTS`` seals (and at shutdown) the segments sealed
+since the last compaction are merged into one (:mod:`.compact`), on this sink's thread. A tail left by
+a crash is sealed by the next session of that rank (a restart) before it writes, and what a stopped
+compaction left is removed; readers read tails as they are. A torn last line is skipped by the reader. For a
 (rank, step) seen twice the reader keeps the one in the later file (a restarted job's re-run steps
 win).
 
@@ -32,12 +34,14 @@ import time
 from collections import deque
 from typing import Any, Sequence
 
+from pyarrow import ArrowException
+
 from .. import provenance
 from ..config import tag_dict
 from ..logonce import LogOnce
 from ..pipeline.records import OnlineResult, Progress, StepRecord
 from ..pipeline.sinks import TRACE_SAMPLER, Sink
-from . import layout
+from . import compact, layout
 from .ended import ranges_text
 from .segments import TAIL_FORMAT, TailEncoder, recover_tails, write_segment
 
@@ -73,6 +77,9 @@ class RunStoreSink(Sink):
         self.other_failures = 0  # heartbeats, findings, metadata not written
         self.dropped = 0  # records never written (held past MAX_UNWRITTEN, or still held at shutdown)
         self.segments = 0
+        self.compactions = 0  # compacted segments written
+        self.compact_failures = 0
+        self._sealed: list[int] = []  # sealed segments not yet compacted, consecutive
         self._lost: list[list[int]] = []  # the dropped records' steps, as [first, last] ranges
         self._error = ""  # the last write error, for the shutdown warning
         self._once = LogOnce()
@@ -89,8 +96,12 @@ class RunStoreSink(Sink):
         self._pending: list[StepRecord] | None = []
         try:
             os.makedirs(os.path.join(self.run_dir, layout.RANKS_DIR), exist_ok=True)
-            # a tail a crashed session of this rank left is sealed first, so that files stay in order
+            # a tail a crashed session of this rank left is sealed first, so that files stay in order;
+            # what a stopped compaction left goes, and the segments since the last compaction are next
             self._seq = recover_tails(self.run_dir, self.rank) + 1
+            compact.tidy(self.run_dir, self.rank)
+            waiting = compact.groups(self.run_dir, self.rank, size=1 << 30, least=1)
+            self._sealed = waiting[-1] if waiting and waiting[-1][-1] == self._seq - 1 else []
             self._open_tail()
             if not self._drain(log_failure=False):
                 raise OSError(self._error)
@@ -264,11 +275,35 @@ class RunStoreSink(Sink):
             pass  # the reader prefers the segment over a tail of the same number
         self._queue.clear()  # whatever the tail had not taken yet is in the segment
         self._unwritten = 0
+        self._sealed.append(self._seq)
         self._seq += 1
         self._pending = []
         if reopen:
             self._open_tail()
+        if len(self._sealed) >= compact.COMPACT_SEGMENTS:
+            self._compact()
         return True
+
+    def _compact(self) -> None:
+        """The segments sealed since the last compaction -> one compacted segment. On failure they
+        stay as they are (readable), counted and said once."""
+        group, self._sealed = self._sealed, []
+        if len(group) < 2:
+            return
+        try:
+            compact.merge(self.run_dir, self.rank, group)
+            self.compactions += 1
+        except (OSError, ValueError, ArrowException) as exc:
+            self.compact_failures += 1
+            self._once(
+                "compact",
+                "telemetry: run store: segments %d-%d of rank %d could not be compacted (%s); they stay "
+                "as they are, readable; further compaction failures are counted, not logged",
+                group[0],
+                group[-1],
+                self.rank,
+                getattr(exc, "strerror", None) or exc,
+            )
 
     def flush(self, timeout_s: float) -> None:
         self._drain()
@@ -307,6 +342,7 @@ class RunStoreSink(Sink):
     def close(self, timeout_s: float) -> None:
         self._drain()
         sealed = self._seal(reopen=False)  # the last records into a segment, and no tail left
+        self._compact()  # and what was sealed since the last compaction, merged
         if not sealed and self._pending == [] and self._unwritten == 0:
             try:  # nothing since the last seal: the tail holds only its header
                 os.remove(self._tail)
@@ -348,8 +384,10 @@ class RunStoreSink(Sink):
             "bytes": self.bytes,
             "segments": self.segments,
             "seal_failures": self.seal_failures,
+            "compactions": self.compactions,
+            "compact_failures": self.compact_failures,
             "write_failures": self.write_failures,
-            "failures": self.write_failures + self.seal_failures + self.other_failures,
+            "failures": self.write_failures + self.seal_failures + self.other_failures + self.compact_failures,
             "unwritten": self._unwritten,
             "dropped": self.dropped,
             "lost_steps": self.lost_steps(),

@@ -1,0 +1,68 @@
+"""``telemetry compact``: merge a run directory's sealed segments, rank by rank (a finished run, a
+simulated one, or one written before the writer compacted while running)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from .common import EXIT_OUTPUT, EXIT_USAGE
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from ..store import compact, layout
+    from ..store.claim import RankInUse, claim_rank
+    from ..store.segments import rank_files
+
+    if not layout.is_run_dir(args.run_dir):
+        print(
+            f"telemetry compact: {args.run_dir!r} is not a run directory (no ranks/ or meta.json in it)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    t0 = time.monotonic()
+    before = _count(args.run_dir)
+    made, busy, failed = 0, [], []
+    for rank in sorted(rank_files(args.run_dir)):
+        try:
+            claim = claim_rank(args.run_dir, rank)  # its writer compacts a live rank itself
+        except RankInUse:
+            busy.append(rank)
+            continue
+        try:
+            made += compact.compact_rank(
+                args.run_dir,
+                rank,
+                args.segments,
+                lambda group, exc, r=rank: failed.append(f"rank {r} {group[0]}-{group[-1]}: {exc}"),
+            )
+        except OSError as exc:
+            failed.append(f"rank {rank}: {exc}")
+        finally:
+            if claim is not None:
+                claim.release()
+    after = _count(args.run_dir)
+    print(
+        f"{args.run_dir}: {before} segment files -> {after} ({made} compacted segments written) "
+        f"in {time.monotonic() - t0:.1f} s"
+    )
+    if busy:
+        print(f"ranks being written by a live process, left to it: {_ranks(busy)}")
+    for line in failed:
+        print(f"telemetry compact: left as it was: {line}", file=sys.stderr)
+    return EXIT_OUTPUT if failed else 0
+
+
+def _count(run_dir: str) -> int:
+    from ..store import layout
+
+    try:
+        return sum(1 for n in os.listdir(os.path.join(run_dir, layout.RANKS_DIR)) if layout.SEQ_RE.match(n))
+    except FileNotFoundError:
+        return 0
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:20])) + (f" and {len(ranks) - 20} more" if len(ranks) > 20 else "")
