@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from telemetry.analysis.detectors import analyze
-from telemetry.online.detector import analyze_blocks
+from telemetry.analysis.detectors.blocks import analyze_blocks
 from telemetry.online.table import PhaseNames, block_table
 from telemetry.online.wire import Block, BlockSummarizer
 from telemetry.pipeline.records import StepRecord

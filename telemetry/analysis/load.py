@@ -60,9 +60,11 @@ class RunInput:
         return self.meta.get("hosts")
 
 
-def open_input(path: str, steps: tuple[int, int] | None = None) -> RunInput:
+def open_input(path: str, steps: tuple[int, int] | None = None, rows: bool = True) -> RunInput:
     """Open ``path``; raises :class:`TableError` naming what is wrong and what is accepted.
-    ``steps``: only the steps first..last (inclusive), read as such from a run directory's segments."""
+    ``steps``: only the steps first..last (inclusive), read as such from a run directory's segments.
+    ``rows`` False: a run directory's meta, heartbeats and findings, with none of its segments' rows
+    (a run read from its blocks of steps)."""
     path = os.fspath(path)
     if os.path.isdir(path):
         if not layout.is_run_dir(path):
@@ -75,7 +77,7 @@ def open_input(path: str, steps: tuple[int, int] | None = None) -> RunInput:
                 f"{layout.RANKS_DIR}/) nor a directory of PyTorch profiler traces (no .json or "
                 ".json.gz file with traceEvents)"
             )
-        run = read_run(path, steps)
+        run = read_run(path, steps, columns=rows)
         table = records_to_table(run.lines, run.warnings)
         if run.columns is not None:
             columns, run.columns = run.columns, None  # converted in place: the only reference

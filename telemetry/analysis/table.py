@@ -25,6 +25,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ..metrics.steps import zero_when_absent
+
 log = logging.getLogger("telemetry")
 
 REQUIRED = ("rank", "step", "start_s", "duration_s")
@@ -96,7 +98,7 @@ def records_to_table(rows: Iterable[dict[str, Any]], warnings: list[str] | None 
     )
     for name in ordered:
         values = extra[name]
-        if _zero_when_absent(name):
+        if zero_when_absent(name):
             # A phase that did not run in a step took no time in it (unlike a missing value).
             arr = np.zeros(n)
         else:
@@ -123,7 +125,7 @@ def columns_to_table(
     if before is not None and len(before):
         table = pd.concat([before, table], ignore_index=True)
     for name in table.columns:
-        if isinstance(name, str) and _zero_when_absent(name) and name not in ("start_s", "duration_s"):
+        if isinstance(name, str) and zero_when_absent(name) and name not in ("start_s", "duration_s"):
             table[name] = table[name].fillna(0.0)
     for c in ("tokens", "samples"):
         if c in table.columns:
@@ -131,15 +133,6 @@ def columns_to_table(
     if "ok" in table.columns:
         table["ok"] = table["ok"].fillna(True).astype(bool)
     return validate(table, source="run store", owned=True, warnings=warnings)
-
-
-def _zero_when_absent(name: str) -> bool:
-    """A phase's seconds (or its time blocked in collectives), a checkpoint's seconds and bytes: a step
-    that did not run the phase or a checkpoint took no time in it, so a missing value is 0, not unknown.
-    Not the input's readiness: a step that took no batch was neither ready nor waiting."""
-    return (name.endswith("_s") and ("." not in name or name.startswith("comm."))) or (
-        name.startswith("io.") and name != "io.input_ready"
-    )
 
 
 def _empty() -> pd.DataFrame:

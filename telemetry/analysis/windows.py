@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import coarse
 from .findings import SEVERITIES, Finding, tally
 
 WINDOW_ROWS = 12_000_000
@@ -199,10 +200,12 @@ def analyze_path(
     busy_warn_bound: float | None = None,
     base: str | None = None,
     failure_rate_per_hour: float | None = None,
+    raw: bool = False,
 ):
     """Open and analyze ``path`` (any input the loader reads), only ``steps`` or the ``last`` N steps
-    when given; a run directory too long to hold at once is analyzed in windows of whole steps and the
-    findings merged. ``busy_warn_bound``: default 0.6, or ``busy_bound`` when lower. ``base``: a
+    when given; a run directory of more than ``coarse.COARSE_ROWS`` rows analyzed whole is read from
+    its blocks of steps (:mod:`.coarse`; ``raw``: from its rows all the same); one too long to hold
+    at once is analyzed in windows of whole steps and the findings merged. ``busy_warn_bound``: default 0.6, or ``busy_bound`` when lower. ``base``: a
     baseline run (any input the loader reads) whose utilization this run's is held against (each
     window against the whole base). Returns the :class:`~.detectors.Analysis`, the
     :class:`~.load.RunInput` of the last window read, and a line saying how the run was split (None
@@ -224,6 +227,10 @@ def analyze_path(
     against = {}
     if base is not None:
         against = {"base": open_input(base).table, "base_name": f"the base run {base}"}
+    if os.path.isdir(path) and not raw and steps is None and last is None:
+        got = _coarse(path, hang_after, util, cp, against)  # a long run: from its blocks of steps
+        if got is not None:
+            return got
     span = step_range(path) if os.path.isdir(path) else None
     run_last = span[1] if span is not None else None  # the run's last step, whatever was asked for
     if span is not None and steps is not None:
@@ -279,6 +286,50 @@ def analyze_path(
     if run.kind == KINETO_TRACES:
         result.summary["trace_breakdown"] = trace_breakdown(path, run.ranks, run.warnings)
     return result, run, None
+
+
+def _coarse(path: str, hang_after, util, cp, against: dict):
+    """:func:`analyze_path` of a run directory of more than ``coarse.COARSE_ROWS`` rows from its
+    blocks (:mod:`.coarse`); None for a shorter one, one that is no run directory, or one whose
+    segments were written without their blocks' aggregates."""
+    from ..store import layout
+    from ..store.segments import read_aggregates
+    from .captures import with_captures
+    from .load import open_input
+    from .tracelinks import with_trace_ids
+
+    if not layout.is_run_dir(path):
+        return None
+    said: list[str] = []
+    agg = read_aggregates(path, said, summarize=False)
+    if agg is None or not agg.num_rows:
+        return None
+    first = int(agg.column("first_step").to_numpy().min())
+    last = int(agg.column("last_step").to_numpy().max())
+    ranks = len(np.unique(agg.column("rank").to_numpy()))
+    if ranks * (last - first + 1) <= coarse.COARSE_ROWS:
+        return None
+    run = open_input(path, rows=False)  # meta, heartbeats, online findings, warnings
+    run.warnings += said
+    result = coarse.analyze_coarse(
+        agg,
+        ranks,
+        lambda w: open_input(path, w).table,
+        run.progress,
+        run.world_size,
+        hang_bound_s=hang_after,
+        utilization=util,
+        checkpoint=cp,
+        **against,
+    )
+    result.findings = with_trace_ids(result.findings, run.meta, run.table, lambda a, b: open_input(path, (a, b)).table)
+    result.findings = with_captures(result.findings, path, run.warnings, last)
+    note = (
+        f"telemetry analyze: {ranks:,} ranks x {last - first + 1:,} steps analyzed from the "
+        f"{coarse.BLOCK_NOTE} ({agg.num_rows:,} rows); findings with ranks measured again on raw rows "
+        "(--raw: every row, in windows)"
+    )
+    return result, run, note
 
 
 def trace_breakdown(path: str, ranks: dict[int, dict], warnings: list[str]) -> dict:

@@ -23,8 +23,9 @@ def print_analysis(
     busy_warn_bound: float | None = None,
     base: str | None = None,
     failure_rate_per_hour: float | None = None,
+    raw: bool = False,
 ):
-    """Analyze ``path`` (in windows when long: analysis.windows.analyze_path; against the baseline run
+    """Analyze ``path`` (from its blocks, or in windows, when long: analysis.windows.analyze_path; against the baseline run
     ``base`` when given) and print the report or the findings JSON; returns the analysis."""
     from ..analysis.windows import analyze_path
 
@@ -38,6 +39,7 @@ def print_analysis(
         window_rows=window_rows,
         base=base,
         failure_rate_per_hour=failure_rate_per_hour,
+        raw=raw,
     )
     if note:
         print(note, file=sys.stderr)
@@ -104,6 +106,7 @@ def analyze_prometheus(args: argparse.Namespace, warn: float) -> int:
             ("--steps", args.steps),
             ("--base", args.base),
             ("--window-rows", args.window_rows),
+            ("--raw", args.raw or None),
         )
         if v is not None
     ]
@@ -153,6 +156,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             busy_warn_bound=warn,
             base=args.base,
             failure_rate_per_hour=args.failure_rate_per_hour,
+            raw=args.raw,
         )
     except TableError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)

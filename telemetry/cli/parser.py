@@ -182,6 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
         "steps and the findings merged (default 12,000,000: about 3.5 GiB at its peak)",
     )
     a.add_argument(
+        "--raw",
+        action="store_true",
+        help="read every step row of a long run (in windows) instead of its blocks: a run directory of more "
+        "than 4,000,000 rows analyzed whole is otherwise read from the medians of its 64-step blocks, and "
+        "findings with ranks measured again on raw rows",
+    )
+    a.add_argument(
         "--busy-bound",
         type=_fraction,
         default=0.8,

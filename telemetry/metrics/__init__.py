@@ -1,1 +1,2 @@
-"""What the package exports to Prometheus, named once: :mod:`telemetry.metrics.names`."""
+"""What the package exports, named once: Prometheus metrics (:mod:`telemetry.metrics.names`) and the
+steps table's column families (:mod:`telemetry.metrics.steps`)."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from ..analysis.detectors.blocks import analyze_blocks
 from ..logonce import LogOnce
 from ..pipeline.records import OnlineResult, StepRecord, TraceRoots
 from .reads import StoreReads
@@ -53,22 +54,6 @@ def online_finding(finding: Finding, every: int) -> dict[str, Any]:
     d = finding.to_dict()
     d.update(block_steps=every, online=True, time_s=time.time())
     return d
-
-
-def analyze_blocks(table: Any, utilization: Any = None, warm_up: bool = True) -> Any:
-    """Online detection's analysis of a window's table (:func:`~.table.block_table`: a row per rank and
-    block of K steps). Each row is a median of K steps, so a regression is held to the bar the live
-    view holds its windows to (segments of 5 blocks, z 3.5), not a single step's (8 rows, z 6, which a
-    change 15 blocks into the window could never reach); moving imbalance and the gaps between steps
-    are not looked for (``step_resolution=False``)."""
-    from ..analysis.detectors import analyze
-    from ..analysis.detectors.matrix import MIN_WINDOWS
-    from ..analysis.detectors.regression import RegressionParams
-    from ..analysis.detectors.straggler import StragglerParams
-
-    blocks = RegressionParams(min_segment=MIN_WINDOWS, min_persist_steps=MIN_WINDOWS, z_min=RegressionParams.z_windows)
-    straggler = None if warm_up else StragglerParams(warmup_steps=0)  # a stretch past the run's warm-up
-    return analyze(table, step_resolution=False, utilization=utilization, regression=blocks, straggler=straggler)
 
 
 def further_rise(table: Any, f: Finding, since: int = -1, utilization: Any = None) -> Finding | None:

@@ -11,8 +11,9 @@ The steps of a compaction, each of which a kill may end (tests/unit/telemetry/st
 kills a process at every one of them):
 
 1. read the segments (nothing written);
-2. write the spans to a temporary file, rename it: compacted spans without their step columns are
-   ignored by readers, and removed later;
+2. write the spans, then the aggregates over blocks of steps (:mod:`.aggregates`, made anew from the
+   merged rows), each to a temporary file, renamed: compacted spans or aggregates without their step
+   columns are ignored by readers, and removed later;
 3. write the step columns to a temporary file (on the disk itself: fsync), rename it: the commit.
    From here every reader takes the compacted segment instead of the files it merged;
 4. delete the merged files (superseded: a reader that still finds some ignores them).
@@ -33,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import layout
-from .segments import leftovers, listing, resolve, write_parquet
+from .segments import leftovers, listing, resolve, write_aggregates, write_parquet
 
 COMPACT_SEGMENTS = 16  # sealed segments merged into one compacted segment
 ROW_GROUP = 2048  # rows per row group of a compacted segment: a sealed segment's size
@@ -43,7 +44,16 @@ def _stage(name: str) -> None:
     """Called after each step of a compaction (tests stop a process here); does nothing."""
 
 
-STAGES = ("read", "spans written", "spans in place", "steps written", "committed", "one deleted", "done")
+STAGES = (
+    "read",
+    "spans written",
+    "spans in place",
+    "aggregates written",
+    "steps written",
+    "committed",
+    "one deleted",
+    "done",
+)
 
 
 def merge(run_dir: str, rank: int, seqs: Sequence[int]) -> str:
@@ -55,6 +65,7 @@ def merge(run_dir: str, rank: int, seqs: Sequence[int]) -> str:
     first, last = seqs[0], seqs[-1]
     steps_files = [layout.segment_path(run_dir, rank, s) for s in seqs]
     spans_files = [p for p in (layout.spans_path(run_dir, rank, s) for s in seqs) if os.path.exists(p)]
+    agg_files = [p for p in (layout.agg_path(run_dir, rank, s) for s in seqs) if os.path.exists(p)]
     steps = _concat([pq.read_table(p, page_checksum_verification=True) for p in steps_files])
     spans = _concat([pq.read_table(p, page_checksum_verification=True) for p in spans_files])
     _stage("read")
@@ -62,11 +73,14 @@ def merge(run_dir: str, rank: int, seqs: Sequence[int]) -> str:
         path = layout.compacted_path(run_dir, rank, first, last, "spans")
         write_parquet(path, spans, True, ROW_GROUP * 8, lambda: _stage("spans written"))
         _stage("spans in place")
+    # the aggregates anew from the merged rows: a block two segments shared is summarized whole
+    agg = layout.compacted_path(run_dir, rank, first, last, "agg")
+    write_aggregates(agg, steps, True, lambda: _stage("aggregates written"))
     out = layout.compacted_path(run_dir, rank, first, last)
     write_parquet(out, steps, True, ROW_GROUP, lambda: _stage("steps written"))
     _sync_dir(os.path.dirname(out))  # the rename is on the disk before the merged files go
     _stage("committed")
-    for i, path in enumerate(steps_files + spans_files):
+    for i, path in enumerate(steps_files + spans_files + agg_files):
         _remove(path)
         if i == 0:
             _stage("one deleted")

@@ -13,7 +13,7 @@ FINDINGS = "findings.jsonl"
 STEPS_RE = re.compile(r"^rank-(\d+)\.steps\.jsonl$")  # format 1: one JSON object per step (still read)
 # Format 2: per rank, a live tail of JSON lines sealed into columnar segments, numbered in order;
 # a compacted segment (``seg-FIRST-LAST``) holds the sealed segments FIRST..LAST merged, in order.
-SEQ_RE = re.compile(r"^rank-(\d+)\.(tail|seg|spans)-(\d+)(?:-(\d+))?\.(jsonl|parquet)$")
+SEQ_RE = re.compile(r"^rank-(\d+)\.(tail|seg|spans|agg)-(\d+)(?:-(\d+))?\.(jsonl|parquet|arrows)$")
 
 
 def rank_stem(run_dir: str, rank: int) -> str:
@@ -40,8 +40,13 @@ def spans_path(run_dir: str, rank: int, seq: int) -> str:
 
 
 def compacted_path(run_dir: str, rank: int, first: int, last: int, kind: str = "seg") -> str:
-    """Segments ``first``..``last`` merged (``kind``: "seg", the step columns, or "spans")."""
-    return f"{rank_stem(run_dir, rank)}.{kind}-{first:06d}-{last:06d}.parquet"
+    """Segments ``first``..``last`` merged (``kind``: "seg", the step columns, "spans" or "agg")."""
+    return f"{rank_stem(run_dir, rank)}.{kind}-{first:06d}-{last:06d}.{'arrows' if kind == 'agg' else 'parquet'}"
+
+
+def agg_path(run_dir: str, rank: int, seq: int) -> str:
+    """A sealed segment's per-rank aggregates over blocks of steps (:mod:`.aggregates`)."""
+    return f"{rank_stem(run_dir, rank)}.agg-{seq:06d}.arrows"
 
 
 def progress_path(run_dir: str, rank: int) -> str:

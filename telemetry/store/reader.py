@@ -213,9 +213,10 @@ def _valid_step_line(obj: dict[str, Any]) -> bool:
         return False
 
 
-def read_run(run_dir: str, steps: tuple[int, int] | None = None) -> RunData:
+def read_run(run_dir: str, steps: tuple[int, int] | None = None, columns: bool = True) -> RunData:
     """Load everything a run directory holds (``steps``: only the steps first..last of the step
-    records). Raises FileNotFoundError if it holds no run."""
+    records; ``columns`` False: none of format 2's step columns, the rest all the same). Raises
+    FileNotFoundError if it holds no run."""
     if not layout.is_run_dir(run_dir):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory (no {layout.META} or {layout.RANKS_DIR}/ inside)")
     warnings: list[str] = []
@@ -258,11 +259,11 @@ def read_run(run_dir: str, steps: tuple[int, int] | None = None) -> RunData:
     warnings += unclean_end(progress, time.time())
     if steps is not None:
         lines = [r for r in lines if steps[0] <= r["step"] <= steps[1]]
-    columns = read_step_columns(run_dir, warnings, steps)
+    table = read_step_columns(run_dir, warnings, steps) if columns else None
     findings = _read_findings(os.path.join(run_dir, layout.FINDINGS), warnings)
     for w in warnings:
         log.warning("telemetry: %s: %s", run_dir, w)
-    return RunData(run_dir, meta, ranks, lines, progress, warnings, findings, columns)
+    return RunData(run_dir, meta, ranks, lines, progress, warnings, findings, table)
 
 
 def _read_findings(path: str, warnings: list[str]) -> list[dict[str, Any]]:

@@ -12,15 +12,18 @@ import base64
 import bisect
 import json
 import os
+import re
 from array import array
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..pipeline.records import OpStats, Span, StepRecord
-from . import layout
+from . import aggregates, layout
+from .aggregates import block_aggregates, combine
 from .columns import records_from_columns, spans_batch, steps_batch
 
 TAIL_FORMAT = 2
@@ -269,17 +272,34 @@ def write_parquet(
 
 
 def write_segment(run_dir: str, rank: int, seq: int, records: Sequence[StepRecord], durable: bool = False) -> None:
-    """Seal ``records`` as segment ``seq``: spans first, then the step columns (whose presence
-    marks the segment complete: a reader takes a segment's steps only once both are there).
-    ``durable``: on the disk itself before the rename (at shutdown), not only handed to the OS."""
+    """Seal ``records`` as segment ``seq``: spans first, then the aggregates over blocks of steps, then
+    the step columns (whose presence marks the segment complete: a reader takes a segment's steps
+    only once they are there). ``durable``: on the disk itself before the rename (at shutdown), not
+    only handed to the OS."""
     write_parquet(layout.spans_path(run_dir, rank, seq), spans_batch(records), durable)
-    write_parquet(layout.segment_path(run_dir, rank, seq), steps_batch(records), durable)
+    steps = steps_batch(records)
+    write_aggregates(layout.agg_path(run_dir, rank, seq), pa.Table.from_batches([steps]), durable)
+    write_parquet(layout.segment_path(run_dir, rank, seq), steps, durable)
 
 
 def write_columns(run_dir: str, rank: int, seq: int, steps: pa.Table) -> None:
     """Segment ``seq`` of ``rank`` from step columns made elsewhere (a simulated run: no spans)."""
+    write_aggregates(layout.agg_path(run_dir, rank, seq), steps, False)
     for batch in steps.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=steps.schema)]:
         write_parquet(layout.segment_path(run_dir, rank, seq), batch, False)
+
+
+def write_aggregates(
+    path: str, steps: pa.Table, durable: bool, before_rename: Callable[[], None] | None = None
+) -> None:
+    """The per-(rank, block) aggregates of ``steps`` (:mod:`.aggregates`) to ``path``. Columns that
+    cannot be summarized (a bug, a type never seen) leave no file: readers summarize the rows then."""
+    try:
+        agg = block_aggregates(steps)
+    except (ValueError, TypeError, pa.ArrowException):
+        return
+    if agg is not None:
+        aggregates.write_file(path, agg, durable, before_rename)
 
 
 def listing(run_dir: str) -> dict[int, list[tuple[int, int, bool, str, str]]]:
@@ -337,6 +357,9 @@ def resolve(entries: list[tuple[int, int, bool, str, str]]) -> tuple[dict[int, d
     return out, superseded
 
 
+_TEMP = re.compile(r"\.(parquet|arrows)\.tmp\d+$")
+
+
 def rank_files(run_dir: str) -> dict[int, dict[int, dict[str, str]]]:
     """rank -> seq -> {"tail"|"seg"|"spans": path} of the files to read, from the run directory's
     listing (compacted segments in place of the files they merged)."""
@@ -351,7 +374,7 @@ def leftovers(run_dir: str, rank: int) -> list[str]:
     stem = os.path.basename(layout.rank_stem(run_dir, rank)) + "."
     rdir = os.path.join(run_dir, layout.RANKS_DIR)
     try:
-        temps = [os.path.join(rdir, n) for n in os.listdir(rdir) if n.startswith(stem) and ".parquet.tmp" in n]
+        temps = [os.path.join(rdir, n) for n in os.listdir(rdir) if n.startswith(stem) and _TEMP.search(n)]
     except FileNotFoundError:
         temps = []
     return superseded + temps
@@ -435,6 +458,8 @@ def _step_columns(
     readable = []
     schemas = []
     for _, _, _, path, _ in segs:
+        if steps is not None and _known_outside(path, steps):
+            continue  # its aggregates said so: not even its footer read
         try:
             schema, lo, hi = footer(path)
         except (OSError, pa.ArrowException) as exc:
@@ -624,6 +649,101 @@ def _records(run_dir: str, warnings: list[str], last: bool = True) -> list[dict[
                 raise _Vanished from None
             warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
     return out
+
+
+def read_aggregates(
+    run_dir: str, warnings: list[str], steps: tuple[int, int] | None = None, summarize: bool = True
+) -> pa.Table | None:
+    """Every rank's aggregates over blocks of steps (:mod:`.aggregates`), the blocks two segments
+    share combined; None when the run has no format-2 files. A segment without its aggregates (or
+    whose aggregates do not read), and a live tail, are summarized from their rows; with
+    ``summarize`` False a segment without them makes it None instead (a run written before them:
+    read its rows). ``steps``: only blocks with steps in first..last."""
+    return _again(lambda said, last: _aggregates(run_dir, said, steps, last, summarize), warnings)
+
+
+def _aggregates(
+    run_dir: str, warnings: list[str], steps: tuple[int, int] | None, last: bool, summarize: bool
+) -> pa.Table | None:
+    files = rank_files(run_dir)
+    parts: list[pa.Table] = []
+    for rank, seq, kind, path, _ in _pieces(run_dir):
+        agg = files[rank][seq].get("agg") if kind == "seg" else None
+        if agg is None and kind == "seg" and not summarize:
+            return None
+        if agg is not None:
+            try:
+                table = aggregates.read_file(agg)
+                _remember(path, agg, table)
+                parts.append(table)
+                continue
+            except FileNotFoundError as exc:
+                if not last and _gone(agg, exc):
+                    raise _Vanished from None
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                warnings.append(f"{os.path.basename(agg)}: unreadable ({exc}); its segment's rows summarized instead")
+        made = _summarize(path, kind, warnings, last)
+        if made is not None:
+            parts.append(made)
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return None
+    table = combine(pa.concat_tables(parts, promote_options="default"))
+    if steps is not None:
+        first_step, last_step = table.column("first_step").to_numpy(), table.column("last_step").to_numpy()
+        table = table.filter(pa.array((last_step >= steps[0]) & (first_step <= steps[1])))
+    return table
+
+
+# segment path -> (its aggregates' path, their (mtime, size), first step, last step): learned when the
+# aggregates are read, so that a window of steps opens only the segments that hold some of them
+# (at 50,000 segments, reading each one's footer costs half a minute)
+_RANGES: dict[str, tuple[str, tuple[float, int], int, int]] = {}
+
+
+def _remember(seg: str, agg: str, table: pa.Table) -> None:
+    if not table.num_rows:
+        return
+    try:
+        st = os.stat(agg)
+    except OSError:
+        return
+    if len(_RANGES) > 1_000_000:
+        _RANGES.clear()
+    lo = int(pa.compute.min(table.column("first_step")).as_py())
+    hi = int(pa.compute.max(table.column("last_step")).as_py())
+    _RANGES[seg] = (agg, (st.st_mtime, st.st_size), lo, hi)
+
+
+def _known_outside(seg: str, steps: tuple[int, int]) -> bool:
+    """Whether ``seg`` holds no step of ``steps``, as its aggregates said (they are still the same file)."""
+    hit = _RANGES.get(seg)
+    if hit is None or hit[3] >= steps[0] and hit[2] <= steps[1]:
+        return False
+    try:
+        st = os.stat(hit[0])
+    except OSError:
+        return False
+    return (st.st_mtime, st.st_size) == hit[1]
+
+
+def _summarize(path: str, kind: str, warnings: list[str], last: bool) -> pa.Table | None:
+    """A segment's or a tail's aggregates, from its rows (none were stored, or they do not read)."""
+    try:
+        if kind == "seg":
+            rows = pq.read_table(path, page_checksum_verification=True)
+            rows = rows.select([n for n in rows.column_names if _table_column(n)])
+        else:
+            records = read_tail(path, warnings)
+            rows = pa.Table.from_batches([steps_batch(records)]) if records else None
+    except (OSError, pa.ArrowException) as exc:
+        if not last and _gone(path, exc):
+            raise _Vanished from None
+        warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
+        return None
+    if rows is None or _schema_problem(rows.schema) is not None:
+        return None
+    return block_aggregates(rows)
 
 
 def record_dict(r: StepRecord) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""A long run analyzed from the store's coarse level (telemetry/analysis/coarse.py): the blocks find
+what the rows find (kind, ranks, phase, severity, what-if), to a block's steps; a finding with ranks
+is measured again on raw rows; ``--raw`` and short runs read every row as before."""
+
+import json
+
+import pytest
+
+from telemetry.analysis import coarse, windows
+from telemetry.demo.simrun import write_simulated_run
+from telemetry.demo.simulate import Fault, Scenario
+
+
+def run_of(tmp_path, name, *faults, steps=3000):
+    out = str(tmp_path / name)
+    write_simulated_run(Scenario(name=name, ranks=32, steps=steps, seed=3, faults=tuple(faults)), out)
+    return out
+
+
+def key(f):
+    return (f.kind, f.severity, tuple(f.ranks), f.phase)
+
+
+def both(path, monkeypatch):
+    monkeypatch.setattr(coarse, "COARSE_ROWS", 10**12)
+    raw, _, note = windows.analyze_path(path)
+    assert note is None
+    monkeypatch.setattr(coarse, "COARSE_ROWS", 10_000)  # 32 x 3,000 = 96,000 rows: read from blocks
+    blocks, _, note = windows.analyze_path(path)
+    assert "analyzed from the medians over blocks of 64 steps" in note
+    return raw, blocks
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault("straggler", ranks=(9,), phase="forward", factor=1.5, start=1000),
+        Fault("regression", phase="backward", factor=1.15, start=1800),
+        Fault("data_stall", ranks=(4,), delay_s=0.03),
+    ],
+    ids=lambda f: f.kind,
+)
+def test_the_blocks_find_what_the_rows_find(tmp_path, monkeypatch, fault):
+    raw, blocks = both(run_of(tmp_path, fault.kind, fault), monkeypatch)
+    want = [f for f in raw.findings if f.severity != "info"]
+    got = [f for f in blocks.findings if f.severity != "info"]
+    assert want and [key(f) for f in got] == [key(f) for f in want]
+    for w, g in zip(want, got):
+        assert g.details["block_steps"] == 64
+        assert g.first_step // 64 * 64 <= w.first_step < g.first_step + 64 or w.first_step <= 64  # to a block
+        assert g.last_step == w.last_step == 2999
+        assert g.slowdown == pytest.approx(w.slowdown, rel=0.25, abs=0.005)
+        if g.ranks:  # measured again on the raw rows of a stretch of its steps
+            a, b = g.details["measured_on"]
+            assert g.first_step <= a <= b <= g.last_step and "what-if measured on the raw rows" in g.evidence
+    assert blocks.summary["steps"] == 3000 and blocks.summary["coarse"]["block_steps"] == 64
+
+
+def test_a_healthy_long_run_is_healthy_from_its_blocks_too(tmp_path, monkeypatch):
+    raw, blocks = both(run_of(tmp_path, "clean"), monkeypatch)
+    assert [f for f in raw.findings if f.severity != "info"] == []
+    assert [f for f in blocks.findings if f.severity != "info"] == []
+
+
+def test_raw_steps_and_runs_without_aggregates_read_every_row(tmp_path, monkeypatch, capsys):
+    from telemetry.cli import main
+
+    path = run_of(tmp_path, "r", Fault("straggler", ranks=(9,), phase="forward", factor=1.5))
+    monkeypatch.setattr(coarse, "COARSE_ROWS", 10_000)
+    assert main(["analyze", path, "--json"]) == 0
+    out = capsys.readouterr()
+    assert "from the medians over blocks" in out.err and "coarse" in json.loads(out.out)["summary"]
+    for extra in (["--raw"], ["--steps", "0:2999"], ["--last", "3000"]):
+        assert main(["analyze", path, "--json", *extra]) == 0
+        out = capsys.readouterr()
+        assert "coarse" not in json.loads(out.out)["summary"] and "blocks" not in out.err
+    import glob
+    import os
+
+    for f in glob.glob(os.path.join(path, "ranks", "*.agg-*")):
+        os.remove(f)  # written before aggregates existed: its rows, as before
+    assert main(["analyze", path, "--json"]) == 0
+    assert "coarse" not in json.loads(capsys.readouterr().out)["summary"]
