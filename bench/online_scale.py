@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.chunk:
         set_chunk(impl, args.chunk)
     sizes = ([args.small] if args.small else []) + [args.ranks]
-    out, ok = [], True
+    out, ok, worst = [], True, None
     t0 = time.monotonic()
     for ranks in sizes:
         straggler = args.straggler if args.straggler is not None else ranks * 3 // 4 + 1
@@ -365,6 +365,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.posters} processes posting for the ranks, rank 0's detector in the process hosting the "
             "store.\n\n" + "\n\n".join(out)
         )
+        if worst is not None:
+            body += (
+                f"\n\nTarget: rank 0's gather + table + analysis under {args.limit_s:g} s per block at "
+                f"{args.ranks:,} ranks{' with the default settings' if args.window == 'auto' else ''}: "
+                + ("met" if worst <= args.limit_s else "**missed**")
+                + f" (at most {worst * 1e3:.0f} ms)."
+            )
         update_section(args.out, "Online detection at scale (bench/online_scale.py)", body)
     return 0 if ok else 1
 

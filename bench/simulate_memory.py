@@ -134,6 +134,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {label} | {args.ranks:,} x {steps:,} | {gib(r['peak'])} ({r['peak'] / 1e9:.2f} GB) "
                 f"| {r['wall_s']:.1f} s | {gib(r['bytes'])}, {r['files']:,} files |"
             )
+        mine = max(r["peak"] for label, _, r in rows if label == "this tree")
+        lines += [
+            "",
+            f"Target: `telemetry simulate` writes {args.ranks:,} ranks in at most {args.limit_gb:g} GB: "
+            + ("met" if mine <= args.limit_gb * 1e9 else "**missed**")
+            + f" (peak {mine / 1e9:.2f} GB).",
+        ]
         if same is not None:
             lines += [
                 "",
