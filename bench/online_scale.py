@@ -12,9 +12,10 @@ gather (from the block's arrival to its rows being read: completeness check, rea
 analysis, and rank 0's store requests (each one round trip); deletes done by the background deleter
 on its own connection are counted apart. Run twice: with 10 ranks and with ``--ranks``. Exits 1 when
 a block's gather + table + analysis at ``--ranks`` exceeds ``--limit-s`` (1 s), or the straggler is
-not found.
+not found. ``--window`` is the ``online_window`` setting: by default ``auto``, the default settings' window
+for each world (200 blocks at 10 ranks, 50 at 10,000: :func:`telemetry.online.detector.online_window`).
 
-    python bench/online_scale.py [--ranks 10000] [--small 10] [--blocks 6] [--window 50] [--posters 3]
+    python bench/online_scale.py [--ranks 10000] [--small 10] [--blocks 6] [--window auto] [--posters 3]
                                  [--chunk 1000] [--impl PATH] [--out bench/RESULTS.md]
 
 ``--impl`` runs the same bench on another version of online detection: a copy of the
@@ -50,10 +51,12 @@ PHASES = "backward,forward,optimizer"
 EVERY = 10
 
 
-def summaries(block: int, ranks: np.ndarray, straggler: int, seed: int) -> np.ndarray:
+def summaries(block: int, ranks: np.ndarray, straggler: int, seed: int, fixed: int = 7) -> np.ndarray:
     """Realistic summary vectors (one row per rank): block, steps, step time, compute, comm, data,
-    then backward, forward and optimizer compute. The step time is the job's (synchronous ranks);
-    the straggler's forward is 1.5x, and it waits that much less in the collectives."""
+    (``fixed`` 7: the traced steps, none), then backward, forward and optimizer compute. The step
+    time is the job's (synchronous ranks); the straggler's forward is 1.5x, and it waits that much
+    less in the collectives. ``fixed``: the fields before the phases in the version measured (6 before
+    the traced steps' count was added)."""
     rng = np.random.default_rng([seed, block])
     n = len(ranks)
     fwd = 0.012 * (1 + 0.02 * rng.standard_normal(n))
@@ -61,16 +64,16 @@ def summaries(block: int, ranks: np.ndarray, straggler: int, seed: int) -> np.nd
     bwd = 0.026 * (1 + 0.02 * rng.standard_normal(n))
     opt = 0.003 * (1 + 0.02 * rng.standard_normal(n))
     step = 0.050
-    m = np.empty((n, 9))
+    m = np.zeros((n, fixed + 3))
     m[:, 0], m[:, 1], m[:, 2] = block, EVERY, step
     m[:, 3] = fwd + bwd + opt + 0.001
     m[:, 4] = step - m[:, 3] - 0.001
     m[:, 5] = 0.001
-    m[:, 6], m[:, 7], m[:, 8] = bwd, fwd, opt
+    m[:, fixed], m[:, fixed + 1], m[:, fixed + 2] = bwd, fwd, opt
     return m
 
 
-def poster(port: int, first: int, last: int, straggler: int, conn) -> None:
+def poster(port: int, first: int, last: int, straggler: int, conn, fixed: int = 7) -> None:
     """One process posting for ranks first..last-1, one set per rank per block, as each rank's
     pipeline thread does; returns the burst's time and every set's latency."""
     import torch.distributed as dist
@@ -81,7 +84,7 @@ def poster(port: int, first: int, last: int, straggler: int, conn) -> None:
         store.set(f"phases/{r}", PHASES)
     conn.send("ready")
     while (block := conn.recv()) is not None:
-        values = [v.tobytes() for v in summaries(block, ranks, straggler, seed=first)]
+        values = [v.tobytes() for v in summaries(block, ranks, straggler, seed=first, fixed=fixed)]
         keys = [f"s/{block}/{r}" for r in ranks]
         lat = np.empty(len(ranks))
         t0 = time.perf_counter()
@@ -144,6 +147,13 @@ def load(path: str | None):
     return mod
 
 
+def fixed_fields(impl) -> int:
+    """How many fields come before the phases in ``impl``'s summary vector (``wire.FIXED``; 6 in the
+    versions before the traced steps' count)."""
+    wire = getattr(impl, "wire", None)
+    return len(getattr(wire, "FIXED", getattr(impl, "FIXED", ()))) or 6
+
+
 def set_chunk(impl, chunk: int) -> None:
     """Keys per store request of rank 0: ``reads.CHUNK`` in the package, ``CHUNK`` in the one file."""
     if hasattr(impl, "reads"):
@@ -172,7 +182,9 @@ def run(impl, ranks: int, blocks: int, window: int, posters: int, straggler: int
     for i in range(posters):
         here, there = ctx.Pipe()
         p = ctx.Process(
-            target=poster, args=(server.port, int(bounds[i]), int(bounds[i + 1]), straggler, there), daemon=True
+            target=poster,
+            args=(server.port, int(bounds[i]), int(bounds[i + 1]), straggler, there, fixed_fields(impl)),
+            daemon=True,
         )
         p.start()
         pipes.append(here)
@@ -184,7 +196,7 @@ def run(impl, ranks: int, blocks: int, window: int, posters: int, straggler: int
     det = impl.OnlineDetector(store, rank=0, world=ranks, every=EVERY, window=window, wait_blocks=3, min_interval_s=0.0)
     prefill = max(0, window - blocks)
     for b in range(prefill):  # the window as it stands in a long run: filled, straight into the detector
-        m = summaries(b, np.arange(ranks), straggler, seed=0)
+        m = summaries(b, np.arange(ranks), straggler, seed=0, fixed=fixed_fields(impl))
         det._rows[b] = block(impl, np.arange(ranks), m)
 
     timing: dict[str, float] = {}
@@ -266,10 +278,10 @@ def fmt_requests(req: dict) -> str:
     return ", ".join(f"{v} {k}" for k, v in sorted(req.items())) or "-"
 
 
-def report(res: dict, window: int) -> str:
+def report(res: dict, window: int, setting: int | str = "auto") -> str:
     lines = [
-        f"**{res['ranks']:,} ranks posting**, window {window} blocks ({res['ranks'] * window:,} rows), "
-        f"online_every {EVERY}:",
+        f"**{res['ranks']:,} ranks posting**, window {window} blocks ({res['ranks'] * window:,} rows; "
+        f"online_window={setting}), online_every {EVERY}:",
         "",
         "| block | post: burst of all ranks' sets (ms) | one set: median / p99 (µs) | gather (ms) | table (ms) "
         "| analysis (ms) | gather + table + analysis (ms) | rank 0's store requests |",
@@ -302,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, default=10000)
     ap.add_argument("--small", type=int, default=10, help="ranks of the small run (0: none)")
     ap.add_argument("--blocks", type=int, default=6, help="live blocks posted through the store")
-    ap.add_argument("--window", type=int, default=50, help="online_window: blocks analyzed")
+    ap.add_argument(
+        "--window", default="auto", help="online_window: blocks analyzed; auto (default): the default settings' window"
+    )
     ap.add_argument("--posters", type=int, default=3, help="processes posting for the ranks")
     ap.add_argument("--straggler", type=int, default=None, help="the straggler rank (default: ranks * 3 // 4 + 1)")
     ap.add_argument("--limit-s", type=float, default=1.0)
@@ -314,16 +328,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default=None, help="write the section into this RESULTS.md")
     args = ap.parse_args(argv)
+    from telemetry.online.detector import online_window
+
+    setting = args.window if args.window == "auto" else int(args.window)
     impl = load(args.impl)
     if args.chunk:
         set_chunk(impl, args.chunk)
     sizes = ([args.small] if args.small else []) + [args.ranks]
-    out, ok = [], True
+    out, ok, worst = [], True, None
     t0 = time.monotonic()
     for ranks in sizes:
         straggler = args.straggler if args.straggler is not None else ranks * 3 // 4 + 1
-        res = run(impl, ranks, args.blocks, args.window, args.posters, min(straggler, ranks - 1))
-        out.append(report(res, args.window))
+        window = online_window(setting, ranks)
+        res = run(impl, ranks, args.blocks, window, args.posters, min(straggler, ranks - 1))
+        out.append(report(res, window, setting))
         print(out[-1] + "\n", flush=True)
         if ranks == args.ranks:
             worst = max(r["gather_s"] + r["table_s"] + r["analysis_s"] for r in res["rows"])
@@ -339,10 +357,21 @@ def main(argv: list[str] | None = None) -> int:
 
         body = (
             f"Measured {date.today().isoformat()} on {platform.machine()}, {os.cpu_count()} cores, Python "
-            f"{platform.python_version()} (`python bench/online_scale.py`): one TCPStore on 127.0.0.1, "
+            f"{platform.python_version()} (`python bench/online_scale.py"
+            + ("" if args.window == "auto" else f" --window {args.window}")
+            + "`): "
+            + ("the default online_window (auto)" if args.window == "auto" else f"online_window={args.window}")
+            + ", one TCPStore on 127.0.0.1, "
             f"{args.posters} processes posting for the ranks, rank 0's detector in the process hosting the "
             "store.\n\n" + "\n\n".join(out)
         )
+        if worst is not None:
+            body += (
+                f"\n\nTarget: rank 0's gather + table + analysis under {args.limit_s:g} s per block at "
+                f"{args.ranks:,} ranks{' with the default settings' if args.window == 'auto' else ''}: "
+                + ("met" if worst <= args.limit_s else "**missed**")
+                + f" (at most {worst * 1e3:.0f} ms)."
+            )
         update_section(args.out, "Online detection at scale (bench/online_scale.py)", body)
     return 0 if ok else 1
 

@@ -35,6 +35,12 @@ def _text(s: object) -> str:
     return html.escape(" ".join(str(s).split()), quote=False).replace("|", "\\|").replace("*", "\\*")
 
 
+def _type(s: object) -> str:
+    """A type annotation inside a table cell's code span: a union's `|` as it is (the table extension
+    leaves a pipe inside backticks alone, and would show an escaping backslash)."""
+    return " ".join(str(s).split())
+
+
 def _code(s: object) -> str:
     """Text as a code span in a table cell (a `|` inside it escaped, so the table keeps its columns)."""
     s = str(s).replace("|", "\\|")
@@ -136,7 +142,7 @@ def settings_page() -> str:
         env = config_module.ENV_PREFIX + s.name.upper()
         default = _env_value(s.default)
         out.append(
-            f"| `{s.name}` | `{env}` | `{_text(s.type)}` | {_code(default) if default else '(empty)'} | {_text(s.comment)} |"
+            f"| `{s.name}` | `{env}` | `{_type(s.type)}` | {_code(default) if default else '(empty)'} | {_text(s.comment)} |"
         )
     return "\n".join(out) + "\n"
 

@@ -97,7 +97,9 @@ class Config:
     # Online detection (rank 0 analyzes K-step summaries of every rank while the job runs)
     online: bool = True  # online detection, with a multi-rank process group
     online_every: int = 10  # steps per summary block
-    online_window: int = 200  # blocks kept for analysis
+    online_window: int | str = (
+        "auto"  # blocks kept for analysis; auto: 200, fewer beyond 2,500 ranks (500,000 // ranks, at least 20: rank 0's analysis of a block stays under 1 s)
+    )
     online_wait_blocks: int = 3  # how many blocks late a rank may be before it is named missing
     capture: bool = True  # profile the ranks a new online finding names, and a healthy peer, for a few steps
     capture_steps: int = 3  # steps per capture
@@ -243,7 +245,7 @@ class Config:
         self._set("start_step", _check_int("start_step", self.start_step, 0, 1 << 62))
         self._set("prometheus_port", _check_int("prometheus_port", self.prometheus_port, 1, 65535))
         self._set("online_every", _check_int("online_every", self.online_every, 1, 100000))
-        self._set("online_window", _check_int("online_window", self.online_window, 8, 100000))
+        self._set("online_window", _check_window(self.online_window))
         self._set("online_wait_blocks", _check_int("online_wait_blocks", self.online_wait_blocks, 1, 1000))
         self._set("capture_steps", _check_int("capture_steps", self.capture_steps, 1, 50))
         self._set("capture_max", _check_int("capture_max", self.capture_max, 0, 1000))
@@ -367,6 +369,28 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
     if not lo <= number <= hi:
         raise ConfigError(f"{name}={_show(value)} is out of range; accepted: an integer from {lo} to {hi}")
     return number
+
+
+def _check_window(value: Any) -> int | str:
+    """``online_window``: "auto" (the world size decides, :func:`telemetry.online.detector.online_window`)
+    or a number of blocks from 8 to 100000 (an integer, or its digits from the environment)."""
+    accepted = (
+        "auto (the default: 200 blocks, 500,000 // ranks beyond 2,500 ranks, at least 20) "
+        "or an integer from 8 to 100000"
+    )
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"online_window={_show(value)} cannot be read; accepted: {accepted}") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"online_window={_show(value)} is not an integer; accepted: {accepted}")
+    if not 8 <= operator.index(value) <= 100000:
+        raise ConfigError(f"online_window={_show(value)} is out of range; accepted: {accepted}")
+    return operator.index(value)
 
 
 def _show(value: Any) -> str:

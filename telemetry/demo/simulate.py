@@ -87,40 +87,99 @@ def simulate(sc: Scenario) -> pd.DataFrame:
 
 
 def simulate_chunks(sc: Scenario, chunk_steps: int | None = None):
-    """The steps table in pieces of ``chunk_steps`` steps (all ranks), rows by step then rank: a
-    job too large to hold at once is written piece by piece (``telemetry simulate``). Random draws
-    are made per piece in a fixed order, so a job that fits in one piece (every scenario of
-    ``bench/detectors``) gets the same draws however it is asked for."""
+    """The steps table in pieces of ``chunk_steps`` steps (all ranks), rows by step then rank. Random
+    draws are made per piece in a fixed order, so a job that fits in one piece (every scenario of
+    ``bench/detectors``) gets the same draws however it is asked for. ``telemetry simulate`` writes
+    pieces of 2,048 steps without holding one at once: :func:`simulate_pieces`."""
     R, S = sc.ranks, sc.steps
     step_chunk = chunk_steps or max(1, min(S, CHUNK_CELLS // max(R, 1)))
-    rng = np.random.default_rng(sc.seed)
-    stage_of = np.arange(R) * sc.stages // R
-    static = 1 + rng.normal(0, sc.static, size=R)
-    state = {"t": SIM_EPOCH_S, "prev_opt": np.zeros(R), "mem": np.full(R, 8.0 * 2**30)}
-    for lo in range(0, S, step_chunk):
-        n = min(step_chunk, S - lo)
-        draws = {p: rng.lognormal(0, sc.jitter, size=(n, R)) for p in PHASES}
-        draws["data"] = rng.lognormal(0, sc.jitter, size=(n, R))
-        draws["comm"] = rng.lognormal(0, sc.jitter / 2, size=n)
-        draws["coins"] = rng.random(size=(len(sc.faults), n))
-        draws["work"] = rng.lognormal(0, 0.25, size=(n, R))  # per-step work factors (imbalance faults)
-        table = _steps(sc, lo, n, static, stage_of, draws, state)
+    for piece in simulate_pieces(sc, step_chunk):
+        [(_, cols)] = piece.runs()
+        table = _frame(sc, np.tile(np.arange(R), piece.n), np.repeat(np.arange(piece.lo, piece.lo + piece.n), R), cols)
         if sc.gpu_signals:
-            _device_signals(table, sc, lo)
+            _device_signals(table, sc, piece.lo)
         if any(f.cause for f in sc.faults):
-            _signals(table, sc, draws["coins"], lo)
+            _signals(table, sc, piece.coins, piece.lo)
         yield table
 
 
-def _steps(
-    sc: Scenario, lo: int, n: int, static: np.ndarray, stage_of: np.ndarray, draws: dict, state: dict
-) -> pd.DataFrame:
-    """Steps lo .. lo + n - 1 of every rank, one numpy pass over the ranks per step."""
-    R = sc.ranks
-    cols = {
-        k: np.empty((n, R))
-        for k in ("start_s", "duration_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "mem")
+COLUMNS = ("start_s", "duration_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "mem")
+
+
+class Piece:
+    """Steps ``lo`` .. ``lo + n - 1`` of every rank, whose random draws are those of one piece (see
+    :func:`simulate_pieces`); :meth:`runs` simulates them ``rows`` steps at a time. A piece's runs are
+    taken in full before the next piece (the job's state goes from one to the next)."""
+
+    def __init__(self, sc: Scenario, rng: np.random.Generator, lo: int, n: int, rows: int, job: dict) -> None:
+        self.sc, self.lo, self.n, self.rows, self.job = sc, lo, n, max(1, rows), job
+        R = sc.ranks
+        # The draws, as one piece makes them in one go: forward, backward, optimizer, data (steps x ranks
+        # each), comm (steps), coins (faults x steps), work (steps x ranks). Drawn in runs, each (steps x
+        # ranks) kind comes from a generator placed where its draws begin (found by making, in runs, the
+        # draws before it once and dropping them); work, the last, comes from rng itself, which so ends
+        # where the draws in one go leave it. NumPy's draws in runs are the draws in one go.
+        self.gens: dict[str, np.random.Generator] = {}
+        self.whole: dict[str, np.ndarray] = {}
+        for kind in (*PHASES, "data"):
+            if self.rows >= n:
+                self.whole[kind] = rng.lognormal(0, sc.jitter, size=(n, R))
+                continue
+            self.gens[kind] = _copy(rng)
+            for off in range(0, n, self.rows):
+                rng.lognormal(0, sc.jitter, size=(min(self.rows, n - off), R))
+        self.comm = rng.lognormal(0, sc.jitter / 2, size=n)
+        self.coins = rng.random(size=(len(sc.faults), n))
+        if self.rows >= n:
+            self.whole["work"] = rng.lognormal(0, 0.25, size=(n, R))  # per-step work factors (imbalance faults)
+        else:
+            self.gens["work"] = rng
+
+    def runs(self):
+        """(first step's offset in the piece, {column: (steps, ranks) array}) per run of steps, in order."""
+        sc, R = self.sc, self.sc.ranks
+        for off in range(0, self.n, self.rows):
+            m = min(self.rows, self.n - off)
+            if self.whole:
+                draws = dict(self.whole)
+            else:
+                draws = {k: self.gens[k].lognormal(0, sc.jitter, size=(m, R)) for k in (*PHASES, "data")}
+                draws["work"] = self.gens["work"].lognormal(0, 0.25, size=(m, R))
+            draws["comm"] = self.comm[off : off + m]
+            draws["coins"] = self.coins[:, off : off + m]
+            yield off, _grid(sc, self.lo + off, m, draws, self.job)
+
+
+def _copy(rng: np.random.Generator) -> np.random.Generator:
+    bits = type(rng.bit_generator)()
+    bits.state = rng.bit_generator.state
+    return np.random.Generator(bits)
+
+
+def simulate_pieces(sc: Scenario, chunk_steps: int, rows: int | None = None):
+    """The job as :class:`Piece` s of ``chunk_steps`` steps (the random draws are made per piece, as
+    :func:`simulate_chunks` makes them), each simulated ``rows`` steps at a time (default: the whole
+    piece): the same numbers whatever ``rows`` is, with (rows x ranks) cells of draws held at once."""
+    R, S = sc.ranks, sc.steps
+    rng = np.random.default_rng(sc.seed)
+    job = {
+        "stage_of": np.arange(R) * sc.stages // R,
+        "static": 1 + rng.normal(0, sc.static, size=R),
+        "t": SIM_EPOCH_S,
+        "prev_opt": np.zeros(R),
+        "mem": np.full(R, 8.0 * 2**30),
     }
+    for lo in range(0, S, chunk_steps):
+        n = min(chunk_steps, S - lo)
+        yield Piece(sc, rng, lo, n, rows or n, job)
+
+
+def _grid(sc: Scenario, lo: int, n: int, draws: dict, state: dict) -> dict[str, np.ndarray]:
+    """Steps lo .. lo + n - 1 of every rank, one numpy pass over the ranks per step: {column: (steps,
+    ranks) array} (:data:`COLUMNS`); ``state`` (the job's clock, the last optimizer times, memory) goes on."""
+    R = sc.ranks
+    static, stage_of = state["static"], state["stage_of"]
+    cols = {k: np.empty((n, R)) for k in COLUMNS}
     t, prev_opt, mem = state["t"], state["prev_opt"], state["mem"]
     for i in range(n):
         s = lo + i
@@ -176,10 +235,16 @@ def _steps(
         t = end + gap
         prev_opt = comp["optimizer"]
     state.update(t=t, prev_opt=prev_opt, mem=mem)
+    return cols
+
+
+def _frame(sc: Scenario, rank: np.ndarray, step: np.ndarray, cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The steps table of rows (``rank``, ``step``) from :func:`_grid`'s columns in the same row order."""
+    stage_of = np.arange(sc.ranks) * sc.stages // sc.ranks
     table = pd.DataFrame(
         {
-            "rank": np.tile(np.arange(R), n),
-            "step": np.repeat(np.arange(lo, lo + n), R),
+            "rank": rank,
+            "step": step,
             "start_s": cols["start_s"].ravel(),
             "duration_s": cols["duration_s"].ravel(),
             "data_s": cols["data_s"].ravel(),
@@ -195,9 +260,22 @@ def _steps(
         }
     )
     if sc.stages > 1:
-        table["stage"] = np.tile(stage_of, n)
+        table["stage"] = stage_of[rank]
     if sc.ranks_per_node:
         table["node"] = [f"node{r // sc.ranks_per_node}" for r in table["rank"]]
+    return table
+
+
+def rank_table(sc: Scenario, piece: Piece, first: int, cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Ranks ``first`` .. ``first + len - 1`` of ``piece``, rows by rank then step: the rows
+    :func:`simulate_chunks` gives for them (the cause signals included; not the device signals,
+    which are sampled across every rank). ``cols``: {column: (ranks, steps) array} of :data:`COLUMNS`."""
+    if sc.gpu_signals:
+        raise ValueError("a scenario with gpu_signals is simulated whole pieces at a time (simulate_chunks)")
+    g, n = cols["start_s"].shape
+    table = _frame(sc, np.repeat(np.arange(first, first + g), n), np.tile(np.arange(piece.lo, piece.lo + n), g), cols)
+    if any(f.cause for f in sc.faults):
+        _signals(table, sc, piece.coins, piece.lo)
     return table
 
 

@@ -7,7 +7,8 @@ rendezvous store (torch.distributed's TCPStore, under the prefix ``telemetry/``)
 array of float64 (block, steps, then medians of step time, compute, comm, data and each phase, in
 a fixed order). Rank 0's online thread waits for a block to be complete (or ``online_wait_blocks``
 blocks late: the missing ranks are named), builds a steps table with one row per rank and block,
-runs :func:`telemetry.analysis.detectors.analyze` on the latest ``online_window`` blocks, and hands new
+runs :func:`telemetry.analysis.detectors.analyze` on the latest ``online_window`` blocks (by default 200,
+and 500,000 // ranks beyond 2,500 ranks: :func:`.detector.online_window`), and hands new
 findings and straggler scores to the sinks as an :class:`~telemetry.pipeline.records.OnlineResult`
 (run store: ``RUN_DIR/findings.jsonl``; Prometheus: ``train_straggler_score{scored_rank}``,
 ``train_findings{kind}``, with rank 0's own ``rank`` label). Store keys of analyzed blocks are deleted. The training thread never

@@ -81,3 +81,24 @@ def test_metrics_level_is_checked_at_init_naming_the_setting(run_dir, monkeypatc
     with pytest.raises(telemetry.ConfigError, match=r"metrics_level='per-op'.*TELEMETRY_METRICS_LEVEL"):
         telemetry.init(run_dir=run_dir)
     assert telemetry.session() is None
+
+
+def test_online_window_is_auto_by_default_and_a_number_as_given():
+    assert Config.resolve({}, environ={}).online_window == "auto"
+    assert Config.resolve({"online_window": 120}, environ={}).online_window == 120
+    assert Config.resolve({}, environ={"TELEMETRY_ONLINE_WINDOW": "64"}).online_window == 64
+    assert Config.resolve({}, environ={"TELEMETRY_ONLINE_WINDOW": " Auto "}).online_window == "auto"
+    assert Config.resolve({"online_window": "auto"}, environ={"TELEMETRY_ONLINE_WINDOW": "64"}).online_window == "auto"
+
+
+@pytest.mark.parametrize(
+    "value, said",
+    [(7, "is out of range"), ("many", "cannot be read"), (20.5, "is not an integer"), (True, "is not an integer")],
+)
+def test_a_bad_online_window_names_the_field_and_what_is_accepted(value, said):
+    with pytest.raises(
+        ConfigError, match=rf"online_window=.* {said}; accepted: auto .* or an integer from 8 to 100000"
+    ):
+        Config.resolve({"online_window": value}, environ={})
+    with pytest.raises(ConfigError, match=r"from the environment variable TELEMETRY_ONLINE_WINDOW"):
+        Config.resolve({}, environ={"TELEMETRY_ONLINE_WINDOW": "5"})

@@ -237,3 +237,35 @@ def test_a_second_rise_inside_an_ongoing_job_wide_change_is_a_new_finding_handed
     assert second.findings[0]["details"]["within"] == {"kind": "slow_comm", "phase": None, "first_step": 200}
     assert det._analyze()
     assert planner.seen[-1] == []
+
+
+def test_the_default_window_is_200_blocks_up_to_2500_ranks_then_500000_rows():
+    from telemetry.online.detector import online_window
+
+    assert [online_window("auto", w) for w in (2, 64, 2500)] == [200, 200, 200]
+    assert [online_window("auto", w) for w in (2501, 5000, 10000, 25000, 100000)] == [199, 100, 50, 20, 20]
+
+
+def test_a_window_set_as_a_number_is_kept_at_any_world():
+    from telemetry.online.detector import online_window
+
+    assert online_window(200, 10000) == 200
+    assert online_window(8, 4) == 8
+
+
+def test_rank_0_keeps_the_window_of_its_world():
+    from telemetry import online
+
+    def window(world, setting):
+        det = online.OnlineDetector(store=DictStore({}), rank=1, world=world, every=10, window=setting, wait_blocks=3)
+        return det.window
+
+    assert (window(4, "auto"), window(10000, "auto"), window(10000, 120)) == (200, 50, 120)
+    from telemetry.online.wire import summary_key
+
+    det = four_ranks(window="auto")
+    for block in range(203):  # the window it keeps is the one it says: the oldest blocks leave it
+        for r in range(4):
+            det.store.data[summary_key(block, r)] = np.array([block, 10, 0.04, 0.03, 0.01, 0.0, 0, 0.03]).tobytes()
+        det._collect(block, 1)
+    assert list(det._rows) == list(range(3, 203))
