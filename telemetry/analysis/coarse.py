@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 COARSE_ROWS = 4_000_000  # runs of more rows (ranks x steps) are read from their blocks
-REFINE_ROWS = 2_000_000  # raw rows read to measure one finding again
+REFINE_ROWS = 1_000_000  # raw rows read to measure one finding again
 REFINE_MIN_STEPS = 128  # ... at least this many steps of it
 REFINE_MAX = 8  # findings measured again on raw rows (the costliest first)
 BLOCK_NOTE = "medians over blocks of 64 steps"
@@ -71,6 +71,17 @@ def block_table(agg: Any) -> pd.DataFrame:
     return table.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 
+def wanted(name: str) -> bool:
+    """The aggregates' columns :func:`block_table` reads (the rest is not held)."""
+    if name == "start_s|min":
+        return True
+    base, _, stat = name.rpartition("|")
+    return stat == "p50" and (
+        base in ("duration_s", "comm_s", "data_s", "tokens", "mfu")
+        or base.startswith(("compute.", "dev.", "comm_group."))
+    )
+
+
 def _med(agg: Any, name: str) -> np.ndarray:
     return agg.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
 
@@ -106,28 +117,34 @@ def analyze_coarse(
         **params,
     )
     refined, findings = [], []
-    order = sorted(range(len(result.findings)), key=lambda i: -result.findings[i].slowdown)
-    chosen = {i for i in order if result.findings[i].ranks and result.findings[i].severity != "info"}
-    chosen = set(sorted(chosen, key=order.index)[:REFINE_MAX])
-    edges = {i for i in order if result.findings[i].severity != "info"}
-    edges = set(sorted(edges, key=order.index)[:REFINE_MAX])
+    order = sorted(range(len(result.findings)), key=lambda i: -result.findings[i].slowdown)  # costliest first
+    edges = set([i for i in order if result.findings[i].severity != "info"][:REFINE_MAX])
+    chosen = set([i for i in order if result.findings[i].severity != "info" and result.findings[i].ranks][:REFINE_MAX])
     warm_at = (first + warm.warmup_steps * BLOCK, first + StragglerParams().warmup(last - first + 1))
     for i, f in enumerate(result.findings):
         f = replace(f, details={**f.details, "block_steps": BLOCK})
         if f.last_step is not None and f.last_step + BLOCK - 1 >= last:
             f = replace(f, last_step=last)  # its last block ends with the run
-        if i in edges and f.first_step is not None:
-            f = _edges(f, table, read_raw, warm_at)
-        if i in chosen and f.first_step is not None:
-            window = _stretch(f, ranks, last)
-            raw = read_raw(window)
+        if f.first_step is None or i not in edges:
+            findings.append(f)
+            continue
+        onset = _onset(f, table, warm_at)
+        measure = _stretch(f, ranks, last, onset) if i in chosen else None
+        want = [w for w in (_area(onset), measure) if w is not None]
+        if not want:
+            findings.append(f)
+            continue
+        raw = read_raw((min(w[0] for w in want), max(w[1] for w in want)))  # one read of the rows
+        f = _pinned(f, onset, raw, table)
+        if measure is not None:
+            part = raw[(raw["step"] >= measure[0]) & (raw["step"] <= measure[1])] if len(raw) else raw
             again = (
-                analyze(raw, straggler=StragglerParams(warmup_steps=0), utilization=None, **params)
-                if len(raw)
+                analyze(part, straggler=StragglerParams(warmup_steps=0), utilization=None, **params)
+                if len(part)
                 else None
             )
-            f = _measured(f, again, window)
-            refined.append({"kind": f.kind, "ranks": f.ranks[:8], "phase": f.phase, "steps": list(window)})
+            f = _measured(f, again, measure)
+            refined.append({"kind": f.kind, "ranks": f.ranks[:8], "phase": f.phase, "steps": list(measure)})
         findings.append(f)
     result.findings = findings
     s = result.summary
@@ -177,50 +194,78 @@ def _excess(x: pd.DataFrame, f: Any, col: str) -> tuple[np.ndarray, np.ndarray]:
     return wide.index.to_numpy(), (mine - peers).to_numpy()
 
 
-def _edges(
-    f: Any, table: pd.DataFrame, read_raw: Callable[[tuple[int, int]], pd.DataFrame], warm: tuple[int, int]
-) -> Any:
-    """``f``'s first or last step moved to where its series changes level: found in the blocks, then
-    to the step in the raw rows of the blocks either side. A block's median smooths an onset that a
-    rolling window over blocks then blurs further; the rows keep it. A finding from the run's first
-    block after warm-up (``warm``: that block's first step, the steps' own warm-up end) whose excess
-    is in the raw rows before it begins where the steps' warm-up ends, as a reading of the rows does."""
+def _onset(f: Any, table: pd.DataFrame, warm: tuple[int, int]) -> tuple[str, int, str] | None:
+    """Where, in the blocks, ``f``'s series changes level: ("begins" or "ends", the block's first step,
+    the column), or ("warm", the steps' warm-up end, the column) for a finding from the run's first
+    block after warm-up (``warm``: that block's first step, the steps' warm-up end), whose raw rows
+    before it may already hold its excess; None when no edge is to be moved. A block's median smooths
+    an onset that a rolling window over blocks then blurs further; the rows keep it."""
     from ..store.aggregates import BLOCK
 
     col = _series(f, table)
     if col is None:
-        return f
+        return None
     part = table[(table["step"] >= f.first_step - BLOCK) & (table["step"] <= f.last_step)]  # and the block before
     steps, e = _excess(part, f, col)
     k = _split(e)
     lo, hi = (float(np.mean(e[:k])), float(np.mean(e[k:]))) if k is not None else (0.0, 0.0)
     if k is not None and (f.ranks and lo < 0.5 * hi or not f.ranks and hi != lo):
-        edge, begins = int(steps[k]), True  # it began at block k (a job-wide level moved there)
-    elif k is not None and f.ranks and hi < 0.5 * lo:
-        edge, begins = int(steps[k]), False  # cool after: it ended before block k
-    elif f.first_step == warm[0] and f.ranks and warm[1] < warm[0]:
-        level = float(np.nanmean(e[steps >= f.first_step]))  # its excess, in the blocks
-        raw = read_raw((warm[1], warm[0] - 1))
-        if level > 0 and len(raw) and col in raw.columns and np.nanmean(_excess(raw, f, col)[1]) >= 0.5 * level:
-            return replace(f, first_step=warm[1])
-        return f
-    else:
-        return f
-    if not f.ranks and not (f.first_step - BLOCK <= edge <= f.first_step + BLOCK):
-        return f  # the job's largest move is elsewhere: leave the detector's edge
-    raw = read_raw((max(0, edge - BLOCK), edge + BLOCK - 1))
-    if len(raw) and col in raw.columns:
-        rs, re = _excess(raw, f, col)
-        j = _split(re)
-        if j is not None:
-            edge = int(rs[j])
-    return replace(f, first_step=edge) if begins else replace(f, last_step=edge - 1)
+        if not f.ranks and not (f.first_step - BLOCK <= steps[k] <= f.first_step + BLOCK):
+            return None  # the job's largest move is elsewhere: the detector's edge stays
+        return "begins", int(steps[k]), col  # it began at block k (a job-wide level moved there)
+    if k is not None and f.ranks and hi < 0.5 * lo:
+        return "ends", int(steps[k]), col  # cool after: it ended before block k
+    if f.first_step == warm[0] and f.ranks and warm[1] < warm[0]:
+        return "warm", warm[1], col
+    return None
 
 
-def _stretch(f: Any, ranks: int, run_last: int) -> tuple[int, int]:
-    """The steps of ``f`` read raw: its middle, at most REFINE_ROWS rows of every rank."""
+def _area(onset: tuple[str, int, str] | None) -> tuple[int, int] | None:
+    """The raw steps that pin an onset to the step: the blocks either side, or the warm-up's rest."""
+    from ..store.aggregates import BLOCK
+
+    if onset is None:
+        return None
+    how, at, _ = onset
+    if how == "warm":
+        return at, at + (-at % BLOCK or BLOCK) - 1
+    return max(0, at - BLOCK), at + BLOCK - 1
+
+
+def _pinned(f: Any, onset: tuple[str, int, str] | None, raw: pd.DataFrame, table: pd.DataFrame) -> Any:
+    """``f`` with its edge moved to the step where, in ``raw``, its series changes level."""
+    if onset is None or not len(raw):
+        return f
+    how, at, col = onset
+    if col not in raw.columns:
+        return f
+    lo, hi = _area(onset)
+    rows = raw[(raw["step"] >= lo) & (raw["step"] <= hi)]
+    if not len(rows):
+        return f
+    steps, e = _excess(rows, f, col)
+    if how == "warm":  # its excess already in the warm-up's last rows, as in its blocks: it began there
+        blocks = table[(table["step"] >= f.first_step) & (table["step"] <= f.last_step)]
+        level = float(np.nanmean(_excess(blocks, f, col)[1]))
+        return replace(f, first_step=at) if level > 0 and np.nanmean(e) >= 0.5 * level else f
+    j = _split(e)
+    edge = int(steps[j]) if j is not None else at
+    return replace(f, first_step=edge) if how == "begins" else replace(f, last_step=edge - 1)
+
+
+def _stretch(f: Any, ranks: int, run_last: int, onset: tuple[str, int, str] | None = None) -> tuple[int, int]:
+    """The steps of ``f`` measured again on raw rows, at most REFINE_ROWS rows of every rank: those
+    right after its onset (or before its end) when it has one in the blocks, read with the onset's
+    rows in one read; else its middle."""
     a, b = int(f.first_step), min(int(f.last_step), run_last)
     n = min(b - a + 1, max(REFINE_MIN_STEPS, REFINE_ROWS // max(ranks, 1)))
+    area = _area(onset)
+    if onset is not None and onset[0] in ("begins", "warm"):
+        lo = max(a, area[1] + 1)
+        return (lo, min(b, lo + n - 1)) if lo + REFINE_MIN_STEPS // 2 <= b else (max(a, b - n + 1), b)
+    if onset is not None and onset[0] == "ends":
+        hi = min(b, area[0] - 1)
+        return (max(a, hi - n + 1), hi) if hi - REFINE_MIN_STEPS // 2 >= a else (a, min(b, a + n - 1))
     mid = (a + b) // 2
     lo = max(a, mid - n // 2)
     return lo, min(b, lo + n - 1)

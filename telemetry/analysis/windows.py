@@ -301,7 +301,7 @@ def _coarse(path: str, hang_after, util, cp, against: dict):
     if not layout.is_run_dir(path):
         return None
     said: list[str] = []
-    agg = read_aggregates(path, said, summarize=False)
+    agg = read_aggregates(path, said, summarize=False, keep=coarse.wanted)
     if agg is None or not agg.num_rows:
         return None
     first = int(agg.column("first_step").to_numpy().min())
@@ -311,10 +311,20 @@ def _coarse(path: str, hang_after, util, cp, against: dict):
         return None
     run = open_input(path, rows=False)  # meta, heartbeats, online findings, warnings
     run.warnings += said
+
+    def rows_of(w: tuple[int, int]) -> Any:  # a few blocks' rows: no heartbeat or meta read again
+        import pandas as pd
+
+        from ..store.segments import read_step_columns
+        from .table import columns_to_table
+
+        got = read_step_columns(path, [], w)
+        return columns_to_table(got) if got is not None else pd.DataFrame()
+
     result = coarse.analyze_coarse(
         agg,
         ranks,
-        lambda w: open_input(path, w).table,
+        rows_of,
         run.progress,
         run.world_size,
         hang_bound_s=hang_after,

@@ -652,19 +652,35 @@ def _records(run_dir: str, warnings: list[str], last: bool = True) -> list[dict[
 
 
 def read_aggregates(
-    run_dir: str, warnings: list[str], steps: tuple[int, int] | None = None, summarize: bool = True
+    run_dir: str,
+    warnings: list[str],
+    steps: tuple[int, int] | None = None,
+    summarize: bool = True,
+    keep: Callable[[str], bool] | None = None,
 ) -> pa.Table | None:
     """Every rank's aggregates over blocks of steps (:mod:`.aggregates`), the blocks two segments
     share combined; None when the run has no format-2 files. A segment without its aggregates (or
     whose aggregates do not read), and a live tail, are summarized from their rows; with
     ``summarize`` False a segment without them makes it None instead (a run written before them:
-    read its rows). ``steps``: only blocks with steps in first..last."""
-    return _again(lambda said, last: _aggregates(run_dir, said, steps, last, summarize), warnings)
+    read its rows). ``steps``: only blocks with steps in first..last. ``keep``: the columns to keep
+    besides rank, block, n, first_step and last_step (each file's others dropped as it is read)."""
+    return _again(lambda said, last: _aggregates(run_dir, said, steps, last, summarize, keep), warnings)
+
+
+_AGG_KEYS = ("rank", "block", "n", "first_step", "last_step")
 
 
 def _aggregates(
-    run_dir: str, warnings: list[str], steps: tuple[int, int] | None, last: bool, summarize: bool
+    run_dir: str,
+    warnings: list[str],
+    steps: tuple[int, int] | None,
+    last: bool,
+    summarize: bool,
+    keep: Callable[[str], bool] | None = None,
 ) -> pa.Table | None:
+    def kept(t: pa.Table) -> pa.Table:
+        return t if keep is None else t.select([c for c in t.column_names if c in _AGG_KEYS or keep(c)])
+
     files = rank_files(run_dir)
     parts: list[pa.Table] = []
     for rank, seq, kind, path, _ in _pieces(run_dir):
@@ -675,7 +691,7 @@ def _aggregates(
             try:
                 table = aggregates.read_file(agg)
                 _remember(path, agg, table)
-                parts.append(table)
+                parts.append(kept(table))
                 continue
             except FileNotFoundError as exc:
                 if not last and _gone(agg, exc):
@@ -684,7 +700,7 @@ def _aggregates(
                 warnings.append(f"{os.path.basename(agg)}: unreadable ({exc}); its segment's rows summarized instead")
         made = _summarize(path, kind, warnings, last)
         if made is not None:
-            parts.append(made)
+            parts.append(kept(made))
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return None

@@ -98,3 +98,15 @@ def test_segments_without_aggregates_and_tails_are_summarized_when_read(tmp_path
     warnings = []
     damaged = read_aggregates(run, warnings).to_pandas()
     pd.testing.assert_frame_equal(with_file[sorted(with_file.columns)], damaged[sorted(damaged.columns)])
+    assert warnings == [
+        "rank-00000.agg-000001.arrows: unreadable (too short to be an aggregates file); its segment's rows "
+        "summarized instead"
+    ]
+    aggregates.write_file(layout.agg_path(run, 0, 1), aggregates.block_aggregates(steps_table(0, 0, 128)), False)
+    raw = bytearray(open(layout.agg_path(run, 0, 1), "rb").read())
+    raw[100] ^= 0xFF  # a flipped byte: the checksum says so, never a wrong number
+    open(layout.agg_path(run, 0, 1), "wb").write(bytes(raw))
+    with pytest.raises(ValueError, match="checksum"):
+        aggregates.read_file(layout.agg_path(run, 0, 1))
+    assert read_aggregates(run, []).num_rows == 2
+    assert read_aggregates(run, [], summarize=False).num_rows == 2  # summarized: the file is there, damaged
