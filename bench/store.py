@@ -257,7 +257,7 @@ def huge(tmp: str, ranks: int = 10000, steps: int = 10000) -> dict:
     files = len(glob.glob(os.path.join(run, "ranks", "*.seg-*")))
     disk = dir_bytes(run, "*.seg-*")
     proc = subprocess.run(
-        [sys.executable, "-c", CLI_CHILD, "analyze", run, "--json"],
+        [sys.executable, "-c", CLI_CHILD, "analyze", run, "--json", "--raw"],  # every row, in windows
         cwd=ROOT,
         env=ENV,
         capture_output=True,
@@ -311,7 +311,7 @@ def main() -> None:
     ap.add_argument(
         "--huge",
         action="store_true",
-        help="only 10,000 ranks x 10,000 steps, analyzed in windows "
+        help="only 10,000 ranks x 10,000 steps, analyzed in windows (--raw; bench/coarse.py --huge reads its blocks) "
         "(about 4.5 GB of disk and 10-20 minutes here); its own section",
     )
     args = ap.parse_args()
@@ -325,7 +325,7 @@ def main() -> None:
                 f"Measured {time.strftime('%Y-%m-%d')} (`python bench/store.py --huge`): {h['ranks']:,} ranks x "
                 f"{h['steps']:,} steps = {n:,} step records, written by `telemetry simulate` in {h['gen_s']:.0f} s "
                 f"({n / h['gen_s'] * 60 / 1e6:.0f} million a minute; {h['files']:,} segments, {h['disk_gib']:.1f} GiB), "
-                f"then `telemetry analyze` (a fresh process): {h['total_s']:.0f} s, peak {h['peak_gib']:.2f} GiB "
+                f"then `telemetry analyze --raw` (every row; a fresh process): {h['total_s']:.0f} s, peak {h['peak_gib']:.2f} GiB "
                 f"(target 8 GB), in {h['windows']['count'] if h['windows'] else 1} windows of "
                 f"{h['windows']['steps_each'] if h['windows'] else h['steps']:,} steps; found {h['found']} (the "
                 f"straggler injected at rank {(h['ranks'] * 3) // 4}, forward, from step 0).",

@@ -9,14 +9,19 @@ and the detectors run on it as online detection runs them
 (:func:`~.detectors.blocks.analyze_blocks`). 10,000 ranks x 10,000 steps are 1.6 million such rows
 instead of 100 million.
 
-Then, where a block shows something: each finding that names ranks (at warning or above, the first
-``REFINE_MAX``) is measured again on the raw rows of a stretch of its steps (at most
-``REFINE_ROWS`` rows: every rank, the middle of the finding's steps), since a block's median hides
-the step-to-step noise that decides how much of a rank's excess the job waits for: the finding
-takes that stretch's what-if and severity, or, when the raw rows do not show it at warning, is said
-at info. Job-wide findings (a regression, slow communication) keep the blocks' what-if, which the
-noise does not move. A finding's steps are those of its blocks (``details.block_steps``: a step
-number stands for the 64 steps from it).
+Then, where a block shows something (the ``REFINE_MAX`` costliest findings at warning or above), one
+read of raw rows each, every rank:
+
+- its edge: where its series (its ranks' excess over the median rank, or the job's level) changes
+  most in the blocks, then, in the raw rows of the blocks either side, the step (a finding from the
+  first block after warm-up begins where the steps' warm-up ends when its excess is there already);
+- its what-if, for a finding that names ranks: measured again on a stretch of its steps (at most
+  ``REFINE_ROWS`` rows; right after the onset, else its middle), since a block's median hides the
+  step-to-step noise that decides how much of a rank's excess the job waits for. It takes that
+  stretch's what-if and severity, or is said at info when the rows do not show it. Job-wide findings
+  keep the blocks' what-if, which that noise does not move.
+
+A finding's evidence figures are its blocks' (``details.block_steps``: 64).
 
 Limits: checkpoint findings need the steps (a block's median of a rare checkpoint is 0): run with
 ``--raw`` or ``--steps``; the moving imbalance and the gaps between steps are not looked for (as
@@ -32,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 COARSE_ROWS = 4_000_000  # runs of more rows (ranks x steps) are read from their blocks
-REFINE_ROWS = 1_000_000  # raw rows read to measure one finding again
+REFINE_ROWS = 500_000  # raw rows read to measure one finding again
 REFINE_MIN_STEPS = 128  # ... at least this many steps of it
 REFINE_MAX = 8  # findings measured again on raw rows (the costliest first)
 BLOCK_NOTE = "medians over blocks of 64 steps"

@@ -692,6 +692,8 @@ def _aggregates(
                 table = aggregates.read_file(agg)
                 _remember(path, agg, table)
                 parts.append(kept(table))
+                if len(parts) >= 512:  # thousands of small tables hold far more than their rows: one
+                    parts = [pa.concat_tables(parts, promote_options="default").combine_chunks()]
                 continue
             except FileNotFoundError as exc:
                 if not last and _gone(agg, exc):
