@@ -19,7 +19,6 @@ read; a live tail likewise.
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from typing import Callable, Iterable
@@ -28,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..metrics.steps import zero_when_absent
+from . import layout
 
 BLOCK = 64  # steps per block
 STATS = ("n", "sum", "min", "max", "p50")
@@ -173,22 +173,7 @@ def write_file(path: str, table: pa.Table, durable: bool, before_rename: Callabl
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     body = sink.getvalue().to_pybytes()
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(body + _TRAILER.pack(MAGIC, zlib.crc32(body)))
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        if before_rename is not None:
-            before_rename()
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    layout.write_atomic(path, lambda f: f.write(body + _TRAILER.pack(MAGIC, zlib.crc32(body))), durable, before_rename)
 
 
 def read_file(path: str) -> pa.Table:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 RANKS_DIR = "ranks"
 META = "meta.json"
@@ -67,10 +67,27 @@ EXIT_SUFFIX = ".exit.json"
 
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write to a temporary file and rename, so a reader never sees half a file."""
+    write_atomic(path, lambda f: f.write(json.dumps(obj, indent=1, sort_keys=True, default=str).encode()))
+
+
+def write_atomic(
+    path: str,
+    write: Callable[[BinaryIO], Any],
+    durable: bool = False,
+    before_rename: Callable[[], None] | None = None,
+) -> None:
+    """``write(file)`` into a temporary file beside ``path``, then rename it to ``path``: a reader sees
+    the old file or the new one, never half of one. ``durable``: on the disk itself before the rename
+    (fsync), not only handed to the OS. ``before_rename`` runs between (tests stop a process there)."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, sort_keys=True, default=str)
+        with open(tmp, "wb") as f:
+            write(f)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     except BaseException:
         try:  # a full or read-only disk: the old file stays whole, and no temporary is left behind

@@ -243,32 +243,22 @@ def write_parquet(
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
     floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
     others = [f.name for f in table.schema if not pa.types.is_floating(f.type)]
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(
-                table,
-                f,
-                row_group_size=row_group_size,
-                compression=COMPRESSION,
-                write_statistics=["step"] if "step" in table.schema.names else False,
-                use_dictionary=others,
-                use_byte_stream_split=floats,
-                store_schema=False,
-                write_page_checksum=True,
-            )  # a flipped byte is an error, not a wrong number
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        if before_rename is not None:
-            before_rename()
-        os.replace(tmp, path)
-    except BaseException:
-        try:  # a disk that filled mid-file: no half file left behind
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    layout.write_atomic(
+        path,
+        lambda f: pq.write_table(
+            table,
+            f,
+            row_group_size=row_group_size,
+            compression=COMPRESSION,
+            write_statistics=["step"] if "step" in table.schema.names else False,
+            use_dictionary=others,
+            use_byte_stream_split=floats,
+            store_schema=False,
+            write_page_checksum=True,  # a flipped byte is an error, not a wrong number
+        ),
+        durable,
+        before_rename,
+    )
 
 
 def write_segment(run_dir: str, rank: int, seq: int, records: Sequence[StepRecord], durable: bool = False) -> None:
