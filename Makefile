@@ -62,7 +62,7 @@ bench: $(STAMP)
 	-$(PY) bench/scrape_load.py --ranks 1000,5000,10000,10000 --levels full,full,full,job --out bench/RESULTS.md
 	$(PY) bench/store.py --out bench/RESULTS.md
 	$(PY) bench/compaction.py --out bench/RESULTS.md
-	$(PY) bench/coarse.py --huge --out bench/RESULTS.md
+	$(PY) bench/coarse.py --huge --scenarios --out bench/RESULTS.md
 	$(PY) bench/online_scale.py --out bench/RESULTS.md
 	$(PY) bench/simulate_memory.py --out bench/RESULTS.md
 	$(PY) bench/profiler_ranges.py --out bench/RESULTS.md

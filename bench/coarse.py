@@ -8,10 +8,13 @@ measured against the issue's targets, and the coarse level made by three engines
    the median of duration, forward, backward, data) by this package's numpy code, by DuckDB's SQL over
    the segment files, and by Polars' streaming engine; and the stored aggregates read as ``analyze``
    reads them;
-3. ``--huge``: 10,000 x 10,000 = 10^8 records; ``--billion``: 10,000 x 100,000 = 10^9 (about 40 GiB
-   of disk and half an hour here), each simulated, then analyzed as in 1 (blocks only).
+3. ``--huge``: 10,000 x 10,000 = 10^8 records; ``--billion``: 10,000 x 100,000 = 10^9 (about 60 GiB
+   of disk and an hour here), each simulated, then analyzed as in 1 (blocks only);
+4. ``--scenarios``: six simulated runs of 1,024 x 10,000 (healthy, a straggler below the warning bar,
+   a regression, a data stall, slow communication, a late straggler), each analyzed from its blocks and
+   from every row (in this process, one after the other): the findings side by side.
 
-    python bench/coarse.py [--huge] [--billion] [--out bench/RESULTS.md]
+    python bench/coarse.py [--huge] [--billion] [--scenarios] [--keep DIR] [--out bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -35,6 +38,45 @@ sys.path.insert(0, HERE)
 from store import CLI_CHILD, ENV, dir_bytes  # noqa: E402 - after the sys.path set-up above
 
 COLUMNS = ("duration_s", "forward_s", "backward_s", "data_s")
+
+
+SCENARIOS = (
+    ("healthy", None),
+    ("a straggler below the warning bar", "straggler:rank=700,phase=forward,factor=1.2"),
+    ("a regression from step 6,000", "regression:factor=1.1,start=6000"),
+    ("a data stall", "data_stall:rank=30,delay_ms=50"),
+    ("slow communication from step 3,000", "slow_comm:factor=1.5,start=3000"),
+    ("a straggler from step 5,000", "straggler:rank=7,phase=backward,factor=1.3,start=5000"),
+)
+
+
+def scenarios(tmp: str) -> list[tuple[str, list, float, list, float]]:
+    """(name, findings from every row, seconds, findings from the blocks, seconds) of each scenario."""
+    from telemetry.analysis import windows
+
+    def found(res: object) -> list:
+        return [
+            (f.kind, f.severity, f.ranks[:3], f.phase, f.first_step, f.last_step, round(f.slowdown, 3))
+            for f in res.findings
+            if f.severity != "info"
+        ]
+
+    out = []
+    for i, (name, spec) in enumerate(SCENARIOS):
+        run = os.path.join(tmp, f"scenario-{i}")
+        if not os.path.exists(os.path.join(run, "truth.json")):
+            cmd = [sys.executable, "-m", "telemetry", "simulate", "--ranks", "1024", "--steps", "10000", "--out", run]
+            subprocess.run(
+                cmd + (["--inject", spec] if spec else []), cwd=ROOT, env=ENV, check=True, capture_output=True
+            )
+        t0 = time.perf_counter()
+        rows, _, _ = windows.analyze_path(run, raw=True)
+        t1 = time.perf_counter()
+        blocks, _, _ = windows.analyze_path(run)
+        t2 = time.perf_counter()
+        assert blocks.summary.get("coarse"), "read from its blocks"
+        out.append((name, found(rows), t1 - t0, found(blocks), t2 - t1))
+    return out
 
 
 def simulate(tmp: str, ranks: int, steps: int) -> tuple[str, float | None]:
@@ -142,7 +184,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--huge", action="store_true", help="also 10,000 x 10,000 (10^8 records)")
-    ap.add_argument("--billion", action="store_true", help="also 10,000 x 100,000 (10^9 records; ~40 GiB of disk)")
+    ap.add_argument("--billion", action="store_true", help="also 10,000 x 100,000 (10^9 records; ~60 GiB of disk)")
+    ap.add_argument(
+        "--scenarios", action="store_true", help="also six scenarios of 1,024 x 10,000, blocks against rows"
+    )
     ap.add_argument(
         "--keep", metavar="DIR", help="write the simulated runs here and keep them (a later run reuses them)"
     )
@@ -156,10 +201,12 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(run)
         larger = [big(tmp, 10000, n, bool(args.keep)) for n, on in ((10000, args.huge), (100000, args.billion)) if on]
+        cases = scenarios(tmp) if args.scenarios else []
     same = [f[:4] for f in blocks["found"]] == [f[:4] for f in raw["found"]]
     lines = [
         f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, 2 cores, Python {platform.python_version()} "
-        f"(`python bench/coarse.py{' --huge' if args.huge else ''}{' --billion' if args.billion else ''}`); "
+        f"(`python bench/coarse.py{' --huge' if args.huge else ''}{' --billion' if args.billion else ''}"
+        f"{' --scenarios' if args.scenarios else ''}`); "
         "`telemetry analyze --json` in a fresh process each (imports included), the straggler injected at rank "
         "3/4 of the world, forward, x1.5.",
         "",
@@ -195,6 +242,19 @@ def main() -> None:
         *[f"| {name} | {f'{secs:.1f} s' if secs is not None else '-'} | {rows:,} |" if secs is not None
           else f"| {name} | - | {rows} |" for name, secs, rows in side],
     ]  # fmt: skip
+    if cases:
+        lines += [
+            "",
+            "**Six scenarios of 1,024 x 10,000, from the blocks and from every row** (`analyze_path` in this process, "
+            "one after the other; findings at warning or above: kind, severity, ranks, phase, first and last step, what-if):",
+            "",
+            "| scenario | every row (`--raw`) | time | from the blocks | time |",
+            "|---|---|---|---|---|",
+            *[
+                f"| {name} | {rows} | {t_rows:.1f} s | {blocks} | {t_blocks:.1f} s |"
+                for name, rows, t_rows, blocks, t_blocks in cases
+            ],
+        ]
     text = "\n".join(lines)
     print(text)
     if args.out:
