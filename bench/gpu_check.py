@@ -9,6 +9,10 @@
 4. NVML readings of this GPU (what the sampler exports: NVLink bytes and error counters where the GPU
    has NVLink), the machine's RDMA NIC counters where /sys/class/infiniband has devices (issue 25:
    devices/network.py, tested here only on a fake tree), and the MFU of the loop.
+6. The hot path's cost on the device (issue 27): ``telemetry.step()`` and ``telemetry.phase()``
+   enter/exit with the CUDA strategy (torch's events) against the wall clock's, beside the cost of
+   taking an event from the pool and recording it, all under ``set_sync_debug_mode("error")``.
+   Target: a CUDA step costs no more than the wall one plus its two event records.
 5. Profiler captures of the NCCL job (issue 24): two captures of the same rank armed as the job arms
    them (ProfilerCapture), 3 steps as trained, then 3 steps that also run an extra ``torch.sort`` in
    forward; each broken down (GPU activities, NCCL all-reduce with its bytes and bus bandwidth, idle
@@ -117,6 +121,7 @@ def main() -> int:
         result["capture"] = capture_check(train_step, tmp)
         time.sleep(0.6)
         stats = telemetry.shutdown()
+        result["hotpath"] = hotpath_check(torch)
         table = open_input(run_dir).table
         result["sync_error"] = error
         result["loop_s"] = loop_s
@@ -167,6 +172,7 @@ def main() -> int:
         f"| GPU step / host step (median) | {result['step_ms_median']:.2f} / {result['host_step_ms_median']} ms | |",
         f"| MFU (median) | {result['mfu_median']} | |",
         f"| records, events dropped, losses read | {result['records']}, {result['events_dropped']}, {result['loss_logged']} | |",
+        *hotpath_rows(result["hotpath"]),
         f"| capture: device, GPU activities' compute / communication / idle (ms) | {cap.get('temporal', cap.get('error'))} | gpu |",
         f"| capture: NCCL collectives (count, bytes, bus GB/s) | {cap.get('collectives')} | allreduce with bytes |",
         f"| capture: idle split, launches | {cap.get('idle')}, {cap.get('launch')} | |",
@@ -193,6 +199,97 @@ def main() -> int:
 
         update_section(args.out, "GPU check (bench/gpu_check.py)", text)
     return 0 if ok else 1
+
+
+def hotpath_check(torch, repeats: int = 7, n: int = 1000, reps: int = 50) -> dict:
+    """ns per call of telemetry.step() and telemetry.phase() enter/exit, wall clock and CUDA strategy
+    (torch.cuda.Event), and of one event taken from the pool and recorded; round-robin, medians, the
+    events read back to the pool between chunks as the pipeline does (outside the timing)."""
+    import telemetry
+    from telemetry.recorder import NULL, Recorder, current
+    from telemetry.recorder.cuda import CudaRecorder, EventPool
+
+    pool = EventPool(lambda: torch.cuda.Event(enable_timing=True))
+    wall, cuda = Recorder(1 << 22), CudaRecorder(1 << 22, pool)
+    spare_pool = EventPool(lambda: torch.cuda.Event(enable_timing=True))
+    spare = [spare_pool.new() for _ in range(n)]
+
+    def calls(rec, what):
+        def fn(k):
+            current.set_active(rec)
+            if what == "step":
+                s = telemetry.step
+                for _ in range(k):
+                    with s():
+                        pass
+            else:
+                p = telemetry.phase
+                for _ in range(k):
+                    with p("forward"):
+                        pass
+
+        return fn
+
+    def take_record(k):
+        take = spare_pool.take
+        for _ in range(k):
+            take().record()
+
+    def empty(k):
+        for _ in range(k):
+            pass
+
+    fns = {
+        "empty": empty,
+        "wall step": calls(wall, "step"),
+        "cuda step": calls(cuda, "step"),
+        "wall phase": calls(wall, "phase"),
+        "cuda phase": calls(cuda, "phase"),
+        "event from the pool, recorded": take_record,
+    }
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    error = None
+    try:
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                total = 0
+                for _ in range(reps):
+                    wall.drain()
+                    pool.release([x for e in cuda.drain() for x in e[-2:]])
+                    spare_pool._free.clear()
+                    spare_pool.release(spare)
+                    t0 = time.perf_counter_ns()
+                    fn(n)
+                    total += time.perf_counter_ns() - t0
+                samples[name].append(total / (n * reps))
+    except RuntimeError as exc:
+        error = str(exc)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        current.set_active(NULL)
+    torch.cuda.synchronize()
+    if error is not None:
+        return {"error": error}
+    base = statistics.median(samples.pop("empty"))
+    return {name: statistics.median(v) - base for name, v in samples.items()}
+
+
+def hotpath_rows(h: dict) -> list[str]:
+    if "error" in h:
+        return [f"| hot path on the GPU | {h['error'][:120]} | no synchronization |"]
+    mark = h["event from the pool, recorded"]
+    rows = [f"| hot path on the GPU: one event taken from the pool and recorded | {mark:.0f} ns | |"]
+    for what in ("step", "phase"):
+        cuda, wall = h[f"cuda {what}"], h[f"wall {what}"]
+        bound = wall + 2 * mark
+        rows.append(
+            f"| hot path on the GPU: {what} enter/exit, CUDA strategy / wall clock's + 2 events | "
+            f"{cuda:.0f} / {bound:.0f} ns ({cuda - bound:+.0f}: {'met' if cuda <= bound else 'missed'}) | "
+            "CUDA <= wall + 2 events |"
+        )
+    return rows
 
 
 def capture_check(train_step, tmp: str) -> dict:

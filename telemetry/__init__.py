@@ -28,12 +28,14 @@ from .version import __version__ as __version__  # re-exported: telemetry.__vers
 
 
 def step(
-    fn: Callable | None = None, /, *, tokens: int | None = None, samples: int | None = None, index: int | None = None
+    fn: Callable | None = None, /, tokens: int | None = None, samples: int | None = None, index: int | None = None
 ) -> Any:
     """One training step: ``with telemetry.step(tokens=n):`` or ``@telemetry.step``.
 
     ``tokens`` and ``samples`` count the work done (for throughput); ``index`` overrides the step
-    number (by default steps count up from ``init(start_step=...)``, 0 unless set).
+    number (by default steps count up from ``init(start_step=...)``, 0 unless set). Pass them by
+    keyword. (They are not declared keyword-only: CPython 3.11 specializes no call to a function
+    with keyword-only parameters, and the generic call cost a tenth of the step here.)
     """
     if fn is not None:
         if not callable(fn):
@@ -42,12 +44,24 @@ def step(
                 f"or is used bare as a decorator; got {fn!r}"
             )
         return step_decorator(fn)
-    return _current._active.step(tokens, samples, index)
+    # Recorder.step, inline (a call would cost a tenth of the step): the active recorder's step
+    # context, loaded with this step's counts; a new one while a step is open (nested: ignored).
+    rec = _current._active
+    if rec._open is not None:
+        return rec.step(tokens, samples, index)
+    ctx = rec._step
+    ctx._tokens = tokens
+    ctx._samples = samples
+    ctx._index = index
+    return ctx
 
 
 def phase(name: str) -> Any:
     """A named part of a step (``forward``, ``backward``, ...): context manager or decorator."""
-    return _current._active.phase(name)
+    try:
+        return _current._phases[name]  # the active recorder's context for this name
+    except (KeyError, TypeError):  # the name's first use (or no name): the recorder checks it
+        return _current._active.phase(name)
 
 
 def checkpoint(kind: str = "save", path: str | None = None, nbytes: int | None = None) -> CheckpointTimer:

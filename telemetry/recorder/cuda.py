@@ -20,23 +20,31 @@ import sys
 from typing import Any, Callable
 
 from . import events as ev
-from .wall import PhaseContext, Recorder, StepContext, strategy_methods
+from .wall import PhaseContext, Recorder, StepContext
+
+_STEP_END_DEV, _PHASE_DEV = ev.STEP_END_DEV, ev.PHASE_DEV
 
 
 class EventPool:
-    """Reusable timing events; ``mark()`` is the hot-path call (take one, record it)."""
+    """Reusable timing events; ``mark()`` takes one and records it (the hooks' call; the step and
+    phase contexts do the same inline, with ``take`` and ``new``)."""
 
     def __init__(self, factory: Callable[[], Any]) -> None:
         self._factory = factory  # events are made on first need, then reused
         self._free: collections.deque = collections.deque()
+        self.take = self._free.popleft  # a free event; IndexError when none is free
         self.created = 0
 
+    def new(self) -> Any:
+        self.created += 1
+        return self._factory()
+
     def mark(self) -> Any:
+        take = self.take
         try:
-            e = self._free.popleft()
+            e = take()
         except IndexError:
-            e = self._factory()
-            self.created += 1
+            e = self.new()
         e.record()
         return e
 
@@ -44,66 +52,117 @@ class EventPool:
         self._free.extend(events)
 
 
-# CudaPhase and CudaStep.__exit__ repeat their base classes' code with the event marks woven in,
-# rather than calling a hook from the base: the wall-clock path must not pay for a call it does not
-# need (the strategy is chosen once, at init).
+# CudaPhase and CudaStep repeat their base classes' enter and exit with the event marks woven in
+# (the pool's mark inline), rather than calling a hook from the base: the wall-clock path must not
+# pay for a call it does not need (the strategy is chosen once, at init), and the CUDA one pays
+# the wall clock's cost plus taking and recording its events, no call more.
 class CudaPhase(PhaseContext):
-    __slots__ = ("_e0",)
+    __slots__ = ("_e0", "_take", "_pool")
+
+    def __init__(self, rec: "CudaRecorder", name: str) -> None:
+        super().__init__(rec, name)
+        self._pool = rec.pool
+        self._take = rec.pool.take
+        self._e0 = None
 
     def __enter__(self) -> "CudaPhase":
-        rec = self._rec
-        self._prev = rec.current_phase
-        rec.current_phase = self._name
-        self._e0 = rec.mark()
-        self._t0 = rec._clock()
+        if self._t0 is not None:  # open already (see PhaseContext)
+            self._outer = (self._t0, self._e0, self._outer)
+        try:
+            take = self._take
+            e0 = take()
+        except IndexError:
+            e0 = self._pool.new()
+        e0.record()
+        self._e0 = e0
+        clock = self._clock
+        self._t0 = clock()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        rec = self._rec
-        t1 = rec._clock()
-        e1 = rec.mark()
-        rec.current_phase = self._prev
-        buf = rec._buf
-        if len(buf) < rec._cap:
-            buf.append((ev.PHASE_DEV, t1, self._name, self._t0, exc_type is None, self._e0, e1))
+        clock = self._clock
+        t1 = clock()
+        try:
+            take = self._take
+            e1 = take()
+        except IndexError:
+            e1 = self._pool.new()
+        e1.record()
+        buf = self._buf
+        if len(buf) < self._cap:
+            buf.append((_PHASE_DEV, t1, self._name, self._t0, exc_type is None, self._e0, e1))
         else:
-            rec._drop()
+            self._rec._drop()
+        outer = self._outer
+        if outer is None:
+            self._t0 = None
+        else:
+            self._t0, self._e0, self._outer = outer
         return False
 
 
 class CudaStep(StepContext):
-    __slots__ = ("_e0",)
+    __slots__ = ("_e0", "_take", "_pool")
+
+    def __init__(self, rec: "CudaRecorder") -> None:
+        super().__init__(rec)
+        self._pool = rec.pool
+        self._take = rec.pool.take
+        self._e0 = None
 
     def __enter__(self) -> "CudaStep":
         rec = self._rec
-        if rec._begin_step(self):
-            self._e0 = rec.mark()
+        if rec._open is not None or self._index is not None or rec.capture is not None:
+            if rec._begin_step(self):
+                self._e0 = rec.mark()
+            return self
+        self._index = rec.step_index
+        rec._open = self
+        clock = self._clock
+        self._t0 = clock()
+        try:
+            take = self._take
+            e0 = take()
+        except IndexError:
+            e0 = self._pool.new()
+        e0.record()
+        self._e0 = e0
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        if not self._live:
-            return False
         rec = self._rec
-        e1 = rec.mark()
-        t1 = rec._clock()
-        self._live = False
-        rec._in_step = False
-        rec.open_step = None
-        rec.step_index = self._index + 1
-        rec.emit(
-            (ev.STEP_END_DEV, t1, self._index, self._t0, exc_type is None, self._tokens, self._samples, self._e0, e1)
-        )
+        if rec._open is not self:  # never opened (nested: ignored)
+            return False
+        try:
+            take = self._take
+            e1 = take()
+        except IndexError:
+            e1 = self._pool.new()
+        e1.record()
+        clock = self._clock
+        t1 = clock()
+        rec._open = None
+        index = self._index
+        rec.step_index = index + 1
+        buf = self._buf
+        if len(buf) < self._cap:
+            buf.append(
+                (_STEP_END_DEV, t1, index, self._t0, exc_type is None, self._tokens, self._samples, self._e0, e1)
+            )
+        else:
+            rec._drop()
         return False
 
 
 class CudaRecorder(Recorder):
     """Each interval also carries a start and an end CUDA event."""
 
-    step, phase = strategy_methods(CudaStep, CudaPhase)
+    _step_type = CudaStep
+    _phase_type = CudaPhase
 
     def __init__(self, capacity: int, pool: EventPool, **kwargs: Any) -> None:
+        self.pool = pool  # before the base makes the step context, which holds it
         super().__init__(capacity, **kwargs)
-        self.pool = pool
         self.mark = pool.mark
 
 

@@ -5,7 +5,9 @@ Every event's field ``T`` is the time it was appended, so the buffer is in time 
 thread. An event is one plain tuple (the cheapest thing to build on the hot path); readers index
 it through the names below, never by counting fields. Layouts (index: meaning):
 
-STEP_BEGIN      (0, t_begin, index)
+STEP_BEGIN      (0, t_begin, index)                          not appended by the recorders (the STEP_END
+                carries the step's start; the heartbeat reads the open step off the recorder): kept, and
+                skipped by the assembler, for event lists made by hand
 STEP_END        (1, t_end, index, t_begin, ok, tokens, samples)
 PHASE           (2, t_end, name, t_begin, ok)
 COLLECTIVE      (3, t_end, op, t_begin, nbytes, group_size, group_name, blocked_ns, busbw_factor)

@@ -32,11 +32,12 @@ NULL_CONTEXT = NullContext()
 
 
 class NullStep(NullContext):
-    __slots__ = ("_tokens", "_samples")
+    __slots__ = ("_tokens", "_samples", "_index")
 
-    def __init__(self, tokens: Any, samples: Any) -> None:
+    def __init__(self, tokens: Any = None, samples: Any = None) -> None:
         self._tokens = tokens
         self._samples = samples
+        self._index = None
 
     def __call__(self, fn: Callable) -> Callable:
         return step_decorator(fn, self._tokens, self._samples)
@@ -61,11 +62,23 @@ class NullRecorder:
     dropped = 0
     buffered = 0
 
+    _open = None  # no step is ever open: telemetry.step loads and hands out _step
+
+    def __init__(self) -> None:
+        self._phases: dict[Any, NullPhase] = {}
+        self._step = NullStep()
+
     def step(self, tokens: Any = None, samples: Any = None, index: Any = None) -> NullStep:
         return NullStep(tokens, samples)
 
     def phase(self, name: str) -> NullPhase:
-        return NullPhase(name)
+        try:
+            return self._phases[name]
+        except KeyError:
+            ctx = self._phases[name] = NullPhase(name)
+            return ctx
+        except TypeError:  # unhashable
+            return NullPhase(name)
 
     def log(self, values: dict[str, Any]) -> None:
         return None

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .cuda import CudaPhase, CudaRecorder, CudaStep
-from .wall import PhaseContext, Recorder, StepContext, strategy_methods
+from .wall import PhaseContext, Recorder, StepContext
 
 STEP_RANGE = "telemetry.step#"  # + the step index: the name of a step's range in a profiler trace
 WARMUP_RANGE = "telemetry.init"  # one empty range at init (see range_functions)
@@ -67,12 +67,12 @@ class _RangedStep:
 
     def __enter__(self) -> Any:
         self._base.__enter__(self)
-        if self._live:  # type: ignore[attr-defined]
+        if self._rec._open is self:  # type: ignore[attr-defined]
             self._range = self._rec._range_enter(STEP_RANGE + str(self._index))  # type: ignore[attr-defined]
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        if not self._live:  # type: ignore[attr-defined]
+        if self._rec._open is not self:  # type: ignore[attr-defined]
             return False
         self._base.__exit__(self, exc_type, exc, tb)
         self._rec._range_exit(self._range)  # type: ignore[attr-defined]
@@ -81,19 +81,24 @@ class _RangedStep:
 
 class _RangedPhase:
     """A phase context that is also a profiler range, enclosing the phase's timed interval; the
-    strategy's phase class is ``_base``."""
+    strategy's phase class is ``_base``. Its ranges are a stack: a phase context is entered again
+    while open when its name nests (see PhaseContext)."""
 
     __slots__ = ()
     _base: Any
 
+    def __init__(self, rec: Any, name: str) -> None:
+        super().__init__(rec, name)  # type: ignore[call-arg]
+        self._ranges: list = []
+
     def __enter__(self) -> Any:
-        self._range = self._rec._range_enter(self._name)  # type: ignore[attr-defined]
+        self._ranges.append(self._rec._range_enter(self._name))  # type: ignore[attr-defined]
         self._base.__enter__(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self._base.__exit__(self, exc_type, exc, tb)
-        self._rec._range_exit(self._range)  # type: ignore[attr-defined]
+        self._rec._range_exit(self._ranges.pop())  # type: ignore[attr-defined]
         return False
 
 
@@ -103,7 +108,7 @@ class RangedStep(_RangedStep, StepContext):
 
 
 class RangedPhase(_RangedPhase, PhaseContext):
-    __slots__ = ("_range",)
+    __slots__ = ("_ranges",)
     _base = PhaseContext
 
 
@@ -113,7 +118,7 @@ class RangedCudaStep(_RangedStep, CudaStep):
 
 
 class RangedCudaPhase(_RangedPhase, CudaPhase):
-    __slots__ = ("_range",)
+    __slots__ = ("_ranges",)
     _base = CudaPhase
 
 
@@ -128,10 +133,12 @@ class _RangedRecorder:
 class RangedRecorder(_RangedRecorder, Recorder):
     """The wall-clock recorder, each step and phase also a profiler range."""
 
-    step, phase = strategy_methods(RangedStep, RangedPhase)
+    _step_type = RangedStep
+    _phase_type = RangedPhase
 
 
 class RangedCudaRecorder(_RangedRecorder, CudaRecorder):
     """The CUDA-event recorder, each step and phase also a profiler range."""
 
-    step, phase = strategy_methods(RangedCudaStep, RangedCudaPhase)
+    _step_type = RangedCudaStep
+    _phase_type = RangedCudaPhase

@@ -7,18 +7,22 @@ per call that could have been decided at ``init``. When the buffer is full the e
 and counted. The pipeline thread drains the buffer.
 
 Strategies (the CUDA-event recorder in :mod:`.cuda`) subclass :class:`Recorder` through a small
-protected interface: :func:`strategy_methods` makes their ``step()`` and ``phase()`` around their
-own context types; contexts read the clock with ``_clock()``, append inline
-(``buf = rec._buf``; append while ``len(buf) < rec._cap``, else ``rec._drop()``: a call to
-``emit()`` would cost as much as the append itself), open a step with ``_begin_step(ctx)`` (which
-checks nesting and the index) and close it inline, as ``StepContext.__exit__`` does.
+protected interface: they name their context types (``_step_type``, ``_phase_type``), which the
+recorder makes ahead (one step context per recorder, one phase context per phase name) and hands
+out again at each call. Contexts read the clock through a local (``clock = self._clock; clock()``: called as
+``self._clock()``, a callable held in an attribute is looked up unspecialized, a tenth of a phase's
+cost), append inline (``buf = self._buf``; append while ``len(buf) < self._cap``, else
+``rec._drop()``: a call to ``emit()`` would cost as much as the append itself), open a step inline when they can and with ``_begin_step(ctx)``
+otherwise (nesting, an index to check, a capture armed), and close it inline, as
+:class:`StepContext` does. The open step and phase are read off the contexts by the pipeline
+(``open_step``, ``current_phase``), not written by the hot path.
 
 >>> rec = Recorder(capacity=1024)
 >>> with rec.step(tokens=128):
 ...     with rec.phase("forward"):
 ...         pass
->>> [e[0] for e in rec.drain()]   # STEP_BEGIN, PHASE, STEP_END
-[0, 2, 1]
+>>> [e[0] for e in rec.drain()]   # PHASE, STEP_END
+[2, 1]
 """
 
 from __future__ import annotations
@@ -35,13 +39,17 @@ from .null import NULL_CONTEXT
 from .values import NotANumber, convert
 
 _PLAIN = (float, int)
+# The kinds the contexts append, as this module's globals (one lookup, not two)
+_STEP_END, _PHASE, _LOG = ev.STEP_END, ev.PHASE, ev.LOG
 
 
 class Recorder:
     """The wall-clock strategy: every interval is timed with the host clock."""
 
-    step: Callable[..., "StepContext"]  # (tokens=None, samples=None, index=None) -> a step context
-    phase: Callable[[str], Any]  # (name) -> a phase context, or NULL_CONTEXT for a rejected name
+    # This strategy's context types (a strategy's subclass names its own): the step context is made
+    # once per recorder and handed out again at every step; a phase context once per phase name.
+    _step_type: type
+    _phase_type: type
 
     def __init__(
         self,
@@ -56,23 +64,45 @@ class Recorder:
         self._clock = clock
         self._dropped = 0
         self._drop_lock = threading.Lock()
-        self._in_step = False
-        self._names: set[str] = set()
         self.usage = UsageErrors(strict)
         self.step_index = start_step
-        # Read by the pipeline for the progress heartbeat (which step / phase / collective is open).
-        self.open_step: tuple[int, int] | None = None  # (index, t_begin)
-        self.current_phase: str | None = None
+        # Read by the pipeline for the progress heartbeat: which collective is open (the open step
+        # and phase are the properties open_step and current_phase, read off the contexts).
         self.current_collective: tuple[str, int] | None = None  # (op, t_begin)
         # Device-side marker (CudaRecorder: record a CUDA event); None: wall clock only.
         self.mark: Callable[[], Any] | None = None
         # A profiler capture armed for this rank (recorder/capture.py): asked at each step's begin while set.
         self.capture: Any = None
+        self._open: StepContext | None = None  # the step open now
+        self._phases: dict[str, PhaseContext] = {}  # a phase name's context, made at the name's first use
+        self._step = self._step_type(self)
 
     # ---- hot path ---------------------------------------------------------------------
-    # step() and phase() are made for each strategy by strategy_methods() below, around its context
-    # types: the type is then a closure variable, the cheapest read there is (a class attribute
-    # read per call cost 3% of a phase here, counted with callgrind).
+    # Contexts are made ahead, not per call: the step context once per recorder, a phase's at its
+    # name's first use; each holds the clock and the buffer itself (one attribute read, not two).
+    # Counted with callgrind, a call's frame or an object made per call is a sixth of a phase.
+
+    def step(self, tokens: int | None = None, samples: int | None = None, index: int | None = None) -> "StepContext":
+        """The recorder's step context, loaded with this step's counts; a new one while a step is
+        open (entered, it is reported as nested and ignored)."""
+        ctx = self._step
+        if self._open is not None:
+            ctx = self._step_type(self)
+        ctx._tokens = tokens
+        ctx._samples = samples
+        ctx._index = index
+        return ctx
+
+    def phase(self, name: str) -> Any:
+        """The context of phase ``name`` (the same object at each call), or NULL_CONTEXT for a
+        rejected name (reported at each call: a rejected name is not kept)."""
+        try:
+            return self._phases[name]
+        except (KeyError, TypeError):  # the name's first use (or unhashable: no name)
+            if not self._accept_name(name):
+                return NULL_CONTEXT
+            ctx = self._phases[name] = self._phase_type(self, name)
+            return ctx
 
     def log(self, values: dict[str, Any]) -> None:
         for value in values.values():
@@ -81,9 +111,10 @@ class Recorder:
                 if not values:
                     return
                 break
+        clock = self._clock
         buf = self._buf
         if len(buf) < self._cap:
-            buf.append((ev.LOG, self._clock(), values))
+            buf.append((_LOG, clock(), values))
         else:
             self._drop()
 
@@ -117,13 +148,32 @@ class Recorder:
     def buffered(self) -> int:
         return len(self._buf)
 
+    @property
+    def open_step(self) -> tuple[int, int] | None:
+        """(index, t_begin) of the step open now, or None (for the progress heartbeat)."""
+        ctx = self._open
+        return None if ctx is None else (ctx._index, ctx._t0)
+
+    @property
+    def current_phase(self) -> str | None:
+        """The innermost phase open now (the one that began last), or None."""
+        name, last = None, -1
+        for key, ctx in list(self._phases.items()):  # one C call: atomic against the training thread
+            t0 = ctx._t0
+            if t0 is not None and t0 > last:
+                name, last = key, t0
+        return name
+
     # ---- protected: for the step and phase contexts of every strategy ------------------
     def _begin_step(self, ctx: "StepContext") -> bool:
-        """Open ``ctx``'s step (its index checked, STEP_BEGIN appended); False if one is open."""
-        if self._in_step:
+        """Open ``ctx``'s step (its index checked, its start read); False if one is open.
+
+        The contexts' ``__enter__`` open a step inline when no step is open, no index is given and
+        no capture is armed, and call this otherwise."""
+        if self._open is not None:
             self.usage.report(
                 "nested-step",
-                f"telemetry.step() entered while step {self.open_step[0] if self.open_step else '?'} "
+                f"telemetry.step() entered while step {self._open._index} "
                 "is still open; steps cannot nest (use telemetry.phase() for parts of a step), and a "
                 "process has one step open at a time (a step entered from another thread meanwhile is "
                 "ignored too)",
@@ -136,18 +186,11 @@ class Recorder:
             self.usage.report("step-index", f"telemetry.step(index={index!r}): accepted: an int >= 0")
             index = self.step_index
         ctx._index = index
-        self._in_step = True
-        ctx._live = True
+        self._open = ctx
         if self.capture is not None:  # armed only around a planned capture (it never raises)
             self.capture.on_step(index)
-        t0 = self._clock()
-        ctx._t0 = t0
-        self.open_step = (index, t0)
-        buf = self._buf
-        if len(buf) < self._cap:
-            buf.append((ev.STEP_BEGIN, t0, index))
-        else:
-            self._drop()
+        clock = self._clock
+        ctx._t0 = clock()
         return True
 
     def _drop(self) -> None:
@@ -177,38 +220,47 @@ class Recorder:
                 f"column '<name>_s'; reserved: {', '.join(sorted(ev.RESERVED_PHASES))}",
             )
             return False
-        self._names.add(name)
         return True
 
 
 class StepContext:
-    """One training step; a context manager, and a decorator through ``telemetry.step``."""
+    """One training step; a context manager, and a decorator through ``telemetry.step``.
 
-    __slots__ = ("_rec", "_tokens", "_samples", "_index", "_t0", "_live")
+    A recorder hands out the same one at every step (``Recorder.step`` loads the step's counts)."""
 
-    def __init__(self, rec: Recorder, tokens: Any, samples: Any, index: Any) -> None:
+    __slots__ = ("_rec", "_tokens", "_samples", "_index", "_t0", "_clock", "_buf", "_cap")
+
+    def __init__(self, rec: Recorder) -> None:
         self._rec = rec
-        self._tokens = tokens
-        self._samples = samples
-        self._index = index
-        self._live = False
+        self._clock = rec._clock
+        self._buf = rec._buf
+        self._cap = rec._cap
+        self._tokens = self._samples = self._index = self._t0 = None
 
     def __enter__(self) -> "StepContext":
-        self._rec._begin_step(self)
+        rec = self._rec
+        if rec._open is not None or self._index is not None or rec.capture is not None:
+            rec._begin_step(self)  # nested, an index to check, or a capture to ask
+            return self
+        # _begin_step, inline (a call would cost a quarter of the step)
+        self._index = rec.step_index
+        rec._open = self
+        clock = self._clock
+        self._t0 = clock()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        if not self._live:
-            return False
         rec = self._rec
-        t1 = rec._clock()
-        self._live = False  # the step is closed here, inline: a call would cost a third of the exit
-        rec._in_step = False
-        rec.open_step = None
-        rec.step_index = self._index + 1
-        buf = rec._buf
-        if len(buf) < rec._cap:
-            buf.append((ev.STEP_END, t1, self._index, self._t0, exc_type is None, self._tokens, self._samples))
+        if rec._open is not self:  # never opened (nested: ignored)
+            return False
+        clock = self._clock
+        t1 = clock()
+        rec._open = None
+        index = self._index
+        rec.step_index = index + 1
+        buf = self._buf
+        if len(buf) < self._cap:
+            buf.append((_STEP_END, t1, index, self._t0, exc_type is None, self._tokens, self._samples))
         else:
             rec._drop()
         return False
@@ -218,50 +270,47 @@ class StepContext:
 
 
 class PhaseContext:
-    __slots__ = ("_rec", "_name", "_t0", "_prev")
+    """A named part of a step. A recorder makes one per phase name and hands it out at every call:
+    ``_t0`` is None while the phase is closed. Entered again while open (the same name nested, or
+    open on two threads at once), the outer interval's start is kept in ``_outer`` and restored at
+    the inner one's exit, so nesting on one thread times both; on two threads at once, the
+    intervals are recorded but their starts may be swapped."""
+
+    __slots__ = ("_rec", "_name", "_t0", "_outer", "_clock", "_buf", "_cap")
 
     def __init__(self, rec: Recorder, name: str) -> None:
         self._rec = rec
         self._name = name
+        self._clock = rec._clock
+        self._buf = rec._buf
+        self._cap = rec._cap
+        self._t0 = self._outer = None
 
     def __enter__(self) -> "PhaseContext":
-        rec = self._rec
-        self._prev = rec.current_phase
-        rec.current_phase = self._name
-        self._t0 = rec._clock()
+        if self._t0 is not None:  # open already
+            self._outer = (self._t0, self._outer)
+        clock = self._clock
+        self._t0 = clock()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        rec = self._rec
-        t1 = rec._clock()
-        rec.current_phase = self._prev
-        buf = rec._buf
-        if len(buf) < rec._cap:
-            buf.append((ev.PHASE, t1, self._name, self._t0, exc_type is None))
+        clock = self._clock
+        t1 = clock()
+        buf = self._buf
+        if len(buf) < self._cap:
+            buf.append((_PHASE, t1, self._name, self._t0, exc_type is None))
         else:
-            rec._drop()
+            self._rec._drop()
+        outer = self._outer
+        if outer is None:
+            self._t0 = None
+        else:
+            self._t0, self._outer = outer
         return False
 
     def __call__(self, fn: Callable) -> Callable:
         return phase_decorator(fn, self._name)
 
 
-def strategy_methods(step_context: type, phase_context: type) -> tuple[Callable, Callable]:
-    """``step`` and ``phase`` of a recorder whose contexts are these types."""
-
-    def step(self: Recorder, tokens: int | None = None, samples: int | None = None, index: int | None = None) -> Any:
-        return step_context(self, tokens, samples, index)
-
-    def phase(self: Recorder, name: str) -> Any:
-        try:
-            known = name in self._names
-        except TypeError:  # unhashable
-            known = False
-        if not known and not self._accept_name(name):
-            return NULL_CONTEXT
-        return phase_context(self, name)
-
-    return step, phase
-
-
-Recorder.step, Recorder.phase = strategy_methods(StepContext, PhaseContext)
+Recorder._step_type = StepContext
+Recorder._phase_type = PhaseContext

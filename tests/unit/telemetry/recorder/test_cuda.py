@@ -4,6 +4,7 @@
 import pytest
 
 from telemetry.pipeline.assembler import Assembler
+from telemetry.recorder import events as ev
 from telemetry.recorder.cuda import CudaRecorder, EventPool
 
 
@@ -113,3 +114,17 @@ def test_device_timing_cuda_without_a_gpu_is_refused_at_init(run_dir):
 
     with pytest.raises(telemetry.ConfigError, match="device_timing='cuda' but torch sees no CUDA device"):
         telemetry.init(run_dir=run_dir, device_timing="cuda", sinks=["store"])
+
+
+def test_the_same_phase_nested_keeps_each_intervals_events():
+    gpu, pool, rec, asm, released = setup()
+    with rec.step():
+        with rec.phase("layer"):
+            gpu.launch(10.0)
+            with rec.phase("layer"):
+                gpu.launch(5.0)
+            gpu.launch(1.0)
+    events = [e for e in rec.drain() if e[0] == ev.PHASE_DEV]
+    spans = [(e[ev.PHASE_E0].at, e[ev.PHASE_E1].at) for e in events]
+    assert spans == [(10.0, 15.0), (0.0, 16.0)]  # inner, then the outer with its own start event
+    assert pool.created == 6  # step, 2 phases: 2 events each

@@ -183,3 +183,73 @@ def test_a_finished_step_is_held_one_tick_for_late_events():
     assert r0.step == 0 and r0.ops["all_reduce"].count == 1 and r0.comm_s == pytest.approx(20e-9)
     [r1] = asm.feed([])
     assert r1.step == 1 and r1.ops == {}
+
+
+def test_a_phase_name_has_one_context_and_the_same_name_nested_times_both_intervals():
+    rec = make()
+    assert rec.phase("forward") is rec.phase("forward")  # made at the name's first use, then handed out again
+    with rec.step():
+        with rec.phase("layer"):  # clock 2 ..
+            with rec.phase("layer"):  # 3 .. 4: the inner interval
+                pass
+        # .. 5: the outer interval, its start kept while the inner one ran
+    events = [e for e in rec.drain() if e[ev.KIND] == ev.PHASE]
+    assert [(e[ev.PHASE_T0], e[ev.T]) for e in events] == [(3_000_000, 4_000_000), (2_000_000, 5_000_000)]
+    assert rec.phase("layer")._t0 is None  # closed again
+
+
+def test_open_step_and_current_phase_are_read_off_the_contexts():
+    rec = make()
+    assert rec.open_step is None and rec.current_phase is None
+    with rec.step(index=7):
+        assert rec.open_step == (7, 1_000_000)
+        with rec.phase("forward"):
+            assert rec.current_phase == "forward"
+            with rec.phase("attention"):
+                assert rec.current_phase == "attention"  # the innermost
+            assert rec.current_phase == "forward"
+        assert rec.current_phase is None
+    assert rec.open_step is None
+
+
+def test_the_step_context_is_handed_out_again_and_a_nested_one_leaves_the_open_step_alone():
+    rec = make()
+    with rec.step(tokens=10) as outer:
+        inner = rec.step(tokens=99)  # while a step is open: a new context, not the open one
+        assert inner is not outer
+        with inner:
+            pass
+    with rec.step(tokens=20) as again:
+        pass
+    assert again is outer
+    assert [(r.step, r.tokens) for r in records(rec)] == [(0, 10), (1, 20)]
+    assert rec.usage.counts == {"nested-step": 1}
+
+
+def test_a_step_appends_one_event_and_a_phase_one():
+    rec = make()
+    with rec.step():
+        with rec.phase("forward"):
+            pass
+    assert [e[ev.KIND] for e in rec.drain()] == [ev.PHASE, ev.STEP_END]  # no STEP_BEGIN: STEP_END holds the start
+
+
+def test_the_public_api_uses_the_active_recorders_contexts(caplog):
+    import telemetry
+    from telemetry.recorder import NULL, current
+
+    rec = make()
+    current.set_active(rec)
+    try:
+        with telemetry.step(tokens=5):
+            with telemetry.phase("forward"):
+                pass
+            with telemetry.phase(["not", "a", "name"]):  # unhashable: rejected, reported, no exception
+                pass
+        assert telemetry.phase("forward") is rec.phase("forward")
+    finally:
+        current.set_active(NULL)
+    [r] = records(rec)
+    assert r.tokens == 5 and set(r.phases) == {"forward"}
+    assert rec.usage.counts == {"phase-name": 1}
+    assert telemetry.phase("forward") is NULL.phase("forward")  # the null recorder's, after
