@@ -66,6 +66,7 @@ def workers_record_nothing(run_dir, tmp_path, context):
     states = [p.read_text() for p in markers.iterdir()]
     assert len(states) == 2 and set(states) == {"off"}  # two workers, telemetry off in both
     assert sorted(os.listdir(os.path.join(run_dir, "ranks"))) == [
+        "rank-00000.agg-000001.arrows",  # the segment's aggregates over blocks of steps
         "rank-00000.json",
         "rank-00000.lock",  # the session's claim on rank 0's files (telemetry.store.claim)
         "rank-00000.progress.json",

@@ -72,6 +72,5 @@ def test_dataloader_with_forked_workers_times_the_wait(run_dir):
     t = open_input(run_dir).table
     assert len(t) == 4 and t["samples"].tolist() == [2, 2, 2, 2]
     assert (t["data_s"] > 0).all()
-    assert (
-        len(os.listdir(os.path.join(run_dir, "ranks"))) == 5
-    )  # none from the workers (meta, progress, a segment, the lock)
+    # none from the workers: rank 0's meta, progress, a segment (step columns, spans, aggregates), the lock
+    assert len(os.listdir(os.path.join(run_dir, "ranks"))) == 6
