@@ -166,6 +166,7 @@ def build_sampler(
     sources += build_network_sources(lambda why: log.info("telemetry: %s", why))  # the node's RDMA NICs
     try:
         sources.append(StorageSource())
+        info["storage_read"] = True  # the exporter's read-bytes counter starts at 0 (see PrometheusSink)
     except Exception as exc:  # noqa: BLE001 - no /proc/<pid>/io (not Linux, or hidden): said once, no false 0
         log.info("telemetry: storage read bytes off (%s)", exc)
     if config.gpu:

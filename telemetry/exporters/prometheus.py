@@ -248,6 +248,11 @@ class PrometheusSink(Sink):
                 lambda: self._push.failures if self._push is not None else None,
             )
         )
+        if (run_info.get("device") or {}).get("storage_read"):
+            # Storage reads are counted from init: the series is born at 0, so that the bytes the job reads
+            # before the first scrape (a dataset's first read-ahead) are an increase Prometheus counts, not
+            # the value a series first appears with, which increase() never sees.
+            self.read_bytes.inc(0.0)
         self._device: dict | None = None
         self._findings = _FindingsCollector(self.labels)
         if ctx.rank == 0:

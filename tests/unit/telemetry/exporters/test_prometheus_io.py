@@ -55,15 +55,33 @@ def samples(port, job):
     return out
 
 
-@pytest.fixture
-def sink(run_dir):
+def start(run_dir, **kw):
     port = free_port()
     session = telemetry.init(
-        run_dir=run_dir, job="io", sinks=["prometheus"], prometheus_port=port, flush_interval_s=NEVER
+        run_dir=run_dir, job="io", sinks=["prometheus"], prometheus_port=port, flush_interval_s=NEVER, **kw
     )
     [s] = session.sinks
-    yield s, lambda: samples(port, "io")
+    return s, lambda: samples(port, "io")
+
+
+@pytest.fixture
+def sink(run_dir):
+    yield start(run_dir, device_interval_s=0)  # no sampler: no storage reading unless a record carries one
     telemetry.shutdown()
+
+
+def test_the_read_bytes_counter_is_born_at_zero_when_storage_is_read(run_dir):
+    # Storage reads are counted from init: the series is 0 before the first step, so that what a job reads
+    # before Prometheus's first scrape is an increase it sees (a series born at 12 MB shows increase 0)
+    try:
+        s, scrape = start(run_dir)  # the sampler on: /proc/self/io is readable here
+        got = scrape()
+        assert got[("train_input_read_bytes_total", frozenset())] == 0.0
+        assert ("train_input_steps_total", frozenset()) not in got  # no watched loader: still absent
+        s.write([record(1, {"read_bytes": 4096.0})])
+        assert scrape()[("train_input_read_bytes_total", frozenset())] == 4096.0
+    finally:
+        telemetry.shutdown()
 
 
 def ck(kind, part):
