@@ -18,7 +18,10 @@ collectives' blocked time; each compute phase divided by its run's speed, :func:
 run on a faster or slower node, every phase scaled alike, does not hide one phase's change), every split of
 the runs into a before and an after (at least ``min_runs`` each, at most ``window`` runs each side of the
 split: a change that went back some runs later is a split too) is scored by the two sides' Student t
-difference of means over the run-to-run noise (from the successive differences: a robust spread); the best split over every series is tested against the same maximum
+difference of means over the run-to-run noise (from the successive differences: a robust spread), over
+the median of the series' own best score over random reorderings (so that a series with one run far off,
+a data wait 100x its level in one run, which scores high however the runs are ordered, does not hide a
+change in another); the best split over every series is tested against the same maximum
 over random reorderings of the runs (all series reordered together: a "max-T" permutation test, so the
 chance that a group of runs with no change reports any change is at most ``alpha``, whatever the number
 of series and splits). A split whose score passes the reorderings' ``1 - alpha`` quantile, and whose
@@ -230,19 +233,26 @@ def change_points(
     if n < 2 * p.min_runs:
         return []
     t = _split_t(x, p.min_runs, p.window, p.min_change / 4)
-    best = np.unravel_index(int(np.argmax(t)), t.shape)
-    observed = float(t[best])
-    if observed <= 0:
+    if float(t.max()) <= 0:
         return []
     rng = np.random.default_rng(n * 7919 + len(names))
     order = np.argsort(rng.random((p.permutations, n)), axis=1)
-    null = np.empty(p.permutations)
+    per_series = np.empty((p.permutations, len(names)))  # each reordering's best score in each series
     for i in range(0, p.permutations, 256):  # chunks of reorderings, every series reordered together
         o = order[i : i + 256]
         xs = x[:, o].transpose(1, 0, 2).reshape(-1, n)  # (chunk x series, n)
-        null[i : i + 256] = (
-            _split_t(xs, p.min_runs, p.window, p.min_change / 4).reshape(len(o), len(names), n - 1).max(axis=(1, 2))
+        per_series[i : i + 256] = (
+            _split_t(xs, p.min_runs, p.window, p.min_change / 4).reshape(len(o), len(names), n - 1).max(axis=2)
         )
+    # each series' scores over its own reorderings' typical best: a series with one run far off its level
+    # (a data wait 100x in one run) scores high in every reordering, and, on the raw scale, its best would
+    # be the maximum in every reordering too, hiding a real change in another series
+    scale = np.median(per_series, axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    t = t / scale[:, None]
+    null = (per_series / scale).max(axis=1)
+    best = np.unravel_index(int(np.argmax(t)), t.shape)
+    observed = float(t[best])
     pval = (1.0 + float(np.sum(null >= observed - 1e-12))) / (p.permutations + 1.0)
     if pval > p.alpha:
         return []

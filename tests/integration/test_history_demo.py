@@ -56,6 +56,27 @@ def series(tmp_path_factory):
     return out
 
 
+def _told(done: subprocess.CompletedProcess) -> str:
+    """What a failed history says: its groups and each run's series (not the whole document)."""
+    try:
+        doc = json.loads(done.stdout)
+    except ValueError:
+        return done.stderr[-3000:]
+    rows = [
+        f"{r['name']} {r['settings']} {r['metrics'].get('step_time_s')} "
+        + " ".join(f"{k}={v * 1e3:.2f}ms" for k, v in sorted(r["phases"].items()))
+        for r in doc["runs"]
+    ]
+    return "\n".join(
+        [
+            f"groups {doc['groups']}",
+            f"changes {[(c['n'], c['metric'], round(c['change'], 3), c['p']) for c in doc['changes']]}",
+            *rows,
+            done.stderr[-1000:],
+        ]
+    )
+
+
 # sixteen demos, one after another: alone (scripts/suite.sh), so that a neighbour's load does not make a
 # run slower than its fault does
 @pytest.mark.alone
@@ -66,7 +87,7 @@ def test_history_names_the_first_slower_run_backward_and_the_dashboard_shows_it(
         text=True,
         timeout=300,
     )
-    assert done.returncode == 3, done.stderr[-3000:]
+    assert done.returncode == 3, _told(done)
     doc = json.loads(done.stdout)
     assert [r["commit"] for r in doc["runs"]] == [f"demo-{k}" for k in range(1, RUNS + 1)]
     back = [c for c in doc["changes"] if c["metric"] == "backward_s"]

@@ -89,3 +89,21 @@ def test_change_points_find_two_changes_and_hold_a_flat_series():
     found = H.change_points({"x": level + rng.normal(0, 0.005, 24)})
     assert [(c["index"], round(c["change"], 2)) for c in found] == [(8, 0.1), (16, -0.09)]
     assert H.change_points({"x": 1.0 + rng.normal(0, 0.005, 24)}) == []
+
+
+def test_one_run_far_off_in_another_series_does_not_hide_a_change():
+    # a CI machine's hiccup: one run's data wait 100x its level. Every reordering of the runs scores that
+    # series high, so on the raw scale its score is the largest in every reordering and the backward's
+    # doubling, plain to see, was not significant
+    rng = np.random.default_rng(3)
+    series = {
+        "backward_s": np.r_[np.full(10, 3.8), np.full(6, 7.6)] * (1 + rng.normal(0, 0.02, 16)),
+        "forward_s": 2.0 * (1 + rng.normal(0, 0.02, 16)),
+        "comm_s": 1.8 * (1 + rng.normal(0, 0.2, 16)),
+        "data_s": 0.15 * (1 + rng.normal(0, 0.1, 16)),
+    }
+    series["data_s"][12] *= 100
+    found = H.change_points(series)
+    assert [(c["index"], c["metric"]) for c in found] == [(10, "backward_s")], found
+    # and the burst alone is no change
+    assert H.change_points({k: v[:10] if k != "data_s" else np.r_[v[:9], v[12]] for k, v in series.items()}) == []
