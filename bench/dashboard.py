@@ -5,6 +5,12 @@ interaction (the cached run, a view switched). Targets (issue 9): first render a
 interactions at most 1 s. Also checks that the straggler's rank is named on the Ranks view.
 
     python bench/dashboard.py [--out bench/RESULTS.md]
+
+``--run-dir DIR``: a kept run directory instead (a long one, drawn from its blocks of steps:
+``python bench/coarse.py --huge --keep DIR`` keeps a simulated 10,000 x 10,000 one as
+DIR/sim-10000x10000): the first render of every view, a view switched, and the two ways of zooming
+in (every rank's steps for as many steps as ``ZOOM_ROWS`` allows, two ranks' every step), in the
+section "Dashboard at 10^8 records".
 """
 
 from __future__ import annotations
@@ -76,13 +82,64 @@ def measure(ranks: int, steps: int) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out")
-    ap.add_argument("--ranks", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=10000)
-    args = ap.parse_args()
-    r = measure(args.ranks, args.steps)
+def measure_run_dir(path: str) -> tuple[dict, dict]:
+    """(timings, facts) of the dashboard on the run directory ``path``."""
+    import resource
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from telemetry.dashboards import data as D
+
+    out: dict = {}
+    os.environ["TELEMETRY_DASHBOARD_PATH"] = path
+    at = None
+    for view in VIEWS:
+        st.cache_resource.clear()
+        at = AppTest.from_file(APP, default_timeout=900)
+        at.query_params["view"] = view
+        t0 = time.perf_counter()
+        at.run()
+        out[f"first render, {view} (load + analysis + page)"] = time.perf_counter() - t0
+        assert not at.exception, [e.value for e in at.exception]
+    facts = {"captions": [c.value for c in at.caption if "blocks of" in c.value][:1]}
+    for view in VIEWS:
+        [radio] = [r for r in at.sidebar.radio if r.label == "view"]
+        t0 = time.perf_counter()
+        radio.set_value(view).run()
+        out[f"switch to {view} (cached run)"] = time.perf_counter() - t0
+        assert not at.exception, [e.value for e in at.exception]
+        if view == "ranks":
+            summary = at.dataframe[0].value
+            facts["straggler named on Ranks"] = summary.loc[
+                summary["findings"].str.contains("straggler"), "rank"
+            ].tolist()[:5]
+    [radio] = [r for r in at.sidebar.radio if r.label == "view"]
+    radio.set_value("ranks").run()
+    view = D.load_view(path)  # cached by nothing here: only for its size
+    b = view.blocks
+    facts["blocks"] = (
+        None if b is None else f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps, {len(view.run.table):,} block rows"
+    )
+    n = D.ZOOM_ROWS // b.ranks
+    lo = (b.first + b.last) // 2
+    [slider] = [s for s in at.sidebar.slider if s.label == "steps"]
+    t0 = time.perf_counter()
+    slider.set_value((lo, lo + n - 1)).run()
+    out[f"Ranks: zoom to {n:,} steps of every rank (read row by row)"] = time.perf_counter() - t0
+    assert not at.exception, [e.value for e in at.exception]
+    facts["zoom caption"] = [c.value for c in at.caption if c.value.startswith("Zoomed in")][:1]
+    slider.set_value((b.first, b.last)).run()
+    [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
+    t0 = time.perf_counter()
+    ranks.set_value([0, b.ranks - 1]).run()
+    out["Ranks: zoom to 2 ranks, every step (read row by row)"] = time.perf_counter() - t0
+    assert not at.exception, [e.value for e in at.exception]
+    facts["peak GiB"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    return out, facts
+
+
+def rows_of(r: dict) -> list[str]:
     rows = []
     for name, v in r.items():
         if name.startswith("server start"):
@@ -91,6 +148,47 @@ def main() -> None:
             target = "<= 3 s" if name.startswith("first") else "<= 1 s"
             met = "met" if v <= (3.0 if name.startswith("first") else 1.0) else "MISSED"
             rows.append(f"| {name} | {v:.2f} s | {target} ({met}) |")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--ranks", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=10000)
+    ap.add_argument("--run-dir", nargs="+", help="kept run directories (see the module's doc), each measured in turn")
+    args = ap.parse_args()
+    if args.run_dir:
+        parts = [
+            f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, 2 cores, Python "
+            f"{platform.python_version()} (`python bench/dashboard.py --run-dir {' '.join(args.run_dir)}`; "
+            "`telemetry simulate --ranks 10000 --steps 10000 --inject straggler:rank=7500,phase=forward,factor=1.5` "
+            "wrote the run, as `python bench/coarse.py --huge --keep DIR` does, and a copy `telemetry compact`ed is "
+            "the run as a job's writers leave it), Streamlit's AppTest (the server's work; the browser's drawing is "
+            "not in it). Peak memory: the process's so far (the runs are measured one after the other)."
+        ]
+        for path in args.run_dir:
+            files = len(os.listdir(os.path.join(path, "ranks")))
+            r, facts = measure_run_dir(path)
+            parts += [
+                "",
+                f"**{os.path.basename(path)}** ({files:,} files in ranks/): {facts['blocks']}; peak memory "
+                f"{facts['peak GiB']} GiB.",
+                "",
+                "| step | time | target |",
+                "|---|---|---|",
+                *rows_of(r),
+                "",
+                f"Straggler named on the Ranks view: {facts.get('straggler named on Ranks')}. "
+                f"Said on the page: {facts['captions']}; zoomed: {facts['zoom caption']}.",
+            ]
+        body = "\n".join(parts)
+        print(body)
+        if args.out:
+            update_section(args.out, "Dashboard at 10^8 records (bench/dashboard.py --run-dir)", body)
+        return
+    r = measure(args.ranks, args.steps)
+    rows = rows_of(r)
     body = "\n".join(
         [
             f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, 2 cores, Python {platform.python_version()} "

@@ -97,17 +97,19 @@ def analyze_coarse(
     read_raw: Callable[[tuple[int, int]], pd.DataFrame],
     progress: Any = None,
     world_size: int | None = None,
+    table: pd.DataFrame | None = None,
     **params: Any,
 ) -> Any:
-    """Findings of the blocks (``agg``), the ranked ones measured again on raw rows (``read_raw((a,
-    b))`` -> the steps table of steps a..b). ``params``: :func:`~.detectors.analyze`'s (utilization,
-    checkpoint, hang_bound_s, base, base_name). Returns the Analysis, ``summary["coarse"]`` saying so."""
+    """Findings of the blocks (``agg``; ``table``: its :func:`block_table` when already made), the
+    ranked ones measured again on raw rows (``read_raw((a, b))`` -> the steps table of steps a..b).
+    ``params``: :func:`~.detectors.analyze`'s (utilization, checkpoint, hang_bound_s, base,
+    base_name). Returns the Analysis, ``summary["coarse"]`` saying so."""
     from ..store.aggregates import BLOCK
     from .detectors import analyze
     from .detectors.blocks import analyze_blocks
     from .detectors.straggler import StragglerParams
 
-    table = block_table(agg)
+    table = block_table(agg) if table is None else table
     first, last = int(agg.column("first_step").to_numpy().min()), int(agg.column("last_step").to_numpy().max())
     hang = params.pop("hang_bound_s", None)
     # the run's warm-up (in steps, as a whole run's analysis skips it) in blocks: the blocks it touches

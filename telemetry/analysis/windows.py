@@ -228,9 +228,9 @@ def analyze_path(
     if base is not None:
         against = {"base": open_input(base).table, "base_name": f"the base run {base}"}
     if os.path.isdir(path) and not raw and steps is None and last is None:
-        got = _coarse(path, hang_after, util, cp, against)  # a long run: from its blocks of steps
+        got = coarse_analysis(path, hang_after, util, cp, against)  # a long run: from its blocks of steps
         if got is not None:
-            return got
+            return got[:3]
     span = step_range(path) if os.path.isdir(path) else None
     run_last = span[1] if span is not None else None  # the run's last step, whatever was asked for
     if span is not None and steps is not None:
@@ -288,13 +288,16 @@ def analyze_path(
     return result, run, None
 
 
-def _coarse(path: str, hang_after, util, cp, against: dict):
+def coarse_analysis(path: str, hang_after=None, util=None, cp=None, against: dict | None = None):
     """:func:`analyze_path` of a run directory of more than ``coarse.COARSE_ROWS`` rows from its
-    blocks (:mod:`.coarse`); None for a shorter one, one that is no run directory, or one whose
-    segments were written without their blocks' aggregates."""
+    blocks (:mod:`.coarse`): (Analysis, RunInput without rows, the note, the block table the
+    analysis read: :func:`.coarse.block_table`); None for a shorter one, one that is no run
+    directory, or one whose segments were written without their blocks' aggregates. ``util``,
+    ``cp``: UtilizationParams and CheckpointParams (None: the defaults)."""
     from ..store import layout
     from ..store.segments import read_aggregates
     from .captures import with_captures
+    from .detectors import CheckpointParams, UtilizationParams
     from .load import open_input
     from .tracelinks import with_trace_ids
 
@@ -321,16 +324,18 @@ def _coarse(path: str, hang_after, util, cp, against: dict):
         got = read_step_columns(path, [], w)
         return columns_to_table(got) if got is not None else pd.DataFrame()
 
+    table = coarse.block_table(agg)
     result = coarse.analyze_coarse(
         agg,
         ranks,
         rows_of,
         run.progress,
         run.world_size,
+        table=table,
         hang_bound_s=hang_after,
-        utilization=util,
-        checkpoint=cp,
-        **against,
+        utilization=util or UtilizationParams(),
+        checkpoint=cp or CheckpointParams(),
+        **(against or {}),
     )
     result.findings = with_trace_ids(result.findings, run.meta, run.table, lambda a, b: open_input(path, (a, b)).table)
     result.findings = with_captures(result.findings, path, run.warnings, last)
@@ -339,7 +344,7 @@ def _coarse(path: str, hang_after, util, cp, against: dict):
         f"{coarse.BLOCK_NOTE} ({agg.num_rows:,} rows); findings with ranks measured again on raw rows "
         "(--raw: every row, in windows)"
     )
-    return result, run, note
+    return result, run, note, table
 
 
 def trace_breakdown(path: str, ranks: dict[int, dict], warnings: list[str]) -> dict:

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
 from .common import EXIT_OUTPUT, EXIT_USAGE
 
+RANK_NAME = re.compile(r"^rank-(\d+)\.")
+
 
 def cmd_compact(args: argparse.Namespace) -> int:
     from ..store import compact, layout
     from ..store.claim import RankInUse, claim_rank
-    from ..store.segments import rank_files
+    from ..store.segments import listing
 
     if not layout.is_run_dir(args.run_dir):
         print(
@@ -25,7 +28,17 @@ def cmd_compact(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     before = _count(args.run_dir)
     made, busy, failed = 0, [], []
-    for rank in sorted(rank_files(args.run_dir)):
+    # one listing for every rank (10,000 ranks' files listed once a rank took 0.45 s a rank)
+    try:
+        names = os.listdir(os.path.join(args.run_dir, layout.RANKS_DIR))
+    except FileNotFoundError:
+        names = []
+    by_rank: dict[int, list[str]] = {}
+    for name in names:  # each rank's own names: its listing parses its few files, not the run's
+        m = RANK_NAME.match(name)
+        if m:
+            by_rank.setdefault(int(m.group(1)), []).append(name)
+    for rank in sorted(listing(args.run_dir, names)):
         try:
             claim = claim_rank(args.run_dir, rank)  # its writer compacts a live rank itself
         except RankInUse:
@@ -37,6 +50,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
                 rank,
                 args.segments,
                 lambda group, exc, r=rank: failed.append(f"rank {r} {group[0]}-{group[-1]}: {exc}"),
+                by_rank.get(rank, []),
             )
         except OSError as exc:
             failed.append(f"rank {rank}: {exc}")

@@ -51,8 +51,19 @@ def heatmap(df: pd.DataFrame, title: str, marked: dict[int, str], value: str = "
     """Rank x step cells coloured by ``value`` (its legend titled ``title``, with the unit), as wide as
     the page; ranks a finding names carry it in their axis label. The colour scale spans the 1st to
     99th percentile of the cells (clamped), so warm-up steps do not wash out a slow rank."""
-    df = df.assign(label=[f"{r}  <- {marked[r]}" if r in marked else str(r) for r in df["rank"]])
-    order = [f"{r}  <- {marked[r]}" if r in marked else str(r) for r in sorted(df["rank"].unique())]
+    if "last_rank" in df.columns:  # bands of ranks (grid_cells): each labelled by its ranks and theirs marked
+        bands = df[["rank", "last_rank"]].drop_duplicates().sort_values("rank")
+        names = {}
+        for first, last in zip(bands["rank"], bands["last_rank"]):
+            inside = ", ".join(f"{r} {k}" for r, k in sorted(marked.items()) if first <= r <= last)
+            names[first] = f"{first}-{last}" + (f"  <- {inside}" if inside else "")
+        df = df.assign(label=df["rank"].map(names))
+        order = [names[r] for r in bands["rank"]]
+        rank_title = f"ranks (bands of {int(bands['last_rank'].iloc[0] - bands['rank'].iloc[0] + 1)}: the highest)"
+    else:
+        df = df.assign(label=[f"{r}  <- {marked[r]}" if r in marked else str(r) for r in df["rank"]])
+        order = [f"{r}  <- {marked[r]}" if r in marked else str(r) for r in sorted(df["rank"].unique())]
+        rank_title = "rank"
     lo, hi = (float(df[value].quantile(q)) for q in (0.01, 0.99)) if df[value].notna().any() else (0.0, 1.0)
     return (
         alt.Chart(df)
@@ -60,14 +71,18 @@ def heatmap(df: pd.DataFrame, title: str, marked: dict[int, str], value: str = "
         .encode(
             x=alt.X("step:O", title="step (first step of each block)", axis=alt.Axis(labelOverlap=True)),
             y=alt.Y(
-                "label:O", title="rank", sort=order, axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)
+                "label:O", title=rank_title, sort=order, axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)
             ),  # every rank's label up to 64
             color=alt.Color(
                 f"{value}:Q",
                 title=title,
                 scale=alt.Scale(scheme=SEQUENTIAL, domain=[lo, hi if hi > lo else lo + 1e-9], clamp=True),
             ),
-            tooltip=["rank", "step", alt.Tooltip(f"{value}:Q", format=".2f", title=title)],
+            tooltip=[
+                alt.Tooltip("label:N", title="rank" if rank_title == "rank" else "ranks"),
+                "step",
+                alt.Tooltip(f"{value}:Q", format=".2f", title=title),
+            ],
         )
         .properties(width="container", height=_band_height(len(order), 18, 110))
     )

@@ -9,7 +9,7 @@ nothing here decides what is a finding.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,10 @@ from telemetry.config import ConfigError, check_trace_ui_url
 
 from .grid import MAX_HEATMAP_COLUMNS, MAX_LINE_POINTS, _blocks, grid_cells, step_columns
 
+ZOOM_ROWS = 2_000_000  # a long run's chosen steps x ranks of at most this many rows are read row by row
+# of a long run, at most this many records are read with their spans and per-op columns (the Collectives
+# view: about 13 us a record here, so about 3 s)
+RECORD_ROWS = 200_000
 LIVE_REFRESH_S = 5.0  # a run directory still being written is checked for new steps this often (at least)
 PROMETHEUS_REFRESH_S = 15.0  # a Prometheus job is queried again this often
 
@@ -34,11 +38,26 @@ class ViewError(ValueError):
     """The input cannot be shown; the message says why, for the page."""
 
 
+@dataclass(frozen=True)
+class Blocks:
+    """A long run drawn from its blocks of steps (the run store's coarse level: the table's rows are
+    blocks, numbered by their first step; telemetry.analysis.coarse)."""
+
+    path: str
+    steps: int  # steps per block
+    first: int  # the run's first and last step
+    last: int
+    ranks: int
+    note: str  # how it was analyzed (telemetry analyze's line)
+
+
 @dataclass
 class RunView:
     run: RunInput
     analysis: Analysis
     online: list[dict[str, Any]] = field(default_factory=list)
+    blocks: Blocks | None = None  # set when the run is drawn from its blocks of steps
+    zoomed_from: Blocks | None = None  # set when these are some steps of such a run, read row by row
 
     @property
     def matrix(self) -> StepMatrix | None:
@@ -51,6 +70,10 @@ def load_view(path: str) -> RunView:
         raise ViewError("no run chosen: start the dashboard with a run directory or a steps table")
     if not os.path.exists(path):
         raise ViewError(f"{path} does not exist")
+    if os.path.isdir(path):
+        long = _from_blocks(path)
+        if long is not None:
+            return long
     try:
         run = open_input(path)
     except (TableError, OSError) as exc:
@@ -58,6 +81,68 @@ def load_view(path: str) -> RunView:
     if not len(run.table):
         raise ViewError(f"{path} holds no steps yet")
     return _analyzed(run)
+
+
+def _from_blocks(path: str) -> RunView | None:
+    """A run directory of more than ``coarse.COARSE_ROWS`` rows, as ``telemetry analyze`` reads it:
+    its blocks' medians, analyzed from them (the ranked findings measured again on raw rows); the
+    views draw the blocks. None for a shorter run (read row by row)."""
+    from telemetry.analysis.windows import coarse_analysis
+    from telemetry.store.aggregates import BLOCK
+
+    try:
+        got = coarse_analysis(path)
+    except (TableError, OSError) as exc:
+        raise ViewError(str(exc)) from None
+    if got is None:
+        return None
+    result, run, note, table = got
+    s = result.summary
+    view = _analyzed(replace(run, table=table, records=[]), result)  # records: read for a zoom (load_zoom)
+    view.blocks = Blocks(path, BLOCK, s["first_step"], s["last_step"], int(table["rank"].nunique()), note)
+    return view
+
+
+def zoom_rows(blocks: Blocks, steps: tuple[int, int], ranks: list[int]) -> int:
+    """The rows steps ``steps`` of ``ranks`` (all when empty) hold in a run drawn from its blocks."""
+    return (min(steps[1], blocks.last) - steps[0] + 1) * (len(ranks) or blocks.ranks)
+
+
+def load_zoom(blocks: Blocks, steps: tuple[int, int], ranks: tuple[int, ...]) -> RunView:
+    """Steps ``steps`` of a run drawn from its blocks, of ``ranks`` only (all when empty), read row by
+    row (only those ranks' files, and only the segments that hold the steps, are opened) and analyzed
+    as a run of those steps."""
+    from telemetry.analysis.table import columns_to_table
+    from telemetry.store.reader import LazyRecords
+    from telemetry.store.segments import read_records, read_step_columns
+
+    try:
+        run = open_input(blocks.path, rows=False)
+        said: list[str] = []
+        got = read_step_columns(blocks.path, said, steps, ranks or None)
+    except (TableError, OSError) as exc:
+        raise ViewError(str(exc)) from None
+    if got is None or not got.num_rows:
+        raise ViewError(f"no step from {steps[0]} to {steps[1]} in {blocks.path}")
+    # the records with spans of those steps and ranks only, read when a view asks (records_withheld)
+    records = LazyRecords(lambda: read_records(blocks.path, [], steps, ranks or None))
+    view = _analyzed(replace(run, table=columns_to_table(got), records=records, warnings=run.warnings + said))
+    view.zoomed_from = blocks
+    return view
+
+
+def records_withheld(view: RunView) -> str | None:
+    """Why the per-collective records (spans, per-op columns) of a long run are not read for this view
+    (more than ``RECORD_ROWS`` rows chosen); None when they are read."""
+    b = view.blocks or view.zoomed_from
+    if b is None or (view.blocks is None and len(view.run.table) <= RECORD_ROWS):
+        return None
+    return (
+        f"Latency, bytes and bandwidth by collective are read record by record, spans included: in a run of "
+        f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps, for at most {RECORD_ROWS:,} records at once "
+        f"(about {max(1, RECORD_ROWS // b.ranks):,} steps of every rank, or more steps of a few ranks): "
+        "choose fewer steps or ranks in the sidebar. Below: the time blocked in collectives."
+    )
 
 
 def _analyzed(run: RunInput, result: Analysis | None = None) -> RunView:

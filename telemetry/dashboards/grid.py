@@ -10,6 +10,9 @@ from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian
 
 MAX_HEATMAP_COLUMNS = 400  # steps are grouped into at most this many blocks (block medians)
 MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps are grouped
+# ranks are grouped into at most this many bands (each cell the band's highest: a slow rank shows), so
+# that a 10,000-rank heatmap is a picture a page can hold (1,024 rows were 0.7 px each) and a browser draws
+MAX_HEATMAP_ROWS = 256
 
 
 def _blocks(n: int, at_most: int) -> tuple[int, int]:
@@ -32,11 +35,14 @@ def grid_cells(
     ranks: list[int] | None = None,
     steps: tuple[int, int] | None = None,
     max_columns: int = MAX_HEATMAP_COLUMNS,
+    max_rows: int = MAX_HEATMAP_ROWS,
 ) -> pd.DataFrame:
     """An (R, S) array of ``m``'s shape as long-format cells (``rank``, ``step``, ``value``) over the
     chosen ranks and steps. Beyond ``max_columns`` steps, consecutive steps are grouped and each cell
     is the block's median (labelled by the block's first step), so one slow rank still stands out at
-    10,000 steps."""
+    10,000 steps. Beyond ``max_rows`` ranks, consecutive ranks (in rank order) are grouped into bands
+    and each cell is the band's highest (``rank``: the band's first rank, ``last_rank`` its last), so
+    one slow rank still stands out at 10,000 ranks."""
     cols = step_columns(m, steps)
     rows = np.ones(m.n_ranks, dtype=bool) if ranks is None else np.isin(m.ranks, ranks)
     a, step_ids, rank_ids = a[rows][:, cols], m.steps[cols], m.ranks[rows]
@@ -44,6 +50,21 @@ def grid_cells(
         width, nb = _blocks(a.shape[1], max_columns)
         a = nanmedian(a[:, : nb * width].reshape(a.shape[0], nb, width), axis=2)
         step_ids = step_ids[: nb * width : width]
+    last = None
+    if a.shape[0] > max_rows:
+        order = np.argsort(rank_ids, kind="stable")
+        a, rank_ids = a[order], rank_ids[order]
+        height = -(-a.shape[0] // max_rows)
+        starts = np.arange(0, a.shape[0], height)
+        with np.errstate(all="ignore"):  # a band with no value at a step (NaN only): NaN there, drawn empty
+            filled = np.where(np.isnan(a), -np.inf, a)
+            a = np.maximum.reduceat(filled, starts, axis=0)
+        a[np.isneginf(a)] = np.nan
+        last = rank_ids[np.minimum(starts + height, len(rank_ids)) - 1]
+        rank_ids = rank_ids[starts]
     grid = pd.DataFrame(a, index=rank_ids, columns=step_ids)
     grid.index.name, grid.columns.name = "rank", "step"
-    return grid.stack(future_stack=True).rename("value").reset_index()
+    cells = grid.stack(future_stack=True).rename("value").reset_index()
+    if last is not None:
+        cells["last_rank"] = cells["rank"].map(dict(zip(rank_ids.tolist(), last.tolist())))
+    return cells

@@ -189,7 +189,21 @@ def ranks(view: D.RunView, choice: Choice) -> None:
         st.warning(str(exc))
         return
     st.subheader(f"{what}, ms per step, rank x step")
-    st.altair_chart(charts.heatmap(cells, f"{what} (ms per step)", D.marked_ranks(view)), width="stretch")
+    marked = D.marked_ranks(view)
+    if "last_rank" in cells.columns:  # bands of ranks: their axis labels thin out; the named ranks said here
+        bands = cells[["rank", "last_rank"]].drop_duplicates()
+        named = [
+            f"{r} ({k}: band {a}-{b})"
+            for r, k in sorted(marked.items())
+            for a, b in zip(bands["rank"], bands["last_rank"])
+            if a <= r <= b
+        ]
+        st.caption(
+            f"{cells['rank'].nunique():,} bands of {int(bands['last_rank'].iloc[0] - bands['rank'].iloc[0] + 1)} "
+            "consecutive ranks, each cell the band's highest (choose 256 ranks or fewer to see each)."
+            + (f" Ranks a finding names: {', '.join(named[:10])}." if named else "")
+        )
+    st.altair_chart(charts.heatmap(cells, f"{what} (ms per step)", marked), width="stretch")
     st.subheader("Per rank (median after warm-up)")
     st.dataframe(D.rank_summary(view).round(2), hide_index=True, width="stretch")
 
@@ -226,14 +240,16 @@ def collectives(view: D.RunView, choice: Choice) -> None:
             width="stretch",
         )
         st.dataframe(per_rank_dim.round(3), hide_index=True, width="stretch")
-    df = comm.per_step(view.run, choice.steps, choice.ranks)
+    withheld = D.records_withheld(view)
+    df = comm.per_step(view.run, choice.steps, choice.ranks) if withheld is None else pd.DataFrame()
     if df.empty:
         m = view.matrix
-        st.info(
+        lacks = (
             "This input holds no per-collective records (a steps table carries only `comm_s`, the time in "
             "collectives per step): latency, bytes and bandwidth by op come from a run directory or "
             "Prometheus." + ("" if m.comm is not None else " It has no time in collectives either.")
         )
+        st.info(withheld or lacks)
         if m.comm is not None:
             st.subheader("Time in collectives, ms per step, rank x step")
             st.altair_chart(

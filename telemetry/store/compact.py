@@ -114,11 +114,12 @@ def _sync_dir(path: str) -> None:
         os.close(fd)
 
 
-def tidy(run_dir: str, rank: int) -> int:
+def tidy(run_dir: str, rank: int, names: list[str] | None = None) -> int:
     """Remove what a stopped compaction or seal of ``rank`` left (:func:`~.segments.leftovers`);
-    returns how many files. Only for the process that holds the rank (its writer, at start)."""
+    returns how many files. Only for the process that holds the rank (its writer, at start).
+    ``names``: the run's ``ranks/`` as listed already (:func:`~.segments.listing`)."""
     gone = 0
-    for path in leftovers(run_dir, rank):
+    for path in leftovers(run_dir, rank, names):
         try:
             os.remove(path)
             gone += 1
@@ -127,11 +128,13 @@ def tidy(run_dir: str, rank: int) -> int:
     return gone
 
 
-def groups(run_dir: str, rank: int, size: int = COMPACT_SEGMENTS, least: int = 2) -> list[list[int]]:
+def groups(
+    run_dir: str, rank: int, size: int = COMPACT_SEGMENTS, least: int = 2, names: list[str] | None = None
+) -> list[list[int]]:
     """``rank``'s sealed segments not yet compacted, as runs of consecutive files (no compacted
     segment or unsealed tail between) cut into groups of at most ``size``; groups of fewer than
-    ``least`` left out."""
-    files, _ = resolve(listing(run_dir).get(rank, []))
+    ``least`` left out. ``names``: as :func:`tidy`'s."""
+    files, _ = resolve(listing(run_dir, names).get(rank, []))
     out: list[list[int]] = []
     run: list[int] = []
     for seq, kinds in sorted(files.items()):
@@ -147,12 +150,20 @@ def _cut(run: list[int], size: int, least: int) -> list[list[int]]:
     return [g for g in (run[i : i + size] for i in range(0, len(run), size)) if len(g) >= least]
 
 
-def compact_rank(run_dir: str, rank: int, size: int = COMPACT_SEGMENTS, on_error: Callable | None = None) -> int:
+def compact_rank(
+    run_dir: str,
+    rank: int,
+    size: int = COMPACT_SEGMENTS,
+    on_error: Callable | None = None,
+    names: list[str] | None = None,
+) -> int:
     """Tidy ``rank``'s files and merge its segments in groups of ``size`` (a finished run, or one
-    written before compaction: ``telemetry compact``); returns the compacted segments written."""
-    tidy(run_dir, rank)
+    written before compaction: ``telemetry compact``); returns the compacted segments written.
+    ``names``: the run's ``ranks/`` as listed before (other ranks' changes since do not matter: only
+    this rank's files are read from it; what tidying removes, resolving leaves out too)."""
+    tidy(run_dir, rank, names)
     made = 0
-    for group in groups(run_dir, rank, size):
+    for group in groups(run_dir, rank, size, names=names):
         try:
             merge(run_dir, rank, group)
             made += 1

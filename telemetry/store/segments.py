@@ -14,7 +14,7 @@ import json
 import os
 import re
 from array import array
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute
@@ -292,14 +292,17 @@ def write_aggregates(
         aggregates.write_file(path, agg, durable, before_rename)
 
 
-def listing(run_dir: str) -> dict[int, list[tuple[int, int, bool, str, str]]]:
-    """rank -> [(first seq, last seq, compacted, kind, path)] of every format-2 file in the listing."""
+def listing(run_dir: str, names: list[str] | None = None) -> dict[int, list[tuple[int, int, bool, str, str]]]:
+    """rank -> [(first seq, last seq, compacted, kind, path)] of every format-2 file in the listing
+    (``names``: the names in ``ranks/`` as listed already: ``telemetry compact`` lists 10,000 ranks'
+    files once, not once a rank)."""
     rdir = os.path.join(run_dir, layout.RANKS_DIR)
     out: dict[int, list[tuple[int, int, bool, str, str]]] = {}
-    try:
-        names = os.listdir(rdir)
-    except FileNotFoundError:
-        return out
+    if names is None:
+        try:
+            names = os.listdir(rdir)
+        except FileNotFoundError:
+            return out
     for name in names:
         m = layout.SEQ_RE.match(name)
         if m:
@@ -356,17 +359,19 @@ def rank_files(run_dir: str) -> dict[int, dict[int, dict[str, str]]]:
     return {rank: resolve(entries)[0] for rank, entries in listing(run_dir).items()}
 
 
-def leftovers(run_dir: str, rank: int) -> list[str]:
+def leftovers(run_dir: str, rank: int, names: list[str] | None = None) -> list[str]:
     """What a stopped compaction or seal of ``rank`` left: files a compacted segment supersedes,
     compacted spans without their step columns, temporaries. Removed only by the rank's own writer
-    (which holds its lock) or ``telemetry compact``."""
-    _, superseded = resolve(listing(run_dir).get(rank, []))
-    stem = os.path.basename(layout.rank_stem(run_dir, rank)) + "."
+    (which holds its lock) or ``telemetry compact``. ``names``: as :func:`listing`'s."""
     rdir = os.path.join(run_dir, layout.RANKS_DIR)
-    try:
-        temps = [os.path.join(rdir, n) for n in os.listdir(rdir) if n.startswith(stem) and _TEMP.search(n)]
-    except FileNotFoundError:
-        temps = []
+    if names is None:
+        try:
+            names = os.listdir(rdir)
+        except FileNotFoundError:
+            names = []
+    _, superseded = resolve(listing(run_dir, names).get(rank, []))
+    stem = os.path.basename(layout.rank_stem(run_dir, rank)) + "."
+    temps = [os.path.join(rdir, n) for n in names if n.startswith(stem) and _TEMP.search(n)]
     return superseded + temps
 
 
@@ -428,19 +433,27 @@ def has_segments(run_dir: str) -> bool:
     return bool(rank_files(run_dir))
 
 
-def read_step_columns(run_dir: str, warnings: list[str], steps: tuple[int, int] | None = None) -> pa.Table | None:
+def read_step_columns(
+    run_dir: str, warnings: list[str], steps: tuple[int, int] | None = None, ranks: Iterable[int] | None = None
+) -> pa.Table | None:
     """Every rank's step columns (no spans, no per-op columns), in reading order; None when the
     run has no format-2 files. The segments are read in one Arrow dataset scan (its threads decode
     in parallel) under the union of their schemas (a column a segment lacks is null there); then
     the tails, whose numbers come after every segment's of their rank. ``steps``: only steps
-    first..last (inclusive); segments outside are skipped by their statistics."""
-    return _again(lambda said, last: _step_columns(run_dir, said, steps, last), warnings)
+    first..last (inclusive); segments outside are skipped by their statistics. ``ranks``: only
+    these ranks' files are opened."""
+    keep = None if ranks is None else frozenset(int(r) for r in ranks)
+    return _again(lambda said, last: _step_columns(run_dir, said, steps, last, keep), warnings)
 
 
 def _step_columns(
-    run_dir: str, warnings: list[str], steps: tuple[int, int] | None, last: bool = True
+    run_dir: str,
+    warnings: list[str],
+    steps: tuple[int, int] | None,
+    last: bool = True,
+    ranks: frozenset[int] | None = None,
 ) -> pa.Table | None:
-    pieces = _pieces(run_dir)
+    pieces = [p for p in _pieces(run_dir) if ranks is None or p[0] in ranks]
     if not pieces:
         return None
     segs = [p for p in pieces if p[2] == "seg"]
@@ -618,22 +631,43 @@ def step_range(run_dir: str) -> tuple[int, int, int] | None:
     return None if lo is None else (int(lo), int(hi), ranks)
 
 
-def read_records(run_dir: str, warnings: list[str]) -> list[dict[str, Any]]:
+def read_records(
+    run_dir: str, warnings: list[str], steps: tuple[int, int] | None = None, ranks: Iterable[int] | None = None
+) -> list[dict[str, Any]]:
     """Every rank's records as the store's record dicts, spans included (trace export, the
-    dashboard's collectives view): slower than :func:`read_step_columns`, read only when asked."""
-    return _again(lambda said, last: _records(run_dir, said, last), warnings)
+    dashboard's collectives view): slower than :func:`read_step_columns`, read only when asked.
+    ``steps``: only steps first..last (inclusive; a segment wholly outside is not opened);
+    ``ranks``: only these ranks' files are opened."""
+    keep = None if ranks is None else frozenset(int(r) for r in ranks)
+    return _again(lambda said, last: _records(run_dir, said, last, steps, keep), warnings)
 
 
-def _records(run_dir: str, warnings: list[str], last: bool = True) -> list[dict[str, Any]]:
+def _records(
+    run_dir: str,
+    warnings: list[str],
+    last: bool = True,
+    steps: tuple[int, int] | None = None,
+    ranks: frozenset[int] | None = None,
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for _rank, _seq, kind, path, spans_file in _pieces(run_dir):
+    lo, hi = steps if steps is not None else (None, None)
+    for rank, _seq, kind, path, spans_file in _pieces(run_dir):
+        if ranks is not None and rank not in ranks:
+            continue
         try:
             if kind == "tail":
-                out.extend(record_dict(r) for r in read_tail(path, warnings))
-                continue
-            steps = pq.read_table(path, page_checksum_verification=True)
-            spans = pq.read_table(spans_file, page_checksum_verification=True) if spans_file else None
-            out.extend(records_from_columns(steps, spans))
+                got = [record_dict(r) for r in read_tail(path, warnings)]
+            else:
+                if steps is not None:
+                    if _known_outside(path, steps):
+                        continue
+                    _, first, final = footer(path)
+                    if first is not None and (final < lo or first > hi):
+                        continue  # wholly outside: its rows not read
+                table = pq.read_table(path, page_checksum_verification=True)
+                spans = pq.read_table(spans_file, page_checksum_verification=True) if spans_file else None
+                got = records_from_columns(table, spans)
+            out.extend(got if steps is None else [r for r in got if lo <= r["step"] <= hi])
         except (OSError, pa.ArrowException) as exc:
             if not last and (_gone(path, exc) or (spans_file is not None and _gone(spans_file, exc))):
                 raise _Vanished from None
@@ -668,8 +702,16 @@ def _aggregates(
     summarize: bool,
     keep: Callable[[str], bool] | None = None,
 ) -> pa.Table | None:
+    chosen: dict[tuple[str, ...], list[str]] = {}  # the files of a run share a few schemas: chosen once each
+
     def kept(t: pa.Table) -> pa.Table:
-        return t if keep is None else t.select([c for c in t.column_names if c in _AGG_KEYS or keep(c)])
+        if keep is None:
+            return t
+        names = tuple(t.column_names)
+        cols = chosen.get(names)
+        if cols is None:
+            cols = chosen[names] = [c for c in names if c in _AGG_KEYS or keep(c)]
+        return t.select(cols)
 
     files = rank_files(run_dir)
     parts: list[pa.Table] = []

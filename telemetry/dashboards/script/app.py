@@ -34,6 +34,11 @@ def _load(path: str, mtime: float) -> D.RunView:  # mtime: a run still being wri
     return D.load_view(path)
 
 
+@st.cache_resource(show_spinner="Reading the chosen steps row by row...", max_entries=4)
+def _load_zoom(blocks: D.Blocks, mtime: float, steps: tuple[int, int], ranks: tuple[int, ...]) -> D.RunView:
+    return D.load_zoom(blocks, steps, ranks)
+
+
 @st.cache_resource(show_spinner="Querying Prometheus and analyzing the job...", max_entries=4)
 def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> D.RunView:  # tick: one load per refresh
     return D.load_prometheus(url, job or None, minutes or None)
@@ -249,6 +254,32 @@ def _base(root: str, path: str) -> tuple[D.RunView | None, str]:
         return None, ""
 
 
+def _zoomed(view: D.RunView, key: tuple, steps: tuple[int, int], chosen: list[int]) -> tuple[D.RunView, tuple]:
+    """A long run is drawn from its blocks of steps; steps x ranks chosen that hold at most
+    ``D.ZOOM_ROWS`` rows are read row by row (that view then shows every step, and its findings are
+    those steps'). Returns the view to show and its cache key."""
+    b = view.blocks
+    whole = f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps"
+    if D.zoom_rows(b, steps, chosen) > D.ZOOM_ROWS:
+        most = D.ZOOM_ROWS // (len(chosen) or b.ranks)
+        st.caption(
+            f"{whole}: drawn from medians over blocks of {b.steps} steps, analyzed as `telemetry analyze` "
+            f"does. Choose at most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
+        )
+        return view, key
+    try:
+        zoom = _load_zoom(b, key[1], steps, tuple(sorted(chosen)))
+    except D.ViewError as exc:
+        st.error(f"Cannot read steps {steps[0]:,} to {steps[1]:,}: {exc}")
+        return view, key
+    who = f"ranks {', '.join(map(str, sorted(chosen)))}" if chosen else "every rank"
+    st.caption(
+        f"Zoomed in: steps {steps[0]:,} to {min(steps[1], b.last):,} of {who}, every step, of a run of {whole}; "
+        "the findings are those steps' (widen the range for the whole run's)."
+    )
+    return zoom, (*key, steps, tuple(sorted(chosen)))
+
+
 def main() -> None:
     st.sidebar.title("training-telemetry")
     view, key, root = _load_chosen()
@@ -257,10 +288,13 @@ def main() -> None:
     m = view.matrix
     for w in view.run.warnings:
         st.warning(w)
-    lo, hi = int(m.steps[0]), int(m.steps[-1])
+    b = view.blocks
+    lo, hi = (b.first, b.last) if b is not None else (int(m.steps[0]), int(m.steps[-1]))
     steps = st.sidebar.slider("steps", lo, hi, (lo, hi)) if hi > lo else (lo, hi)
     chosen = st.sidebar.multiselect("ranks (all when empty)", [int(r) for r in m.ranks])
     st.sidebar.caption(f"analyzed at {time.strftime('%H:%M:%S')}")
+    if b is not None:
+        view, key = _zoomed(view, key, steps, chosen)
     name = _view_key()
     title, show = V.VIEWS[name]
     st.header(title)

@@ -268,3 +268,61 @@ def test_the_io_view_shows_checkpoints_input_and_network_or_says_what_the_run_la
     lacks = [i.value for i in at.info]
     assert len(lacks) == 3 and "No checkpoint was timed" in lacks[0] and "telemetry.checkpoint" in lacks[0]
     assert "telemetry.watch_dataset" in lacks[1] and "No network reading" in lacks[2]
+
+
+def test_a_long_run_is_drawn_from_its_blocks_and_a_zoom_reads_every_step(monkeypatch, tmp_path):
+    from telemetry.analysis import coarse
+    from telemetry.dashboards import data as D
+    from telemetry.demo.simrun import write_simulated_run
+    from tests.helpers.apptest import KEYS
+
+    out = str(tmp_path / "long")
+    fault = Fault("straggler", ranks=(9,), phase="forward", factor=1.5, start=1000)
+    write_simulated_run(Scenario(name="long", ranks=32, steps=3000, seed=3, faults=(fault,)), out)
+    monkeypatch.setattr(coarse, "COARSE_ROWS", 10_000)  # 32 x 3,000 = 96,000 rows: a long run here
+    monkeypatch.setattr(D, "ZOOM_ROWS", 32 * 200)  # every rank's 200 steps, or 2 ranks' 3,200
+    at = run_app(monkeypatch, out)
+    said = " ".join(c.value for c in at.caption)
+    assert "32 ranks x 3,000 steps: drawn from medians over blocks of 64 steps" in said, said
+    assert "Choose at most 200 steps (or a few ranks) to read every step" in said
+    titles = [e.label for e in at.expander]
+    assert any("straggler - rank 9 - phase forward" in t for t in titles), titles
+    for view in KEYS[1:]:  # every page draws the blocks
+        show(at, view)
+    show(at, "collectives")  # the records with spans are not read for the whole run: the page says so
+    assert any("read record by record" in i.value and "choose fewer steps or ranks" in i.value for i in at.info)
+    show(at, "ranks")
+    summary = at.dataframe[0].value
+    assert len(summary) == 32 and "straggler (forward)" in summary.loc[summary["rank"] == 9, "findings"].iloc[0]
+
+    [steps] = [s for s in at.sidebar.slider if s.label == "steps"]
+    assert steps.value == (0, 2999)  # the run's steps, not its blocks' first steps
+    steps.set_value((1500, 1699)).run()  # 200 steps of every rank: read row by row
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(c.value for c in at.caption)
+    assert "Zoomed in: steps 1,500 to 1,699 of every rank, every step" in said, said
+    summary = at.dataframe[0].value
+    assert "straggler (forward)" in summary.loc[summary["rank"] == 9, "findings"].iloc[0]  # those steps' findings
+
+    steps.set_value((0, 2999)).run()  # back to the whole run; two ranks' every step
+    [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
+    ranks.set_value([9, 10]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(c.value for c in at.caption)
+    assert "Zoomed in: steps 0 to 2,999 of ranks 9, 10, every step" in said, said
+    show(at, "collectives")  # 6,000 records: read (the simulator writes no collective spans, said so)
+    assert any("holds no per-collective records" in i.value for i in at.info), [i.value for i in at.info]
+    show(at, "ranks")
+    view = D.load_zoom(D.load_view(out).blocks, (0, 2999), (9, 10))
+    assert sorted(view.run.table["rank"].unique()) == [9, 10] and view.matrix.n_steps == 3000
+
+
+def test_a_heatmap_of_hundreds_of_ranks_draws_bands_and_names_the_straggler_s_band(monkeypatch, tmp_path):
+    path = str(tmp_path / "wide.parquet")
+    fault = Fault("straggler", ranks=(437,), phase="forward", factor=2.0)
+    simulate(Scenario(ranks=600, steps=60, seed=2, faults=(fault,))).to_parquet(path, index=False)
+    at = show(run_app(monkeypatch, path), "ranks")
+    said = " ".join(c.value for c in at.caption)
+    assert "200 bands of 3 consecutive ranks, each cell the band's highest" in said, said
+    assert "Ranks a finding names: 437 (straggler: band 435-437)" in said, said
+    assert len(at.dataframe[0].value) == 600  # the per-rank table keeps every rank

@@ -19,6 +19,28 @@ def test_the_heatmap_downsamples_and_still_shows_one_slow_rank():
     assert per_rank.idxmax() == 11 and per_rank[11] > 1.1 * per_rank.drop(11).max()
 
 
+def test_a_heatmap_of_thousands_of_ranks_draws_bands_in_which_the_slow_rank_shows():
+    import altair as alt
+
+    from telemetry.analysis.detectors.matrix import from_table
+    from telemetry.dashboards import charts
+
+    table = simulate(
+        Scenario(
+            ranks=1000, steps=40, jitter=0.1, faults=(Fault("straggler", ranks=(613,), phase="forward", factor=2.0),)
+        )
+    )
+    cells = D.heatmap(from_table(table), "compute")
+    assert cells["rank"].nunique() == 250 and cells["step"].nunique() == 40  # bands of 4 ranks
+    per_band = cells.groupby(["rank", "last_rank"])["ms"].median()
+    assert per_band.idxmax() == (612, 615) and per_band.max() > 1.1 * per_band.drop((612, 615)).max()
+    chart = charts.heatmap(cells, "compute (ms per step)", {613: "straggler"})
+    with alt.data_transformers.disable_max_rows():  # Streamlit sends any size; Altair's own check is 5,000
+        y = chart.to_dict()["encoding"]["y"]
+    assert len(y["sort"]) == 250 and y["sort"][0] == "0-3" and "612-615  <- 613 straggler" in y["sort"]
+    assert y["title"] == "ranks (bands of 4: the highest)"
+
+
 def test_step_percentiles_are_one_line_per_percentile():
     from telemetry.analysis.detectors.matrix import from_table
 
