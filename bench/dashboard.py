@@ -36,9 +36,34 @@ from telemetry.dashboards.serve import APP  # noqa: E402 - after the path set-up
 VIEWS = ("overview", "ranks", "findings", "collectives", "devices", "compare")
 
 
-def measure(ranks: int, steps: int) -> dict:
+def first_renders(out: dict, timeout: int):
+    """The first render of each page, as a user who opens a link to it would see it: a new session and
+    an empty cache (load, analysis and that page's charts), timed into ``out``; the last AppTest."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
+
+    at = None
+    for view in VIEWS:
+        st.cache_resource.clear()
+        at = AppTest.from_file(APP, default_timeout=timeout)
+        at.query_params["view"] = view
+        t0 = time.perf_counter()
+        at.run()
+        out[f"first render, {view} (load + analysis + page)"] = time.perf_counter() - t0
+        assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def switch(at, view: str, out: dict) -> None:
+    """Switch ``at`` to ``view`` (the run cached), timed into ``out``."""
+    [radio] = [r for r in at.sidebar.radio if r.label == "view"]
+    t0 = time.perf_counter()
+    radio.set_value(view).run()
+    out[f"switch to {view} (cached run)"] = time.perf_counter() - t0
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def measure(ranks: int, steps: int) -> dict:
 
     from telemetry.dashboards.serve import warm_up
 
@@ -49,23 +74,10 @@ def measure(ranks: int, steps: int) -> dict:
         os.environ["TELEMETRY_DASHBOARD_PATH"] = path
         # What `telemetry dashboard`'s server process does before it serves (dashboards/serve.py).
         out["server start: imports and warm-up before serving (once, not a render)"] = warm_up()
-        # The first render of each page, as a user who opens a link to it would see it: a new
-        # session and an empty cache (load, analysis and that page's charts).
-        for view in VIEWS:
-            st.cache_resource.clear()
-            at = AppTest.from_file(APP, default_timeout=120)
-            at.query_params["view"] = view
-            t0 = time.perf_counter()
-            at.run()
-            out[f"first render, {view} (load + analysis + page)"] = time.perf_counter() - t0
-            assert not at.exception, [e.value for e in at.exception]
+        at = first_renders(out, 120)
         # Later interactions in one session: the run is cached, a view switched or a control moved.
         for view in VIEWS:
-            [radio] = [r for r in at.sidebar.radio if r.label == "view"]
-            t0 = time.perf_counter()
-            radio.set_value(view).run()
-            out[f"switch to {view} (cached run)"] = time.perf_counter() - t0
-            assert not at.exception, [e.value for e in at.exception]
+            switch(at, view, out)
             if view == "ranks":
                 summary = at.dataframe[0].value
                 named = summary.loc[summary["findings"].str.contains("straggler"), "rank"].tolist()
@@ -86,29 +98,14 @@ def measure_run_dir(path: str) -> tuple[dict, dict]:
     """(timings, facts) of the dashboard on the run directory ``path``."""
     import resource
 
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
     from telemetry.dashboards import data as D
 
     out: dict = {}
     os.environ["TELEMETRY_DASHBOARD_PATH"] = path
-    at = None
-    for view in VIEWS:
-        st.cache_resource.clear()
-        at = AppTest.from_file(APP, default_timeout=900)
-        at.query_params["view"] = view
-        t0 = time.perf_counter()
-        at.run()
-        out[f"first render, {view} (load + analysis + page)"] = time.perf_counter() - t0
-        assert not at.exception, [e.value for e in at.exception]
+    at = first_renders(out, 900)
     facts = {"captions": [c.value for c in at.caption if "blocks of" in c.value][:1]}
     for view in VIEWS:
-        [radio] = [r for r in at.sidebar.radio if r.label == "view"]
-        t0 = time.perf_counter()
-        radio.set_value(view).run()
-        out[f"switch to {view} (cached run)"] = time.perf_counter() - t0
-        assert not at.exception, [e.value for e in at.exception]
+        switch(at, view, out)
         if view == "ranks":
             summary = at.dataframe[0].value
             facts["straggler named on Ranks"] = summary.loc[
@@ -116,7 +113,7 @@ def measure_run_dir(path: str) -> tuple[dict, dict]:
             ].tolist()[:5]
     [radio] = [r for r in at.sidebar.radio if r.label == "view"]
     radio.set_value("ranks").run()
-    view = D.load_view(path)  # cached by nothing here: only for its size
+    view = D.load_view(path)  # its size, loaded once more beside the app's (in the peak memory too)
     b = view.blocks
     facts["blocks"] = (
         None if b is None else f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps, {len(view.run.table):,} block rows"
