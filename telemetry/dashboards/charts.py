@@ -7,6 +7,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from .grid import rank_bands
+
 CATEGORICAL = "tableau10"
 SEQUENTIAL = "viridis"
 
@@ -52,14 +54,14 @@ def heatmap(df: pd.DataFrame, title: str, marked: dict[int, str], value: str = "
     the page; ranks a finding names carry it in their axis label. The colour scale spans the 1st to
     99th percentile of the cells (clamped), so warm-up steps do not wash out a slow rank."""
     if "last_rank" in df.columns:  # bands of ranks (grid_cells): each labelled by its ranks and theirs marked
-        bands = df[["rank", "last_rank"]].drop_duplicates().sort_values("rank")
+        bands, height = rank_bands(df)
         names = {}
-        for first, last in zip(bands["rank"], bands["last_rank"]):
+        for first, last in bands:
             inside = ", ".join(f"{r} {k}" for r, k in sorted(marked.items()) if first <= r <= last)
             names[first] = f"{first}-{last}" + (f"  <- {inside}" if inside else "")
         df = df.assign(label=df["rank"].map(names))
-        order = [names[r] for r in bands["rank"]]
-        rank_title = f"ranks (bands of {int(bands['last_rank'].iloc[0] - bands['rank'].iloc[0] + 1)}: the highest)"
+        order = [names[first] for first, _ in bands]
+        rank_title = f"ranks (bands of {height}: the highest)"
     else:
         df = df.assign(label=[f"{r}  <- {marked[r]}" if r in marked else str(r) for r in df["rank"]])
         order = [f"{r}  <- {marked[r]}" if r in marked else str(r) for r in sorted(df["rank"].unique())]

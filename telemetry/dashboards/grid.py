@@ -68,3 +68,11 @@ def grid_cells(
     if last is not None:
         cells["last_rank"] = cells["rank"].map(dict(zip(rank_ids.tolist(), last.tolist())))
     return cells
+
+
+def rank_bands(cells: pd.DataFrame) -> tuple[list[tuple[int, int]], int]:
+    """The bands of cells :func:`grid_cells` grouped by rank (a ``last_rank`` column): each band's first
+    and last rank, in rank order, and the ranks a band holds."""
+    b = cells[["rank", "last_rank"]].drop_duplicates().sort_values("rank")
+    pairs = list(zip(b["rank"].astype(int).tolist(), b["last_rank"].astype(int).tolist()))
+    return pairs, pairs[0][1] - pairs[0][0] + 1

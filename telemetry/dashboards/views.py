@@ -21,6 +21,7 @@ from telemetry.analysis.report import advice_line, collecting_line
 from . import charts, comm, devices, io, kernels
 from . import data as D
 from . import history as H
+from .grid import rank_bands
 
 
 @dataclass(frozen=True)
@@ -191,15 +192,10 @@ def ranks(view: D.RunView, choice: Choice) -> None:
     st.subheader(f"{what}, ms per step, rank x step")
     marked = D.marked_ranks(view)
     if "last_rank" in cells.columns:  # bands of ranks: their axis labels thin out; the named ranks said here
-        bands = cells[["rank", "last_rank"]].drop_duplicates()
-        named = [
-            f"{r} ({k}: band {a}-{b})"
-            for r, k in sorted(marked.items())
-            for a, b in zip(bands["rank"], bands["last_rank"])
-            if a <= r <= b
-        ]
+        bands, height = rank_bands(cells)
+        named = [f"{r} ({k}: band {a}-{b})" for r, k in sorted(marked.items()) for a, b in bands if a <= r <= b]
         st.caption(
-            f"{cells['rank'].nunique():,} bands of {int(bands['last_rank'].iloc[0] - bands['rank'].iloc[0] + 1)} "
+            f"{len(bands):,} bands of {height} "
             "consecutive ranks, each cell the band's highest (choose 256 ranks or fewer to see each)."
             + (f" Ranks a finding names: {', '.join(named[:10])}." if named else "")
         )
