@@ -116,18 +116,11 @@ def _in_a_real_browser(healthy_job, tmp_path) -> str:
     )
     try:
         wait_http(f"{url}/_stcore/health", timeout=60)
-        dom = ""
-        for _ in range(6):  # a dump can race the app's websocket (see tests/integration/test_dashboard.py)
-            dom = browser.dump_dom(url)
-            if 'data-testid="stExpander"' in dom:
-                break
+        dom = browser.dump_dom_until(url, "2 ranks, 200 steps", 'data-testid="stExpander"')
         assert "2 ranks, 200 steps" in dom and 'data-testid="stException"' not in dom
         shutil.rmtree(run)
         t0 = time.perf_counter()
-        for _ in range(6):
-            dom = browser.dump_dom(url)
-            if "does not exist" in dom:
-                break
+        dom = browser.dump_dom_until(url, "does not exist")
         assert "does not exist" in dom and run in dom and 'data-testid="stException"' not in dom
         return f"the message, no stException element, page read in {time.perf_counter() - t0:.1f} s"
     finally:

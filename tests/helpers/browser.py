@@ -5,6 +5,7 @@ networking (this machine's network is closed), a fresh profile each time."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import subprocess
 import sys
@@ -62,12 +63,55 @@ def dashboard(*args: str) -> Iterator[str]:
         stop_group(proc)
 
 
-def dump_dom_until(url: str, *wanted: str, tries: int = 6) -> str:
-    """The DOM once it holds every ``wanted`` text, or the last of ``tries`` dumps: a dump can race the
-    app's websocket and show the empty shell (the first after a start always does)."""
-    dom = ""
-    for _ in range(tries):
-        dom = dump_dom(url)
-        if all(w in dom for w in wanted):
-            break
-    return dom
+def dump_dom_until(url: str, *wanted: str, timeout: float = 120.0) -> str:
+    """The page's DOM once it holds every ``wanted`` text, or the last DOM read when ``timeout`` seconds
+    pass first. One headless Chromium opens ``url`` and stays on it; its DOM is read through the
+    DevTools protocol every 0.2 s. (A one-shot ``--dump-dom`` ends on virtual time, not on the app:
+    on a busy machine it dumped the empty shell before Streamlit's websocket drew the page, every try.)"""
+    import json
+    import os
+    import signal
+    import time
+    import urllib.request
+
+    from websockets.sync.client import connect
+
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.Popen(
+            [chromium(), *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            port_file = os.path.join(profile, "DevToolsActivePort")  # written once the protocol listens
+            while not (os.path.exists(port_file) and open(port_file).read().count("\n") >= 1):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"headless Chromium never opened its DevTools port (exit {proc.poll()})")
+                time.sleep(0.05)
+            port = int(open(port_file).read().split()[0])
+            pages = []
+            while not pages:  # the page's target appears once Chromium has opened the URL
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+                    pages = [t for t in json.load(r) if t.get("type") == "page" and "webSocketDebuggerUrl" in t]
+                if not pages:
+                    if time.monotonic() > deadline:
+                        raise AssertionError("headless Chromium opened no page")
+                    time.sleep(0.05)
+            dom = ""
+            with connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
+                for n in itertools.count(1):
+                    ask = {"expression": "document.documentElement.outerHTML", "returnByValue": True}
+                    ws.send(json.dumps({"id": n, "method": "Runtime.evaluate", "params": ask}))
+                    while (reply := json.loads(ws.recv(timeout=30))).get("id") != n:
+                        pass  # an event, not our answer
+                    dom = reply.get("result", {}).get("result", {}).get("value") or dom
+                    if all(w in dom for w in wanted) or time.monotonic() > deadline:
+                        return dom
+                    time.sleep(0.2)
+            return dom
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the browser and its renderers, zygote included
+            proc.wait()

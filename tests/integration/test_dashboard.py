@@ -3,6 +3,7 @@ localhost and stopping with its server, a real browser, and a large run through 
 
 import os
 
+import numpy as np
 import pytest
 
 from tests.helpers.apptest import run_app, show
@@ -41,7 +42,18 @@ def test_every_page_on_a_real_demo_run_with_a_straggler(monkeypatch, straggler_d
     assert len(at.get("vega_lite_chart")) == 5
     table = at.dataframe[0].value
     assert set(table["op"]) == {"all_reduce"} and sorted(table["rank"]) == [0, 1, 2, 3]
-    assert table.set_index("rank")["blocked ms/step"].idxmin() == 2  # the straggler arrives last, waits least
+    # Each rank's time blocked is what its records hold (median over steps). Which rank waits least is
+    # not asserted: with 4 ranks on 2 busy cores the scheduler's noise is the size of the straggler's
+    # 2x forward (a CI run: rank 0 17.1 ms, rank 2 17.4 ms; a quiet run: rank 2 12.2, the others 16.5).
+    from telemetry.store import segments
+
+    said: list[str] = []
+    blocked: dict[int, list[float]] = {}
+    for r in segments.read_records(run_dir, said):
+        blocked.setdefault(r["rank"], []).append(r["ops"]["all_reduce"][2] * 1e3)
+    shown = table.set_index("rank")["blocked ms/step"]
+    for rank, values in blocked.items():
+        assert abs(shown[rank] - float(np.median(values))) < 1e-3, (rank, shown[rank], np.median(values))
 
     show(at, "devices")  # a CPU run: said so, with the process's CPU and memory
     assert any("No GPU was sampled" in i.value for i in at.info)
@@ -92,7 +104,7 @@ def test_a_real_browser_renders_the_findings_and_charts_without_an_exception(str
     if browser.chromium() is None:
         pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")
     with browser.dashboard(straggler_table) as url:
-        dom = browser.dump_dom_until(url, 'data-testid="stExpander"')  # the findings drawn
+        dom = browser.dump_dom_until(url, "straggler - rank 5 - phase forward", 'data-testid="stVegaLiteChart"')
     assert 'data-testid="stApp"' in dom
     assert "straggler - rank 5 - phase forward" in dom
     assert 'data-testid="stVegaLiteChart"' in dom

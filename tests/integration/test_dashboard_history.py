@@ -21,7 +21,12 @@ def test_a_real_browser_shows_the_history_and_its_change_at_run_8(tmp_path):
     )
     write_series(sc, series, 12, from_run=8)
     with browser.dashboard(os.path.join(series, "run-12"), "--history", series) as url:
-        dom = browser.dump_dom_until(f"{url}/?view=history", "from run 8 (run-08)")
+        dom = browser.dump_dom_until(
+            f"{url}/?view=history",
+            "from run 8 (run-08)",
+            'data-testid="stVegaLiteChart"',
+            "Compare run-08 against run-07",
+        )
     assert 'data-testid="stApp"' in dom
     assert "Changes (" in dom and "from run 8 (run-08): backward_s +" in dom
     assert 'data-testid="stVegaLiteChart"' in dom

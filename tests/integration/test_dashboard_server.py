@@ -43,14 +43,11 @@ def plant(folder: str, markers: str) -> None:
             f.write(f"open({marker!r}, 'w').write('ran')\nprint('PLANTED CODE RAN: {rel}')\n")
 
 
-def rendered_dom(url: str, tries: int = 8) -> str:
-    """The page's DOM once Streamlit has drawn the toolbar and the run (a dump can race the app's
-    websocket and show the empty shell: dump again, a bounded number of times)."""
-    dom = ""
-    for _ in range(tries):
-        dom = browser.dump_dom(url)
-        if 'data-testid="stToolbar"' in dom and 'data-testid="stMetric"' in dom:
-            return dom
+def rendered_dom(url: str) -> str:
+    """The page's DOM once Streamlit has drawn the toolbar and the run."""
+    dom = browser.dump_dom_until(url, 'data-testid="stToolbar"', 'data-testid="stMetric"')
+    if 'data-testid="stToolbar"' in dom and 'data-testid="stMetric"' in dom:
+        return dom
     found = sorted(set(re.findall(r'data-testid="(\w+)"', dom)))
     raise AssertionError(f"the page never drew its toolbar and the run; elements seen: {found}")
 

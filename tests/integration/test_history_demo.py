@@ -116,10 +116,14 @@ def test_history_names_the_first_slower_run_backward_and_the_dashboard_shows_it(
         pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)")
     want = f"from run {FAULTY_FROM} (run-{FAULTY_FROM:02d})"
     with browser.dashboard(os.path.join(series, f"run-{RUNS:02d}"), "--history", series) as url:
-        dom = browser.dump_dom_until(f"{url}/?view=history", want, "Captures compared" if captured else want)
+        compare = f"Compare run-{FAULTY_FROM:02d} against run-{FAULTY_FROM - 1:02d}"
+        chart = 'data-testid="stVegaLiteChart"'
+        dom = browser.dump_dom_until(
+            f"{url}/?view=history", want, chart, compare, *(["Captures compared"] if captured else [])
+        )
     assert 'data-testid="stApp"' in dom
     assert f"{want}: backward_s +" in dom
     assert 'data-testid="stVegaLiteChart"' in dom
     assert ("Captures compared" in dom) == captured
-    assert f"Compare run-{FAULTY_FROM:02d} against run-{FAULTY_FROM - 1:02d}" in dom
+    assert compare in dom
     assert 'data-testid="stException"' not in dom
