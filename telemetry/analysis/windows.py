@@ -293,22 +293,47 @@ def coarse_analysis(path: str, hang_after=None, util=None, cp=None, against: dic
     blocks (:mod:`.coarse`): (Analysis, RunInput without rows, the note, the block table the
     analysis read: :func:`.coarse.block_table`); None for a shorter one, one that is no run
     directory, or one whose segments were written without their blocks' aggregates. ``util``,
-    ``cp``: UtilizationParams and CheckpointParams (None: the defaults)."""
+    ``cp``: UtilizationParams and CheckpointParams (None: the defaults). The run's kept summary
+    (:mod:`.runsummary`, written by ``telemetry compact``) stands for the read while it is current:
+    its analysis with the default settings, its blocks with any other."""
     from ..store import layout
     from ..store.segments import read_aggregates
+    from . import runsummary
     from .captures import with_captures
+    from .detectors import CheckpointParams, UtilizationParams
+
+    if not layout.is_run_dir(path):
+        return None
+    kept = runsummary.read(path)
+    defaults = (
+        hang_after is None and util in (None, UtilizationParams()) and cp in (None, CheckpointParams()) and not against
+    )
+    if kept is not None and kept.doc is not None and defaults:
+        return _from_kept(path, kept)
+    said: list[str] = list(kept.doc.get("read_warnings", [])) if kept is not None and kept.doc else []
+    agg = kept.blocks if kept is not None else read_aggregates(path, said, summarize=False, keep=coarse.wanted)
+    if agg is None:
+        return None
+    got = coarse_findings(path, agg, said, hang_after, util, cp, against)
+    if got is None:
+        return None
+    result, run, note, table = got
+    result.findings = with_captures(result.findings, path, run.warnings, _last_step(agg))
+    return result, run, note, table
+
+
+def coarse_findings(path: str, agg: Any, said: list[str], hang_after=None, util=None, cp=None, against=None):
+    """:func:`coarse_analysis` of the aggregates ``agg`` (as :func:`read_aggregates` gave them, with
+    ``keep=coarse.wanted``; ``said``: what that read warned) without the captures matched: (Analysis,
+    RunInput without rows, the note, the block table); None for a run of ``coarse.COARSE_ROWS`` rows
+    or fewer."""
     from .detectors import CheckpointParams, UtilizationParams
     from .load import open_input
     from .tracelinks import with_trace_ids
 
-    if not layout.is_run_dir(path):
+    if not agg.num_rows:
         return None
-    said: list[str] = []
-    agg = read_aggregates(path, said, summarize=False, keep=coarse.wanted)
-    if agg is None or not agg.num_rows:
-        return None
-    first = int(agg.column("first_step").to_numpy().min())
-    last = int(agg.column("last_step").to_numpy().max())
+    first, last = int(agg.column("first_step").to_numpy().min()), _last_step(agg)
     ranks = len(np.unique(agg.column("rank").to_numpy()))
     if ranks * (last - first + 1) <= coarse.COARSE_ROWS:
         return None
@@ -338,12 +363,38 @@ def coarse_analysis(path: str, hang_after=None, util=None, cp=None, against: dic
         **(against or {}),
     )
     result.findings = with_trace_ids(result.findings, run.meta, run.table, lambda a, b: open_input(path, (a, b)).table)
-    result.findings = with_captures(result.findings, path, run.warnings, last)
     note = (
         f"telemetry analyze: {ranks:,} ranks x {last - first + 1:,} steps analyzed from the "
         f"{coarse.BLOCK_NOTE} ({agg.num_rows:,} rows); findings with ranks measured again on raw rows "
         "(--raw: every row, in windows)"
     )
+    return result, run, note, table
+
+
+def _last_step(agg: Any) -> int:
+    return int(agg.column("last_step").to_numpy().max())
+
+
+def _from_kept(path: str, kept: Any):
+    """:func:`coarse_analysis` from the run's kept summary: its findings and summary as they were
+    computed, the captures matched now, the block table made from the kept blocks."""
+    from .captures import with_captures
+    from .detectors import Analysis
+    from .detectors.matrix import from_table
+    from .load import open_input
+    from .runsummary import DIR
+
+    doc = kept.doc
+    run = open_input(path, rows=False)
+    run.warnings += doc.get("read_warnings", [])
+    table = coarse.block_table(kept.blocks)
+    findings = [Finding(**d) for d in doc["findings"]]
+    summary = dict(doc["summary"])
+    if isinstance(summary.get("straggler_score"), dict):  # ranks: JSON's keys are strings
+        summary["straggler_score"] = {int(r): v for r, v in summary["straggler_score"].items()}
+    result = Analysis(findings, summary, from_table(table) if len(table) else None)
+    result.findings = with_captures(result.findings, path, run.warnings, _last_step(kept.blocks))
+    note = f"{doc['note']}; kept by telemetry compact in {os.path.join(path, DIR)}"
     return result, run, note, table
 
 

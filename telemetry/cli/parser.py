@@ -388,7 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
             "--segments each, in the order written; a run's writers do this themselves while the job runs, "
             "so this is for finished runs, simulated ones and runs written before. Ranks a live process "
             "writes are left to it. Safe to stop at any moment: nothing is lost or read twice, and the next "
-            "compact (or the rank's next session) finishes the job."
+            "compact (or the rank's next session) finishes the job. Then, for a run of more than 4,000,000 "
+            "rows (ranks x steps) that no process is writing, its analysis from its blocks of steps is kept in "
+            "RUN/summary/: telemetry analyze and the dashboard read it in a second while the run is unchanged."
         ),
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
