@@ -32,6 +32,7 @@ DIR = "summary"
 BLOCKS = "blocks.parquet"
 ANALYSIS = "analysis.json"
 FORMAT = 1
+KEPT = "kept by telemetry compact in"  # the note's words for an analysis read from the summary
 _FP_KEY = b"telemetry.fingerprint"
 
 

@@ -382,7 +382,7 @@ def _from_kept(path: str, kept: Any):
     from .detectors import Analysis
     from .detectors.matrix import from_table
     from .load import open_input
-    from .runsummary import DIR
+    from .runsummary import DIR, KEPT
 
     doc = kept.doc
     run = open_input(path, rows=False)
@@ -394,7 +394,7 @@ def _from_kept(path: str, kept: Any):
         summary["straggler_score"] = {int(r): v for r, v in summary["straggler_score"].items()}
     result = Analysis(findings, summary, from_table(table) if len(table) else None)
     result.findings = with_captures(result.findings, path, run.warnings, _last_step(kept.blocks))
-    note = f"{doc['note']}; kept by telemetry compact in {os.path.join(path, DIR)}"
+    note = f"{doc['note']}; {KEPT} {os.path.join(path, DIR)}"
     return result, run, note, table
 
 

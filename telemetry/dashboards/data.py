@@ -17,7 +17,7 @@ import pandas as pd
 
 from telemetry.analysis.captures import with_captures
 from telemetry.analysis.detectors import Analysis, StragglerParams, analyze
-from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian
+from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian, nanpercentile
 from telemetry.analysis.findings import compare_online
 from telemetry.analysis.load import RunInput, open_input
 from telemetry.analysis.table import TableError
@@ -49,6 +49,7 @@ class Blocks:
     last: int
     ranks: int
     note: str  # how it was analyzed (telemetry analyze's line)
+    kept: bool = False  # its analysis read from what telemetry compact kept (analysis/runsummary.py)
 
 
 @dataclass
@@ -87,6 +88,7 @@ def _from_blocks(path: str) -> RunView | None:
     """A run directory of more than ``coarse.COARSE_ROWS`` rows, as ``telemetry analyze`` reads it:
     its blocks' medians, analyzed from them (the ranked findings measured again on raw rows); the
     views draw the blocks. None for a shorter run (read row by row)."""
+    from telemetry.analysis.runsummary import KEPT
     from telemetry.analysis.windows import coarse_analysis
     from telemetry.store.aggregates import BLOCK
 
@@ -99,7 +101,7 @@ def _from_blocks(path: str) -> RunView | None:
     result, run, note, table = got
     s = result.summary
     view = _analyzed(replace(run, table=table, records=[]), result)  # records: read for a zoom (load_zoom)
-    view.blocks = Blocks(path, BLOCK, s["first_step"], s["last_step"], int(table["rank"].nunique()), note)
+    view.blocks = Blocks(path, BLOCK, s["first_step"], s["last_step"], int(table["rank"].nunique()), note, KEPT in note)
     return view
 
 
@@ -256,7 +258,7 @@ def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.Dat
     t = m.duration + m.data
     with np.errstate(all="ignore"):
         if np.isnan(t).any():
-            p50, p95 = np.nanpercentile(t, [50, 95], axis=0) * 1e3
+            p50, p95 = nanpercentile(t, 50, axis=0) * 1e3, nanpercentile(t, 95, axis=0) * 1e3
         else:
             p50, p95 = np.percentile(t, [50, 95], axis=0) * 1e3
     steps = m.steps
@@ -396,7 +398,7 @@ def focus(view: RunView, card: dict[str, Any], max_lines: int = 8) -> Focus:
         others = a[~is_named][:, cols] if (~is_named).any() else a[:, cols]
         lines["median of the others" if named else "median over ranks"] = nanmedian(others, axis=0)
         if not named:
-            lines["95th percentile over ranks"] = np.nanpercentile(others, 95, axis=0)
+            lines["95th percentile over ranks"] = nanpercentile(others, 95, axis=0)
     wide = pd.DataFrame({"step": m.steps[cols], **lines})
     if len(wide) > MAX_LINE_POINTS:
         width, nb = _blocks(len(wide), MAX_LINE_POINTS)

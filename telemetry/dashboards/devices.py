@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian
+from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian, nanpercentile
 
 from .grid import step_columns
 
@@ -126,7 +126,7 @@ def data_wait(m: StepMatrix, steps: tuple[int, int] | None = None) -> pd.DataFra
             {
                 "rank": m.ranks.astype(int),
                 "median ms": nanmedian(d, axis=1),
-                "p95 ms": np.nanpercentile(d, 95, axis=1),
+                "p95 ms": nanpercentile(d, 95, axis=1),
                 "% of step time": 100 * np.nansum(d, axis=1) / 1e3 / np.nansum(t, axis=1),
             }
         )

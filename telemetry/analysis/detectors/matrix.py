@@ -116,6 +116,28 @@ def nanmedian(a: np.ndarray, axis: int | None = None) -> np.ndarray:
     return np.squeeze(med, axis=axis) if med.ndim > 0 else med
 
 
+def nanpercentile(a: np.ndarray, q: float, axis: int) -> np.ndarray:
+    """np.nanpercentile(a, q, axis=axis) (the linear method, the same numbers), vectorized: numpy's
+    loops in Python over the slices (0.33 s for 10,000 x 157, NaN or not); this sorts once."""
+    a = np.asarray(a, dtype=float)
+    nan = np.isnan(a)
+    if not nan.any():
+        return np.percentile(a, q, axis=axis)
+    s = np.sort(a, axis=axis)  # NaNs last
+    n = (~nan).sum(axis=axis, keepdims=True)
+    pos = np.maximum(n - 1, 0) * (q / 100.0)
+    lo = np.floor(pos).astype(np.intp)
+    hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+    t = pos - lo
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        below, above = np.take_along_axis(s, lo, axis), np.take_along_axis(s, hi, axis)
+        diff = above - below
+        v = np.where(t >= 0.5, above - diff * (1 - t), below + diff * t)  # numpy's own interpolation
+    v = np.where(n == 0, np.nan, v)
+    return np.squeeze(v, axis=axis)
+
+
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique values, index of each value), by hashing rather than sorting every row."""
     codes, uniques = pd.factorize(values, sort=False)

@@ -262,9 +262,9 @@ def _zoomed(view: D.RunView, key: tuple, steps: tuple[int, int], chosen: list[in
     whole = f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps"
     if D.zoom_rows(b, steps, chosen) > D.ZOOM_ROWS:
         most = D.ZOOM_ROWS // (len(chosen) or b.ranks)
+        how = "its analysis as `telemetry compact` kept it" if b.kept else "analyzed as `telemetry analyze` does"
         st.caption(
-            f"{whole}: drawn from medians over blocks of {b.steps} steps, analyzed as `telemetry analyze` "
-            f"does. Choose at most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
+            f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}. Choose at most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
         )
         return view, key
     try:

@@ -51,17 +51,24 @@ def test_compact_keeps_the_analysis_and_analyze_prints_the_same_json_from_it(lon
     assert KEPT not in err and "coarse" not in json.loads(raw)["summary"]
 
 
-def test_the_dashboard_draws_the_kept_analysis(long_run):
+def test_the_dashboard_draws_the_kept_analysis(long_run, monkeypatch):
+    pytest.importorskip("streamlit")
     from telemetry.dashboards import data as D
+    from tests.helpers.apptest import run_app
 
     fresh = D.load_view(long_run)
     assert cli("compact", long_run)[0] == 0
     kept = D.load_view(long_run)
-    assert KEPT in kept.blocks.note and KEPT not in fresh.blocks.note
+    assert kept.blocks.kept and KEPT in kept.blocks.note and not fresh.blocks.kept
     assert [f.to_dict() for f in kept.analysis.findings] == [f.to_dict() for f in fresh.analysis.findings]
     assert kept.analysis.summary == fresh.analysis.summary
     assert kept.run.table.equals(fresh.run.table)  # the blocks drawn
     assert kept.matrix.n_ranks == 32 and kept.matrix.n_steps == fresh.matrix.n_steps
+    monkeypatch.setattr(D, "ZOOM_ROWS", 32 * 200)  # the whole run is drawn from its blocks, not zoomed into
+    at = run_app(monkeypatch, long_run)
+    said = " ".join(c.value for c in at.caption)
+    assert "drawn from medians over blocks of 64 steps, its analysis as `telemetry compact` kept it" in said, said
+    assert any("straggler - rank 9 - phase forward" in e.label for e in at.expander)
 
 
 def test_a_run_written_to_since_is_analyzed_from_its_files(long_run):
