@@ -55,6 +55,7 @@ PER_NODE = 8
 PORTS = 8  # listening ports of the one server process (targets spread over them)
 EPOCHS = 96  # distinct expositions, one per scrape interval (24 min at 15 s; the last one is held after)
 RULE_INTERVAL_S = 15.0  # the shipped rule groups' evaluation interval
+RECORDS = "training-telemetry.records"  # the recording rules' groups: training-telemetry.records.steps, ...
 SECTION = "Prometheus scrape load at 1,000 and 10,000 ranks (bench/scrape_load.py)"
 
 
@@ -376,22 +377,25 @@ def table(results: list[dict]) -> list[str]:
     rows = [
         "| ranks | metrics_level | head series | samples/s | Prometheus CPU, scrapes only (cores) | with the rules "
         "(cores) | per 1,000 ranks, with the rules (cores) | resident memory (GiB) | per 1,000 ranks (GiB) | "
-        "scrape duration mean / p99 / max (ms) | records group evaluation, mean / max (s) | alert groups, "
+        "scrape duration mean / p99 / max (ms) | slowest records group's evaluation, mean / max (s) | alert groups, "
         "max (s) | borne |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         s, w = r["scrapes"], r["rules"]
         k = r["ranks"] / 1000
-        rec = "training-telemetry.records"
-        alerts = max((v for g, v in w["rules_max"].items() if g != rec), default=float("nan"))
+        # the recording rules are in groups of their own (training-telemetry.records.*), evaluated side by
+        # side: the slowest one's mean and maximum
+        recs = [g for g in w["rules_max"] if g.startswith(RECORDS)]
+        rec_mean = max((w["rules_mean"][g] for g in recs), default=float("nan"))
+        rec_max = max((w["rules_max"][g] for g in recs), default=float("nan"))
+        alerts = max((v for g, v in w["rules_max"].items() if g not in recs), default=float("nan"))
         ok, why = borne(r)
         rows.append(
             f"| {r['ranks']:,} | {r['level']} | {w['series']:,.0f} | {w['samples_per_s']:,.0f} | "
             f"{s['cpu_cores']:.2f} | {w['cpu_cores']:.2f} | {w['cpu_cores'] / k:.3f} | {w['rss'] / 2**30:.2f} | "
             f"{w['rss'] / 2**30 / k:.3f} | {w['scrape_mean'] * 1e3:.1f} / {w['scrape_p99'] * 1e3:.1f} / "
-            f"{w['scrape_max'] * 1e3:.0f} | {w['rules_mean'].get(rec, float('nan')):.2f} / "
-            f"{w['rules_max'].get(rec, float('nan')):.2f} | {alerts:.3f} | {'yes' if ok else 'missed: ' + why} |"
+            f"{w['scrape_max'] * 1e3:.0f} | {rec_mean:.2f} / {rec_max:.2f} | {alerts:.3f} | {'yes' if ok else 'missed: ' + why} |"
         )
     return rows
 
