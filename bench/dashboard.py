@@ -8,7 +8,8 @@ interactions at most 1 s. Also checks that the straggler's rank is named on the 
 
 ``--run-dir DIR``: a kept run directory instead (a long one, drawn from its blocks of steps:
 ``python bench/coarse.py --huge --keep DIR`` keeps a simulated 10,000 x 10,000 one as
-DIR/sim-10000x10000): the first render of every view, a view switched, and the two ways of zooming
+DIR/sim-10000x10000; `telemetry compact DIR/sim-10000x10000` then keeps its analysis, which the
+dashboard reads instead of every rank's files): the first render of every view, a view switched, and the two ways of zooming
 in (every rank's steps for as many steps as ``ZOOM_ROWS`` allows, two ranks' every step), in the
 section "Dashboard at 10^8 records".
 """
@@ -99,9 +100,13 @@ def measure_run_dir(path: str) -> tuple[dict, dict]:
     import resource
 
     from telemetry.dashboards import data as D
+    from telemetry.dashboards.serve import warm_up
 
     out: dict = {}
     os.environ["TELEMETRY_DASHBOARD_PATH"] = path
+    # What `telemetry dashboard`'s server process does before it serves (dashboards/serve.py): not in the
+    # first render a user waits for
+    out["server start: imports and warm-up before serving (once, not a render)"] = warm_up()
     at = first_renders(out, 900)
     facts = {"captions": [c.value for c in at.caption if "blocks of" in c.value][:1]}
     for view in VIEWS:
@@ -160,16 +165,18 @@ def main() -> None:
             f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, 2 cores, Python "
             f"{platform.python_version()} (`python bench/dashboard.py --run-dir {' '.join(args.run_dir)}`; "
             "`telemetry simulate --ranks 10000 --steps 10000 --inject straggler:rank=7500,phase=forward,factor=1.5` "
-            "wrote the run, as `python bench/coarse.py --huge --keep DIR` does, and a copy `telemetry compact`ed is "
-            "the run as a job's writers leave it), Streamlit's AppTest (the server's work; the browser's drawing is "
+            "wrote the run, as `python bench/coarse.py --huge --keep DIR` does; `telemetry compact RUN` merges its "
+            "segments, as a job's writers do, and keeps its analysis in RUN/summary/), Streamlit's AppTest (the server's work; the browser's drawing is "
             "not in it). Peak memory: the process's so far (the runs are measured one after the other)."
         ]
         for path in args.run_dir:
             files = len(os.listdir(os.path.join(path, "ranks")))
+            kept = os.path.exists(os.path.join(path, "summary", "analysis.json"))
             r, facts = measure_run_dir(path)
             parts += [
                 "",
-                f"**{os.path.basename(path)}** ({files:,} files in ranks/): {facts['blocks']}; peak memory "
+                f"**{os.path.basename(path)}** ({files:,} files in ranks/{', its analysis kept' if kept else ''}): "
+                f"{facts['blocks']}; peak memory "
                 f"{facts['peak GiB']} GiB.",
                 "",
                 "| step | time | target |",

@@ -309,7 +309,10 @@ def coarse_analysis(path: str, hang_after=None, util=None, cp=None, against: dic
         hang_after is None and util in (None, UtilizationParams()) and cp in (None, CheckpointParams()) and not against
     )
     if kept is not None and kept.doc is not None and defaults:
-        return _from_kept(path, kept)
+        try:
+            return _from_kept(path, kept)
+        except (TypeError, KeyError, ValueError, AttributeError):
+            kept.doc = None  # JSON that is no kept analysis (edited, another version's): the blocks afresh
     said: list[str] = list(kept.doc.get("read_warnings", [])) if kept is not None and kept.doc else []
     agg = kept.blocks if kept is not None else read_aggregates(path, said, summarize=False, keep=coarse.wanted)
     if agg is None:

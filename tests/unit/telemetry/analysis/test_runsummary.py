@@ -97,6 +97,14 @@ def test_a_damaged_summary_is_the_files_read_again(long_run):
         f.write('{"format": 1, "fingerp')  # cut: the kept blocks are analyzed afresh
     rc, out, err = cli("analyze", long_run, "--json")
     assert rc == 0 and KEPT not in err and out == before
+    assert cli("compact", long_run)[0] == 0
+    path = os.path.join(long_run, "summary", "analysis.json")
+    doc = json.load(open(path, encoding="utf-8"))
+    doc["findings"][0]["added_by_a_later_version"] = 1  # whole JSON that is no kept analysis of this version
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    rc, out, err = cli("analyze", long_run, "--json")
+    assert rc == 0 and KEPT not in err and out == before
 
 
 def test_other_settings_analyze_the_kept_blocks_afresh(long_run):
