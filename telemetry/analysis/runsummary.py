@@ -8,7 +8,7 @@ columns :func:`.coarse.block_table` reads: a row per rank and block of 64 steps)
 ``RUN/summary/analysis.json``, the findings (trace ids in; the captures are matched when read, since
 ``telemetry capture`` can add one later), the summary, the warnings the read gave and the line that
 says how the run was analyzed. Both carry the run's fingerprint: every name, size and modification
-time in ``ranks/`` and those of ``meta.json``. A reader uses them only while the fingerprint is the
+time in ``ranks/`` (but the ranks' lock files, which every claim rewrites) and those of ``meta.json``. A reader uses them only while the fingerprint is the
 run's (:func:`read`); a run written to since (more steps, a restart, a heartbeat), or copied
 without its files' times, is analyzed from its files again, as before. The findings are kept for
 the default settings only: any other (``--busy-bound``, ``--base``, ``--hang-after``, a dashboard's
@@ -38,13 +38,15 @@ _FP_KEY = b"telemetry.fingerprint"
 
 def fingerprint(path: str) -> str | None:
     """The run directory's state as a reader sees it: a hash over every name, size and modification time
-    (ns) in ``ranks/`` and ``meta.json``'s; None when a rank's live tail is there (a run being written,
+    (ns) in ``ranks/`` (the ranks' lock files aside) and ``meta.json``'s; None when a rank's live tail is there (a run being written,
     or one that stopped before sealing it: nothing to keep)."""
     h = hashlib.sha256()
     entries = []
     try:
         with os.scandir(os.path.join(path, layout.RANKS_DIR)) as it:
             for e in it:
+                if e.name.endswith(".lock"):
+                    continue  # who holds a rank (rewritten by every claim, telemetry compact's too): no data
                 st = e.stat()
                 entries.append((e.name, st.st_size, st.st_mtime_ns))
     except FileNotFoundError:
@@ -97,6 +99,24 @@ def read(path: str) -> Kept | None:
     return Kept(blocks, doc)
 
 
+def _current(path: str, fp: str) -> bool:
+    """Whether the kept summary is of the run as it is (``fp``) and its findings read as this version's
+    (the blocks' rows are not read)."""
+    from .findings import Finding
+
+    where = os.path.join(path, DIR)
+    try:
+        meta = pq.read_schema(os.path.join(where, BLOCKS)).metadata or {}
+        with open(os.path.join(where, ANALYSIS), encoding="utf-8") as f:
+            doc = json.load(f)
+        if meta.get(_FP_KEY, b"").decode() != fp or doc.get("format") != FORMAT or doc.get("fingerprint") != fp:
+            return False
+        [Finding(**d) for d in doc["findings"]]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, pa.ArrowException):
+        return False
+    return True
+
+
 def write(path: str) -> str:
     """Analyze a long run from its blocks (default settings) and keep the blocks and the analysis in
     ``RUN/summary/``; returns the line that says what was done (or why nothing was)."""
@@ -107,6 +127,8 @@ def write(path: str) -> str:
     fp = fingerprint(path)
     if fp is None:
         return "no summary kept: a rank's live tail is there (a run being written, or one that did not end)"
+    if _current(path, fp):
+        return f"its analysis already kept in {os.path.join(path, DIR)} (the run unchanged since)"
     said: list[str] = []
     agg = read_aggregates(path, said, summarize=False, keep=coarse.wanted)
     got = coarse_findings(path, agg, said) if agg is not None else None

@@ -38,6 +38,8 @@ def test_compact_keeps_the_analysis_and_analyze_prints_the_same_json_from_it(lon
     assert rc == 0 and KEPT not in err
     rc, out, _ = cli("compact", long_run)
     assert rc == 0 and "kept its analysis from 1,504 blocks" in out, out
+    rc, out, _ = cli("compact", long_run)  # again: nothing to merge, nothing to analyze again
+    assert rc == 0 and "its analysis already kept" in out and "(the run unchanged since)" in out, out
     assert sorted(os.listdir(os.path.join(long_run, "summary"))) == ["analysis.json", "blocks.parquet"]
     rc, after, err = cli("analyze", long_run, "--json")
     assert rc == 0 and KEPT in err, err
@@ -105,6 +107,8 @@ def test_a_damaged_summary_is_the_files_read_again(long_run):
         json.dump(doc, f)
     rc, out, err = cli("analyze", long_run, "--json")
     assert rc == 0 and KEPT not in err and out == before
+    rc, out, _ = cli("compact", long_run)  # not taken for a current summary: kept anew
+    assert "kept its analysis from 1,504 blocks" in out and cli("analyze", long_run, "--json")[1] == before
 
 
 def test_other_settings_analyze_the_kept_blocks_afresh(long_run):
