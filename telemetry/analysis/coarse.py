@@ -112,6 +112,7 @@ def analyze_coarse(
     table = block_table(agg) if table is None else table
     first, last = int(agg.column("first_step").to_numpy().min()), int(agg.column("last_step").to_numpy().max())
     hang = params.pop("hang_bound_s", None)
+    utilization = params.get("utilization")
     # the run's warm-up (in steps, as a whole run's analysis skips it) in blocks: the blocks it touches
     warm = StragglerParams(warmup_steps=-(-StragglerParams().warmup(last - first + 1) // BLOCK))
     result = analyze_blocks(
@@ -123,7 +124,7 @@ def analyze_coarse(
         straggler=warm,
         **params,
     )
-    refined, findings = [], []
+    refined, findings, remeasured = [], [], []
     order = sorted(range(len(result.findings)), key=lambda i: -result.findings[i].slowdown)  # costliest first
     edges = set([i for i in order if result.findings[i].severity != "info"][:REFINE_MAX])
     chosen = set([i for i in order if result.findings[i].severity != "info" and result.findings[i].ranks][:REFINE_MAX])
@@ -150,11 +151,14 @@ def analyze_coarse(
                 if len(part)
                 else None
             )
+            before = f
             f = _measured(f, again, measure)
+            remeasured.append((before, f))
             refined.append({"kind": f.kind, "ranks": f.ranks[:8], "phase": f.phase, "steps": list(measure)})
         findings.append(f)
     result.findings = findings
     s = result.summary
+    _settle_summary(result, agg, remeasured, utilization)
     if s.get("steps"):
         s["steps"] = last - first + 1
         s["first_step"], s["last_step"] = first, last
@@ -165,6 +169,54 @@ def analyze_coarse(
         "measured_again": refined,
     }
     return result
+
+
+def _settle_summary(result: Any, agg: Any, remeasured: list[tuple[Any, Any]], utilization: Any = None) -> None:
+    """The summary of a blocks' analysis, made to agree with its findings once some were measured again
+    on raw rows (``remeasured``: (as the blocks had it, as the rows have it)): the count and highest
+    severity anew; the estimated slowdown less what the rows took off each one's what-if (a finding the
+    rows do not show: all of it), in proportion to the steps it covers; and the run's time (``uptime``,
+    ``goodput``) with each block column standing for the steps it holds (not one step), its waits and
+    collectives one part as for windows of steps (a block's medians cannot say which rank came last).
+    What the rows took off the findings' what-ifs is moved, in the busy split (``utilization``) and a
+    low_utilization finding, from waiting for the findings' culprits to waiting for slower ranks."""
+    from ..store.aggregates import BLOCK
+    from .detectors import _goodput, covered_seconds, uptime
+    from .detectors.utilization import retold
+    from .findings import SEVERITIES, tally
+
+    s, m = result.summary, result.matrix
+    if m is None or not m.n_steps:
+        return
+    total_s = float(np.nansum(m.step_time()))
+    back = 0.0
+    for was, now in remeasured if total_s > 0 else []:
+        shown = now.severity != "info" or now.slowdown != was.slowdown
+        back += (was.slowdown - (now.slowdown if shown else 0.0)) * covered_seconds(m, was) / total_s
+    if back > 0:
+        if "hang" not in s.get("by_kind", {}):
+            s["slowdown"] = round(min(1.0, max(0.0, s["slowdown"] - back)), 6)
+        idle = (s.get("utilization") or {}).get("idle")
+        if idle:
+            take = min(back, idle.get("findings", 0.0))
+            idle["findings"] = idle.get("findings", 0.0) - take
+            idle["waiting_for_ranks"] = idle.get("waiting_for_ranks", 0.0) + take
+            s["utilization"]["idle"] = {
+                k: round(v, 4) for k, v in sorted(idle.items(), key=lambda kv: -kv[1]) if round(v, 4) > 0
+            }
+        result.findings = [
+            retold(f, m, back, utilization) if f.kind == "low_utilization" else f for f in result.findings
+        ]
+    # worst first, as analyze orders them, now that the rows have said their severities and what-ifs
+    result.findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))
+    s.update(tally(result.findings))
+    # each block column: the median over ranks of the steps its rows hold (the run's last block may be short)
+    blocks = agg.column("block").to_numpy().astype(np.int64) * BLOCK
+    held = pd.Series(agg.column("n").to_numpy(zero_copy_only=False).astype(np.float64)).groupby(blocks).median()
+    weighted = replace(m, weight=held.reindex(m.steps).fillna(BLOCK).to_numpy(dtype=np.float64))
+    up = uptime(weighted)
+    s["uptime"] = up
+    s["goodput"] = _goodput(weighted, result.shift, up)
 
 
 def _series(f: Any, table: pd.DataFrame) -> str | None:

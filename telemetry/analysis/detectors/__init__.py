@@ -48,6 +48,8 @@ class Analysis:
     findings: list[Finding]
     summary: dict[str, Any]
     matrix: StepMatrix | None = field(default=None, repr=False)
+    # (ranks x steps) what healing the findings' culprits would save: the what-if's own (not in the JSON)
+    shift: np.ndarray | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"findings": [f.to_dict() for f in self.findings], "summary": self.summary}
@@ -138,7 +140,7 @@ def analyze(
     if ops is not None:
         findings = reprice(findings, summary, ops, m, shift)
     findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))
-    return Analysis(findings, summary, m)
+    return Analysis(findings, summary, m, shift)
 
 
 def _summary(

@@ -42,7 +42,7 @@ the GPU may idle in it (the device reads lower). They are reported beside, never
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -241,6 +241,41 @@ def _finding(
     total = float(wall[steps].sum())
     shares = {k: float(v[steps].sum()) / total for k, v in parts.items()}
     busy = shares.pop("busy")
+    tokens_per_s = None
+    if m.tokens is not None:
+        secs = float(wall[steps].sum())
+        if secs > 0 and np.nansum(m.tokens[steps]) > 0:
+            tokens_per_s = round(float(np.nansum(m.tokens[steps]) / secs), 3)
+    return _told(m, steps, busy, shares, p, tokens_per_s)
+
+
+def retold(f: Finding, m: StepMatrix, moved: float, params: UtilizationParams | None = None) -> Finding:
+    """A low_utilization finding whose idle part "waiting for the other findings' culprits" held ``moved``
+    (a share of the time) too much, told again with that moved to "waiting in collectives for slower
+    ranks": a long run's straggler measured again on raw rows costs less than its blocks said, and the
+    rest of the wait it was charged with is the ranks' step-to-step spread (analysis/coarse.py)."""
+    shares = dict(f.details["idle"])
+    take = min(max(moved, 0.0), shares.get("findings", 0.0))
+    if take <= 0:
+        return f
+    shares["findings"] = shares.get("findings", 0.0) - take
+    shares["waiting_for_ranks"] = shares.get("waiting_for_ranks", 0.0) + take
+    steps = np.flatnonzero((m.steps >= f.first_step) & (m.steps <= f.last_step))
+    told = _told(
+        m, steps, f.details["busy_fraction"], shares, params or UtilizationParams(), f.details.get("tokens_per_s")
+    )
+    return replace(told, last_step=f.last_step, details={**f.details, **told.details})
+
+
+def _told(
+    m: StepMatrix,
+    steps: np.ndarray,
+    busy: float,
+    shares: dict[str, float],
+    p: UtilizationParams,
+    tokens_per_s: float | None,
+) -> Finding:
+    """The low_utilization finding of ``steps`` (column indices) from its busy share and idle parts."""
     idle = {k: round(v, 4) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0}
     largest = next(iter(idle), "host_overhead")
     severity = severity_of(busy, largest, p)
@@ -259,10 +294,8 @@ def _finding(
         if name in levels:
             details[name] = round(levels[name], 4)
             seen.append(f"{label} {levels[name]:.0%}")
-    if m.tokens is not None:
-        secs = float(wall[steps].sum())
-        if secs > 0 and np.nansum(m.tokens[steps]) > 0:
-            details["tokens_per_s"] = round(float(np.nansum(m.tokens[steps]) / secs), 3)
+    if tokens_per_s is not None:
+        details["tokens_per_s"] = tokens_per_s
     top = list(idle.items())[:3]
     split = "; ".join(f"{PARTS[k]} {v:.0%}" for k, v in top)
     also = f" ({', '.join(seen)})" if seen else ""
