@@ -264,7 +264,12 @@ def retold(f: Finding, m: StepMatrix, moved: float, params: UtilizationParams | 
     told = _told(
         m, steps, f.details["busy_fraction"], shares, params or UtilizationParams(), f.details.get("tokens_per_s")
     )
-    return replace(told, last_step=f.last_step, details={**f.details, **told.details})
+    # its steps as they were (a block's edge moved to the step, the run's end) and, once settled as ended
+    # (run_share), its severity
+    severity = f.severity if "run_share" in f.details else told.severity
+    return replace(
+        told, first_step=f.first_step, last_step=f.last_step, severity=severity, details={**f.details, **told.details}
+    )
 
 
 def _told(

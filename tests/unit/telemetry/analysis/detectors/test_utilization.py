@@ -170,3 +170,22 @@ def test_the_bound_is_checked_where_it_is_given(tmp_path, capsys):
     assert cli(["demo", "--run-dir", str(tmp_path / "r"), "--busy-warn-bound", "0.9"]) == 2  # refused before it starts
     assert "--busy-warn-bound 0.9 is above --busy-bound 0.8" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_low_utilization_told_again_moves_the_culprits_wait_to_the_ranks_spread():
+    """A long run's straggler measured again on raw rows costs less than its blocks said: the busy split's
+    wait for the findings' culprits gives that back to the wait for slower ranks, and the finding says so."""
+    from telemetry.analysis.detectors import from_table
+    from telemetry.analysis.detectors.utilization import retold
+    from telemetry.analysis.findings import Finding
+
+    m = from_table(simulate(Scenario(ranks=8, steps=200, seed=1)))
+    idle = {"exposed_comm": 0.11, "findings": 0.09, "waiting_for_ranks": 0.03, "data_wait": 0.01}
+    details = {"busy_fraction": 0.75, "bound": 0.8, "warn_bound": 0.6, "idle": idle, "block_steps": 64}
+    f = Finding("low_utilization", [], None, 20, 199, "info", 0.11, "the blocks' split", details=details)
+    g = retold(f, m, 0.076)
+    assert g.details["idle"] == {"exposed_comm": 0.11, "waiting_for_ranks": 0.106, "findings": 0.014, "data_wait": 0.01}
+    assert "waiting in collectives for slower ranks 11%" in g.evidence, g.evidence
+    assert "waiting for the other findings' culprits 1%" in g.evidence, g.evidence
+    assert (g.first_step, g.last_step, g.severity, g.details["block_steps"]) == (20, 199, "info", 64)
+    assert retold(f, m, 0.0) is f
