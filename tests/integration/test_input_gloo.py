@@ -46,8 +46,9 @@ def test_a_rank_whose_reads_are_throttled_is_named_input_bound_with_its_storage(
 
 def test_the_demos_slow_input_injection_is_named_input_bound_with_its_storage(tmp_path):
     """`telemetry demo --inject slow_input:rank=1,factor=10`: every rank reads its batches from its token
-    file past the page cache, rank 1's reads 10x slower; analyze names input_bound on rank 1, storage
-    first, and every rank's steps carry the bytes they read."""
+    file past the page cache, rank 1's reads 10x slower; analyze names input_bound on rank 1, its storage
+    first where its steps read enough from storage to say so (else the data loader), and every rank's steps
+    carry the bytes they read."""
     import json
     import os
     import subprocess
@@ -68,6 +69,23 @@ def test_the_demos_slow_input_injection_is_named_input_bound_with_its_storage(tm
     assert [(f["kind"], f["ranks"]) for f in named] == [("input_bound", [1])], [
         (f["kind"], f["ranks"]) for f in doc["findings"]
     ]
-    assert named[0]["causes"][0]["kind"] == "storage", named[0]["causes"]
     table = open_input(run).table
     assert (table.groupby("rank")["io.read_bytes"].sum() > 0).all()
+    from telemetry.analysis.detectors.inputs import MIN_BYTES, SLOW_STORAGE
+
+    f = named[0]
+    # rank 1's reads are slow per second of fetching whatever the page cache did (a 10x sleep per read)
+    assert f["details"]["read_bytes_per_fetch_s"] <= SLOW_STORAGE * f["details"]["peer_read_bytes_per_fetch_s"]
+    # Storage is named when the finding's steps read enough from it to say so (inputs.MIN_BYTES). How much
+    # they read is the kernel's readahead's choice: it can take most of the token file before the finding's
+    # first step (a fresh clone's make test, 2026-12-06: 180 KiB in steps 10-199, the wait named
+    # data_loader). Both ways by the rule, with a margin for the steps the causes are measured over.
+    mine = table[(table["rank"] == 1) & table["step"].between(f["first_step"], f["last_step"])]
+    read = float(mine["io.read_bytes"].sum())
+    kinds = [c["kind"] for c in f["causes"]]
+    if read >= 2 * MIN_BYTES:
+        assert kinds[0] == "storage", (read, f["causes"])
+    elif read < MIN_BYTES:
+        assert kinds[0] == "data_loader" and "storage" not in kinds, (read, f["causes"])
+    else:
+        assert kinds[0] in ("storage", "data_loader"), (read, f["causes"])
