@@ -8,8 +8,8 @@ columns :func:`.coarse.block_table` reads: a row per rank and block of 64 steps)
 ``RUN/summary/analysis.json``, the findings (trace ids in; the captures are matched when read, since
 ``telemetry capture`` can add one later), the summary, the warnings the read gave and the line that
 says how the run was analyzed. Both carry the run's fingerprint: every name, size and modification
-time in ``ranks/`` (but the ranks' lock files, which every claim rewrites) and those of ``meta.json``. A reader uses them only while the fingerprint is the
-run's (:func:`read`); a run written to since (more steps, a restart, a heartbeat), or copied
+time in ``ranks/`` (but the ranks' lock files, which every claim rewrites) and those of ``meta.json``.
+A reader uses them only while the fingerprint is the run's (:func:`read`); a run written to since (more steps, a restart, a heartbeat), or copied
 without its files' times, is analyzed from its files again, as before. The findings are kept for
 the default settings only: any other (``--busy-bound``, ``--base``, ``--hang-after``, a dashboard's
 comparison) analyzes the kept blocks afresh, which saves the read of every rank's aggregates.
@@ -38,8 +38,8 @@ _FP_KEY = b"telemetry.fingerprint"
 
 def fingerprint(path: str) -> str | None:
     """The run directory's state as a reader sees it: a hash over every name, size and modification time
-    (ns) in ``ranks/`` (the ranks' lock files aside) and ``meta.json``'s; None when a rank's live tail is there (a run being written,
-    or one that stopped before sealing it: nothing to keep)."""
+    (ns) in ``ranks/`` (the ranks' lock files aside) and ``meta.json``'s; None when a rank's live tail is
+    there (a run being written, or one that stopped before sealing it: nothing to keep)."""
     h = hashlib.sha256()
     entries = []
     try:
@@ -83,38 +83,44 @@ def read(path: str) -> Kept | None:
         return None
     try:
         pf = pq.ParquetFile(os.path.join(where, BLOCKS))
-        if (pf.schema_arrow.metadata or {}).get(_FP_KEY, b"").decode() != fp:
+        if not _of_run(pf.schema_arrow, fp):
             return None
         blocks = pf.read(use_threads=True)
     except (OSError, ValueError, pa.ArrowException):
         return None
-    doc = None
+    return Kept(blocks, _doc(where, fp))
+
+
+def _of_run(schema: pa.Schema, fp: str) -> bool:
+    """Whether the kept blocks (their schema) are of the run as it is (``fp``)."""
+    return (schema.metadata or {}).get(_FP_KEY, b"").decode() == fp
+
+
+def _doc(where: str, fp: str) -> dict[str, Any] | None:
+    """The kept analysis when it is of the run as it is (``fp``) and its findings read as this version's;
+    None otherwise (missing, cut, stale, another version's)."""
+    from .findings import Finding
+
     try:
         with open(os.path.join(where, ANALYSIS), encoding="utf-8") as f:
-            got = json.load(f)
-        if isinstance(got, dict) and got.get("format") == FORMAT and got.get("fingerprint") == fp:
-            doc = got
-    except (OSError, ValueError):
-        pass
-    return Kept(blocks, doc)
+            doc = json.load(f)
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("fingerprint") != fp:
+            return None
+        [Finding(**d) for d in doc["findings"]]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return doc
 
 
 def _current(path: str, fp: str) -> bool:
-    """Whether the kept summary is of the run as it is (``fp``) and its findings read as this version's
-    (the blocks' rows are not read)."""
-    from .findings import Finding
-
+    """Whether the kept summary is of the run as it is (``fp``), its blocks' rows not read."""
     where = os.path.join(path, DIR)
     try:
-        meta = pq.read_schema(os.path.join(where, BLOCKS)).metadata or {}
-        with open(os.path.join(where, ANALYSIS), encoding="utf-8") as f:
-            doc = json.load(f)
-        if meta.get(_FP_KEY, b"").decode() != fp or doc.get("format") != FORMAT or doc.get("fingerprint") != fp:
+        if not _of_run(pq.read_schema(os.path.join(where, BLOCKS)), fp):
             return False
-        [Finding(**d) for d in doc["findings"]]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, pa.ArrowException):
+    except (OSError, ValueError, pa.ArrowException):
         return False
-    return True
+    return _doc(where, fp) is not None
 
 
 def write(path: str) -> str:
