@@ -86,11 +86,11 @@ def dump_dom_until(url: str, *wanted: str, timeout: float = 120.0) -> str:
         )
         try:
             port_file = os.path.join(profile, "DevToolsActivePort")  # written once the protocol listens
-            while not (os.path.exists(port_file) and open(port_file).read().count("\n") >= 1):
+            while "\n" not in (said := _text(port_file)):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(f"headless Chromium never opened its DevTools port (exit {proc.poll()})")
                 time.sleep(0.05)
-            port = int(open(port_file).read().split()[0])
+            port = int(said.split()[0])
             pages = []
             while not pages:  # the page's target appears once Chromium has opened the URL
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
@@ -115,3 +115,12 @@ def dump_dom_until(url: str, *wanted: str, timeout: float = 120.0) -> str:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the browser and its renderers, zygote included
             proc.wait()
+
+
+def _text(path: str) -> str:
+    """A small file's text, "" while it is not there."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
