@@ -9,6 +9,8 @@ nothing here decides what is a finding.
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -65,8 +67,62 @@ class RunView:
         return self.analysis.matrix
 
 
-def load_view(path: str) -> RunView:
-    """Open and analyze ``path`` (run directory or steps table); ViewError with a message otherwise."""
+def changed_at(path: str) -> float:
+    """The newest change in ``path``: its files' and its directories' (a file removed or renamed
+    changes its directory's), so a run changed in any way is read again; 0 when it is gone."""
+    try:
+        if not os.path.isdir(path):
+            return os.path.getmtime(path)
+        return max(os.path.getmtime(os.path.join(d, f)) for d, ds, fs in os.walk(path) for f in [".", *fs])
+    except (OSError, ValueError):
+        return 0.0
+
+
+# runs being loaded before anyone asked (load_ahead): path -> (changed_at when read, the view or its error)
+_AHEAD: dict[str, Future] = {}
+_AHEAD_LOCK = threading.Lock()
+
+
+def load_ahead(path: str) -> None:
+    """Load and analyze ``path`` in a thread of its own, for the first :func:`load_view` of it: the
+    dashboard's server starts it before it serves, so the first visitor finds the run read (or being
+    read) instead of starting the read. Taken once; a run changed meanwhile is read again."""
+    done: Future = Future()
+
+    def read() -> None:
+        seen = changed_at(path)
+        try:
+            got: RunView | Exception = load_view(path)
+        except Exception as exc:  # noqa: BLE001 - handed to the visitor's load_view: said there, or read again
+            got = exc
+        done.set_result((seen, got))
+
+    with _AHEAD_LOCK:
+        _AHEAD[path] = done
+    threading.Thread(target=read, name="telemetry-dashboard-load-ahead", daemon=True).start()
+
+
+def _read_ahead(path: str, seen: float) -> RunView | None:
+    """What :func:`load_ahead` read of ``path`` (waiting for it), when the run is as it was then
+    (``seen``: its :func:`changed_at`); None when nothing was read ahead, or the run changed since."""
+    with _AHEAD_LOCK:
+        done = _AHEAD.pop(path, None)
+    if done is None:
+        return None
+    was, got = done.result()
+    if was != seen:
+        return None
+    if isinstance(got, ViewError):
+        raise got
+    return got if isinstance(got, RunView) else None  # another error: read again, where it is said
+
+
+def load_view(path: str, seen: float | None = None) -> RunView:
+    """Open and analyze ``path`` (run directory or steps table); ViewError with a message otherwise.
+    ``seen``: the run's :func:`changed_at`, with which a view read ahead of time (:func:`load_ahead`)
+    is used when the run is unchanged since."""
+    if seen is not None and (ahead := _read_ahead(path, seen)) is not None:
+        return ahead
     if not path:
         raise ViewError("no run chosen: start the dashboard with a run directory or a steps table")
     if not os.path.exists(path):

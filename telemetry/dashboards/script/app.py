@@ -31,7 +31,7 @@ PROM_MINUTES = (0, 15, 30, 60, 180, 360, 1440)  # 0: the whole job (at most 24 h
 # pickled into the cache and out again on every rerun. Nothing downstream mutates it.
 @st.cache_resource(show_spinner="Loading and analyzing the run...", max_entries=3)
 def _load(path: str, mtime: float) -> D.RunView:  # mtime: a run still being written is read again
-    return D.load_view(path)
+    return D.load_view(path, mtime)
 
 
 @st.cache_resource(show_spinner="Reading the chosen steps row by row...", max_entries=4)
@@ -73,17 +73,6 @@ def _history_pair() -> tuple[str, str] | None:
         st.session_state.pop(V.HISTORY_PAIR, None)
         return None
     return tuple(pair)
-
-
-def _mtime(path: str) -> float:
-    """The newest change in ``path``: its files' and its directories' (a file removed or renamed
-    changes its directory's), so a run changed in any way is read again; 0 when it is gone."""
-    try:
-        if not os.path.isdir(path):
-            return os.path.getmtime(path)
-        return max(os.path.getmtime(os.path.join(d, f)) for d, ds, fs in os.walk(path) for f in [".", *fs])
-    except (OSError, ValueError):
-        return 0.0
 
 
 def _runs(root: str) -> list[str]:
@@ -214,7 +203,7 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
             "or start the dashboard with a run directory or a steps table."
         )
         return None, (), root
-    mtime = _mtime(path)
+    mtime = D.changed_at(path)
     t0 = time.perf_counter()
     try:
         view = _load(path, mtime)
@@ -224,7 +213,7 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
     live = D.liveness(view.run, time.time())
     if live.live:  # poll no faster than three loads take, so a large live run is not reloaded back to back
         every = max(D.LIVE_REFRESH_S, 3 * (time.perf_counter() - t0))
-        _live_marker(live, lambda: _mtime(path) != mtime, every)
+        _live_marker(live, lambda: D.changed_at(path) != mtime, every)
     elif view.run.progress and not live.finished:
         st.caption(
             f"Not live: the newest heartbeat is from {V.clock(live.heartbeat_s)} and not every rank "
@@ -248,7 +237,7 @@ def _base(root: str, path: str) -> tuple[D.RunView | None, str]:
         if base not in others:  # never a path the page was not offered
             return None, ""
     try:
-        return _load(base, _mtime(base)), os.path.basename(base.rstrip("/"))
+        return _load(base, D.changed_at(base)), os.path.basename(base.rstrip("/"))
     except D.ViewError as exc:
         st.error(f"Cannot compare with {base}: {exc}")
         return None, ""

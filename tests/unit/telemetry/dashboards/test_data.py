@@ -58,3 +58,46 @@ def test_a_long_run_is_drawn_in_blocks_that_keep_a_slow_step():
     assert df["step"].nunique() <= 1000
     p95 = df[df["percentile"] == "p95"].set_index("step")["ms"]
     assert p95.idxmax() <= 1234 < p95.idxmax() + 3 and p95.max() > 400  # the 0.5 s spike survives
+
+
+def test_a_run_read_ahead_is_the_first_visitors_view_once_and_only_while_unchanged(tmp_path, monkeypatch):
+    """The dashboard's server reads its run before anyone asks (serve.read_ahead): the first view
+    of that run, unchanged since, is that read, not a read of its own; a run changed since is read
+    again, as it is now."""
+    import os
+    import threading
+
+    readers = []
+    opened = D.open_input
+    monkeypatch.setattr(D, "open_input", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
+    path = str(tmp_path / "steps.parquet")
+    simulate(Scenario(ranks=4, steps=60)).to_parquet(path, index=False)
+    D.load_ahead(path)
+    seen = D.changed_at(path)
+    first = D.load_view(path, seen)
+    assert first.analysis.summary["ranks"] == 4
+    assert len(readers) == 1 and readers[0] is not threading.current_thread()  # read in the thread ahead only
+    again = D.load_view(path, seen)  # taken once: the app's cache holds it from then on
+    assert again is not first and again.analysis.summary == first.analysis.summary
+    assert readers[1:] == [threading.current_thread()]
+
+    D.load_ahead(path)
+    simulate(Scenario(ranks=8, steps=60)).to_parquet(path, index=False)
+    os.utime(path, (seen + 5, seen + 5))  # a new modification time, however coarse the file system's clock
+    assert D.load_view(path, D.changed_at(path)).analysis.summary["ranks"] == 8
+
+
+def test_a_run_read_ahead_that_cannot_be_shown_says_why_to_its_visitor_without_reading_it_again(tmp_path, monkeypatch):
+    import threading
+
+    import pytest
+
+    readers = []
+    opened = D.open_input
+    monkeypatch.setattr(D, "open_input", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
+    path = tmp_path / "steps.csv"
+    path.write_text("not,a\nsteps,table\n")
+    D.load_ahead(str(path))
+    with pytest.raises(D.ViewError, match="missing column"):
+        D.load_view(str(path), D.changed_at(str(path)))
+    assert len(readers) == 1 and readers[0] is not threading.current_thread()
