@@ -71,9 +71,19 @@ def block_table(agg: Any) -> pd.DataFrame:
         base = n[: -len("|p50")] if n.endswith("|p50") else None
         if base and (base in ("tokens", "mfu") or base.startswith(("dev.", "comm_group."))):
             out[base] = _med(agg, n)
-    table = pd.DataFrame(out)
-    table = table[np.isfinite(table["duration_s"].to_numpy()) & np.isfinite(table["start_s"].to_numpy())]
-    return table.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+    ok = np.isfinite(out["duration_s"]) & np.isfinite(out["start_s"])
+    if not ok.all():
+        out = {k: v[ok] for k, v in out.items()}
+    if not _in_order(out["step"], out["rank"]):  # the kept blocks are (runsummary.write): no copy
+        order = np.lexsort((out["rank"], out["step"]))  # stable, as a sort by (step, rank) is
+        out = {k: v[order] for k, v in out.items()}
+    return pd.DataFrame(out, copy=False)  # the columns are this table's own: no second copy into one block
+
+
+def _in_order(step: np.ndarray, rank: np.ndarray) -> bool:
+    """Whether rows are sorted by (step, rank) already (equal pairs in any order: a stable sort keeps it)."""
+    ds, dr = np.diff(step), np.diff(rank)
+    return bool(np.all((ds > 0) | ((ds == 0) & (dr >= 0))))
 
 
 def wanted(name: str) -> bool:

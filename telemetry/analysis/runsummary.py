@@ -148,7 +148,8 @@ def write(path: str) -> str:
         return "no summary kept: the run directory changed while it was analyzed"
     where = os.path.join(path, DIR)
     os.makedirs(where, exist_ok=True)
-    blocks = agg.replace_schema_metadata({**(agg.schema.metadata or {}), _FP_KEY: fp.encode()})
+    blocks = agg.sort_by([("block", "ascending"), ("rank", "ascending")])  # block_table's order: read, not sorted
+    blocks = blocks.replace_schema_metadata({**(agg.schema.metadata or {}), _FP_KEY: fp.encode()})
     layout.write_atomic(
         os.path.join(where, BLOCKS), lambda f: pq.write_table(blocks, f, compression="zstd", row_group_size=1 << 20)
     )
