@@ -15,7 +15,10 @@ planned for a job-wide finding (manifest ``job_wide``) whose steps lie within it
 its ``trace_diff`` compares the capture's first rank with that rank's trace in the run's baseline
 capture (manifest ``reason`` ``baseline``, named by the capture's ``baseline``), and ``capture``
 gains ``baseline`` (``id``, ``steps``, ``rank``, ``dir``, ``breakdown``). A baseline that ended
-after the finding's first step is not compared with (said). The baseline capture itself is adopted
+after the finding's first step is not compared with (said). A capture that names no baseline (online
+detection dated the change before the baseline's steps ended, so it named none) is compared with the
+run's baseline capture when that ended before the finding's first step: the whole run's analysis
+dates the change better than online detection's window did. The baseline capture itself is adopted
 by no finding.
 """
 
@@ -120,7 +123,9 @@ def with_captures(
             out.append(f)
             continue
         m = chosen[-1]
-        base = by_id.get(m.get("baseline") or "") if m.get("job_wide") else None
+        base = None
+        if m.get("job_wide"):
+            base = by_id.get(m["baseline"]) if m.get("baseline") else _baseline_before(manifests, f.first_step)
         if base is not None and f.first_step is not None and base["steps"][1] >= f.first_step:
             if warnings is not None:
                 warnings.append(
@@ -137,6 +142,16 @@ def with_captures(
         causes = diff_causes(rows, capture) + [c for c in f.causes]
         out.append(dataclasses.replace(f, capture=capture, trace_diff=rows, causes=causes))
     return out
+
+
+def _baseline_before(manifests: list[dict[str, Any]], first_step: int | None) -> dict[str, Any] | None:
+    """The run's baseline capture (the latest, should there be more) when its steps ended before
+    ``first_step``: for a job-wide capture that names none because online detection dated the change
+    before the baseline ended, where the whole run's analysis dates it after."""
+    if first_step is None:
+        return None
+    ended = [m for m in manifests if m.get("reason") == "baseline" and m["steps"][1] < first_step]
+    return ended[-1] if ended else None
 
 
 def diff_causes(rows: list[dict[str, Any]], capture: dict[str, Any]) -> list[dict[str, str]]:

@@ -266,9 +266,10 @@ def test_a_gpu_waiting_on_its_host_is_host_bound_before_any_op():
     assert [c["kind"] for c in diff_causes(rows, capture)] == ["slow_op"]
 
 
-def regression_run(tmp_path, baseline_steps):
+def regression_run(tmp_path, baseline_steps, named="c0-baseline"):
     """A 4-rank run whose step time rises from step 150 on every rank, its baseline capture of ranks 0
-    and 2 at ``baseline_steps``, and a job-wide capture at steps 200-202 that runs aten::cdist more."""
+    and 2 at ``baseline_steps``, and a job-wide capture at steps 200-202 that runs aten::cdist more,
+    naming the baseline ``named`` (None: online detection named none)."""
     run = str(tmp_path / "run")
     sc = Scenario(ranks=4, steps=300, seed=1, faults=(Fault("regression", phase="forward", factor=1.5, start=150),))
     write_simulated_run(sc, run)
@@ -284,7 +285,7 @@ def regression_run(tmp_path, baseline_steps):
     os.makedirs(now)
     with open(os.path.join(now, "manifest.json"), "w") as f:
         plan = {"id": "c1-regression-job", "ranks": [0, 2], "roles": {"0": "flagged", "2": "flagged"}}
-        json.dump({**plan, "steps": [200, 202], "job_wide": True, "baseline": "c0-baseline", "block_steps": 10}, f)
+        json.dump({**plan, "steps": [200, 202], "job_wide": True, "baseline": named, "block_steps": 10}, f)
     for r in (0, 2):
         trace(os.path.join(now, f"rank-{r}.json.gz"), 200, [("aten::cdist", 300)])
     return run
@@ -314,6 +315,22 @@ def test_a_baseline_taken_after_the_change_is_not_compared_with(tmp_path):
     assert any(
         "its baseline c0-baseline (steps 160-162) was taken after the change began" in w for w in run_input.warnings
     )
+
+
+def test_a_capture_naming_no_baseline_is_diffed_against_the_one_that_ended_before_the_findings_change(tmp_path):
+    """Online detection may date a change before the baseline's steps ended and name no baseline; the
+    whole run's analysis, dating it from step 150, compares with the baseline of steps 60-62 all the
+    same, and with none taken at steps 160-162 (after the change: it saw the change too)."""
+    run = regression_run(tmp_path / "before", [60, 62], named=None)
+    result, run_input, _ = analyze_path(run)
+    (f,) = [f for f in result.findings if f.kind == "regression"]
+    assert f.first_step > 62 and f.capture["baseline"]["id"] == "c0-baseline"
+    assert f.trace_diff[0]["name"] == "aten::cdist" and f.causes[0]["kind"] == "slow_op"
+
+    run = regression_run(tmp_path / "after", [160, 162], named=None)
+    result, run_input, _ = analyze_path(run)
+    (f,) = [f for f in result.findings if f.kind == "regression"]
+    assert f.first_step <= 160 and "baseline" not in f.capture and f.trace_diff == []
 
 
 def test_the_kernels_view_shows_a_job_wide_capture_against_the_baseline(tmp_path, monkeypatch):
