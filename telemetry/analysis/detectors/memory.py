@@ -46,8 +46,9 @@ def detect_memory_growth(m: StepMatrix, live: np.ndarray, p: MemoryParams | None
     total = m.extra("dev.gpu_memory_total_bytes")
     growing, rates, ends = [], [], []
     edges = np.linspace(0, n, p.blocks + 1).astype(int)
+    medians = np.stack([nanmedian(series[:, a:b], axis=1) for a, b in zip(edges, edges[1:])], axis=1)  # (R, blocks)
     for r in range(m.n_ranks):
-        blocks = np.array([nanmedian(series[r, a:b]) for a, b in zip(edges, edges[1:])])
+        blocks = medians[r]
         if not np.isfinite(blocks).all() or blocks[0] <= 0:
             continue
         growth = blocks[-1] - blocks[0]
