@@ -13,6 +13,11 @@ MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps a
 # ranks are grouped into at most this many bands (each cell the band's highest: a slow rank shows), so
 # that a 10,000-rank heatmap is a picture a page can hold (1,024 rows were 0.7 px each) and a browser draws
 MAX_HEATMAP_ROWS = 256
+# ... and, banded, into no more bands than keep the cells at this many (at least 64 bands): a browser draws
+# a cell in about 40 us here (headless Chromium, 2 cores), and 256 bands of 157 columns drew in 1-2 s,
+# each band 2.4 px of a 720 px chart; 10,000 ranks x 157 columns are now 127 bands, 4.8 px each
+MAX_HEATMAP_CELLS = 20_000
+MIN_HEATMAP_BANDS = 64
 
 
 def _blocks(n: int, at_most: int) -> tuple[int, int]:
@@ -41,7 +46,8 @@ def grid_cells(
     chosen ranks and steps. Beyond ``max_columns`` steps, consecutive steps are grouped and each cell
     is the block's median (labelled by the block's first step), so one slow rank still stands out at
     10,000 steps. Beyond ``max_rows`` ranks, consecutive ranks (in rank order) are grouped into bands
-    and each cell is the band's highest (``rank``: the band's first rank, ``last_rank`` its last), so
+    (at most ``max_rows``, fewer where the cells would pass ``MAX_HEATMAP_CELLS``, but at least
+    ``MIN_HEATMAP_BANDS``) and each cell is the band's highest (``rank``: the band's first rank, ``last_rank`` its last), so
     one slow rank still stands out at 10,000 ranks."""
     cols = step_columns(m, steps)
     rows = np.ones(m.n_ranks, dtype=bool) if ranks is None else np.isin(m.ranks, ranks)
@@ -54,7 +60,8 @@ def grid_cells(
     if a.shape[0] > max_rows:
         order = np.argsort(rank_ids, kind="stable")
         a, rank_ids = a[order], rank_ids[order]
-        height = -(-a.shape[0] // max_rows)
+        bands = min(max_rows, max(MIN_HEATMAP_BANDS, MAX_HEATMAP_CELLS // max(a.shape[1], 1)))
+        height = -(-a.shape[0] // bands)
         starts = np.arange(0, a.shape[0], height)
         with np.errstate(all="ignore"):  # a band with no value at a step (NaN only): NaN there, drawn empty
             filled = np.where(np.isnan(a), -np.inf, a)
