@@ -104,3 +104,24 @@ def test_a_run_read_ahead_that_cannot_be_shown_says_why_to_its_visitor_without_r
     with pytest.raises(D.ViewError, match="missing column"):
         D.load_view(str(path), D.changed_at(str(path)))
     assert len(readers) == 1 and readers[0] is not threading.current_thread()
+
+
+def test_a_wide_heatmap_of_many_ranks_draws_fewer_bands_so_the_browser_draws_it_in_time():
+    """Bands enough to keep a heatmap at about 20,000 cells (a browser draws each in about 40 us here):
+    2,000 ranks x 400 steps are 63 bands of 32 ranks (not 250 of 8: 100,000 cells); 100 steps, 200 bands
+    of 10; the slow rank's band still stands out."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from telemetry.dashboards.grid import grid_cells
+
+    for steps, bands, height in ((400, 63, 32), (100, 200, 10)):
+        m = SimpleNamespace(ranks=np.arange(2000), steps=np.arange(steps), n_ranks=2000, n_steps=steps)
+        a = np.full((2000, steps), 10.0)
+        a[1234] = 15.0
+        cells = grid_cells(m, a)
+        assert cells["rank"].nunique() == bands and len(cells) == bands * steps
+        assert (cells["last_rank"] - cells["rank"]).max() == height - 1
+        top = cells.groupby("rank")["value"].max()
+        assert top.idxmax() == 1234 // height * height and (top == 15.0).sum() == 1
