@@ -191,7 +191,7 @@ def _settle_summary(result: Any, agg: Any, remeasured: list[tuple[Any, Any]], ut
     What the rows took off the findings' what-ifs is moved, in the busy split (``utilization``) and a
     low_utilization finding, from waiting for the findings' culprits to waiting for slower ranks."""
     from ..store.aggregates import BLOCK
-    from .detectors import _goodput, covered_seconds, uptime
+    from .detectors import covered_seconds, goodput_split, uptime
     from .detectors.utilization import retold
     from .findings import SEVERITIES, tally
 
@@ -226,7 +226,7 @@ def _settle_summary(result: Any, agg: Any, remeasured: list[tuple[Any, Any]], ut
     weighted = replace(m, weight=held.reindex(m.steps).fillna(BLOCK).to_numpy(dtype=np.float64))
     up = uptime(weighted)
     s["uptime"] = up
-    s["goodput"] = _goodput(weighted, result.shift, up)
+    s["goodput"] = goodput_split(weighted, result.shift, up)
 
 
 def _series(f: Any, table: pd.DataFrame) -> str | None:

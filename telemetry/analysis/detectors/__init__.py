@@ -172,7 +172,7 @@ def _summary(
         "step_time_s": float(nanmedian(t)),
         "slowdown": round(total, 6),
         **tally(findings),
-        "goodput": _goodput(m, shift, up),
+        "goodput": goodput_split(m, shift, up),
         "uptime": up,
         "straggler_score": straggler_scores(m),
     }
@@ -297,7 +297,7 @@ def uptime(m: StepMatrix) -> dict[str, Any]:
     return out
 
 
-def _goodput(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None = None) -> dict[str, float]:
+def goodput_split(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None = None) -> dict[str, float]:
     """Where the run's time went, as fractions of its wall time (first step start to last step end).
 
     compute: the typical rank's own work; data_wait: the typical rank's wait for input;
