@@ -49,6 +49,9 @@ def goodput(df: pd.DataFrame) -> alt.Chart:
     )
 
 
+MAX_BARS = 64  # a bar chart of ranks draws at most this many (the highest), beside a table of every rank
+
+
 def heatmap(df: pd.DataFrame, title: str, marked: dict[int, str], value: str = "ms") -> alt.Chart:
     """Rank x step cells coloured by ``value`` (its legend titled ``title``, with the unit), as wide as
     the page; ranks a finding names carry it in their axis label. The colour scale spans the 1st to
@@ -124,17 +127,25 @@ def lines(df: pd.DataFrame, y_title: str, color: str, color_title: str, x_title:
     )
 
 
-def rank_bars(df: pd.DataFrame, value: str, title: str, marked: dict[int, str]) -> alt.Chart:
-    """A value per rank as horizontal bars (ranks a finding names labelled); for up to a few hundred
-    ranks."""
+def rank_bars(df: pd.DataFrame, value: str, title: str, marked: dict[int, str], most: int = MAX_BARS) -> alt.Chart:
+    """A value per rank as horizontal bars (ranks a finding names labelled), in rank order. Of more than
+    ``most`` ranks, the ``most`` highest and the ranks a finding names (the title says so; the table
+    beside it holds every rank): 10,000 bars of a fraction of a pixel each were never drawn."""
+    if len(df) > most:
+        top = df.nlargest(most, value)
+        title = f"{title}: the {most} highest of {len(df):,} ranks" + (
+            ", and the ranks findings name" if marked else ""
+        )
+        df = pd.concat([top, df[df["rank"].isin(list(marked))]]).drop_duplicates("rank")
+    df = df.sort_values("rank", kind="stable")  # the y axis in the order the rows come (sort=None: see heatmap)
     df = df.assign(label=[f"{r}  <- {marked[r]}" if r in marked else str(r) for r in df["rank"]])
-    order = [f"{r}  <- {marked[r]}" if r in marked else str(r) for r in sorted(df["rank"].unique())]
+    order = list(dict.fromkeys(df["label"]))
     return (
         alt.Chart(df)
         .mark_bar()
         .encode(
             x=alt.X(f"{value}:Q", title=title),
-            y=alt.Y("label:O", title="rank", sort=order, axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)),
+            y=alt.Y("label:O", title="rank", sort=None, axis=alt.Axis(labelOverlap=len(order) > 64, labelLimit=260)),
             tooltip=["rank", alt.Tooltip(f"{value}:Q", format=".3g", title=title)],
         )
         .properties(height=_band_height(len(order), 16, 70))

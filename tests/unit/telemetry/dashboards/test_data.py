@@ -125,3 +125,24 @@ def test_a_wide_heatmap_of_many_ranks_draws_fewer_bands_so_the_browser_draws_it_
         assert (cells["last_rank"] - cells["rank"]).max() == height - 1
         top = cells.groupby("rank")["value"].max()
         assert top.idxmax() == 1234 // height * height and (top == 15.0).sum() == 1
+
+
+def test_bars_of_thousands_of_ranks_draw_the_highest_and_the_named_ones_in_rank_order():
+    """A bar per rank is for a few dozen: of 10,000 (whose bars the browser never drew), the 64 highest
+    and the ranks a finding names, in rank order, the title saying so; of 50, every one."""
+    import numpy as np
+    import pandas as pd
+
+    from telemetry.dashboards import charts
+
+    df = pd.DataFrame({"rank": np.arange(10_000), "median ms": np.arange(10_000) % 997 / 10.0})
+    chart = charts.rank_bars(df, "median ms", "data-loader wait", {3: "straggler"})
+    shown = chart.data
+    assert len(shown) == 65 and 3 in set(shown["rank"]) and shown["rank"].is_monotonic_increasing
+    assert shown.loc[shown["rank"] != 3, "median ms"].min() >= 99.0  # the highest 64: 99.6 .. 99.0
+    assert list(shown["label"])[0] == "3  <- straggler"
+    spec = chart.to_dict()["encoding"]
+    assert spec["x"]["title"] == "data-loader wait: the 64 highest of 10,000 ranks, and the ranks findings name"
+    assert spec["y"]["sort"] is None
+    few = charts.rank_bars(df.head(50), "median ms", "data-loader wait", {}).data
+    assert list(few["rank"]) == list(range(50))
