@@ -83,10 +83,11 @@ _AHEAD: dict[str, Future] = {}
 _AHEAD_LOCK = threading.Lock()
 
 
-def load_ahead(path: str) -> None:
+def load_ahead(path: str) -> Future:
     """Load and analyze ``path`` in a thread of its own, for the first :func:`load_view` of it: the
     dashboard's server starts it before it serves, so the first visitor finds the run read (or being
-    read) instead of starting the read. Taken once; a run changed meanwhile is read again."""
+    read) instead of starting the read. Taken once; a run changed meanwhile is read again. Returns
+    the read, done once it is (its result is for :func:`load_view`)."""
     done: Future = Future()
 
     def read() -> None:
@@ -100,6 +101,7 @@ def load_ahead(path: str) -> None:
     with _AHEAD_LOCK:
         _AHEAD[path] = done
     threading.Thread(target=read, name="telemetry-dashboard-load-ahead", daemon=True).start()
+    return done
 
 
 def _read_ahead(path: str, seen: float) -> RunView | None:

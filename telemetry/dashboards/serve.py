@@ -10,8 +10,8 @@ Streamlit runs the app's script only when a browser connects, so a plain ``strea
 the first visitor wait for every import (pandas, pyarrow, Altair, the detectors: about 2 s here)
 on top of the run's load and analysis. This process imports them and runs the loader and the
 detectors once on a tiny simulated table before it starts serving; the app, run in this same
-process, then finds them ready. Then it starts reading the run it was given (and its base run) in
-threads of their own, so the first visitor does not start that read either.
+process, then finds them ready. Then it reads the run it was given (and its base run), waiting for
+that read (``READY_WAIT_S`` at most) before it serves, so the first visitor does not wait for it either.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import tempfile
 import time
 
 APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "script", "app.py")
+# the server waits this long at most for the run it was given to be read before it serves (read_ahead)
+READY_WAIT_S = 20.0
 # Streamlit's developer chrome (the Deploy button, the developer menu) is not for a user of the page.
 CHROME_OFF = ("--client.toolbarMode", "viewer")
 
@@ -56,16 +58,18 @@ def warm_up() -> float:
     return time.perf_counter() - t0
 
 
-def read_ahead() -> list[str]:
-    """Start reading the run ``telemetry dashboard`` was given, and its base run, each in a thread of its
-    own (data.load_ahead) while the server starts: the first visitor's view then waits for what is left
-    of that read (none, for a run that reads in less time than the server takes to start), not for all
-    of it. Returns the paths being read."""
+def read_ahead(wait_s: float = READY_WAIT_S) -> list[str]:
+    """Read the run ``telemetry dashboard`` was given, and its base run, each in a thread of its own
+    (data.load_ahead), waiting for them ``wait_s`` seconds at most: the server answers its health check
+    (and ``telemetry dashboard`` prints its URL) once the run is read, so the first visitor's view is
+    drawn from it at once; a run that takes longer is still being read when the server starts serving,
+    and the first visitor waits for what is left of that read, not all of it. Returns the paths read."""
+    from concurrent.futures import wait
+
     from telemetry.dashboards import data
 
     paths = [p for p in (os.environ.get(f"TELEMETRY_DASHBOARD_{k}", "") for k in ("PATH", "BASE")) if p]
-    for p in dict.fromkeys(paths):
-        data.load_ahead(p)
+    wait([data.load_ahead(p) for p in dict.fromkeys(paths)], timeout=wait_s)
     return paths
 
 
