@@ -146,3 +146,20 @@ def test_bars_of_thousands_of_ranks_draw_the_highest_and_the_named_ones_in_rank_
     assert spec["y"]["sort"] is None
     few = charts.rank_bars(df.head(50), "median ms", "data-loader wait", {}).data
     assert list(few["rank"]) == list(range(50))
+
+
+def test_the_server_serves_once_its_run_and_base_are_read(tmp_path, monkeypatch):
+    """serve.read_ahead returns (and the server then starts answering) once the run it was given and its
+    base run are read, so the first visitor's view is drawn from those reads; a read longer than the
+    wait is left running for the first visitor."""
+    from telemetry.dashboards import serve
+
+    run, base = str(tmp_path / "run.parquet"), str(tmp_path / "base.parquet")
+    simulate(Scenario(ranks=4, steps=60)).to_parquet(run, index=False)
+    simulate(Scenario(ranks=2, steps=60)).to_parquet(base, index=False)
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_PATH", run)
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_BASE", base)
+    assert serve.read_ahead() == [run, base]
+    assert D._AHEAD[run].done() and D._AHEAD[base].done()
+    assert D.load_view(base, D.changed_at(base)).analysis.summary["ranks"] == 2
+    assert D.load_view(run, D.changed_at(run)).analysis.summary["ranks"] == 4
