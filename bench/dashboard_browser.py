@@ -1,8 +1,7 @@
 """The dashboard in headless Chromium (Debian's): how long each view takes to be on the screen, charts
 drawn, from the moment a browser is started on its URL (the browser's own start included). Each view is
 measured twice: first on a server that has just come up (``telemetry dashboard RUN`` started, its health
-check answered: the first visitor, who may wait for the server's read of the run), then in a fresh
-browser on that same server (the run read). Issue 27's target: every view's first render at most 3 s.
+check answered: the first visitor), then in a fresh browser on that same server. Issue 27's target: every view's first render at most 3 s.
 
     python bench/dashboard_browser.py RUN [--out bench/RESULTS.md]
 
@@ -144,8 +143,8 @@ def main() -> None:
             f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, 2 cores, Python {platform.python_version()}, "
             f"Debian's headless Chromium (`python bench/dashboard_browser.py {args.run}`): from starting a browser on "
             "the view's URL (its start included) until the view's text and every chart and table it shows are drawn. "
-            "First visitor: a server whose health check has just answered (it reads the run in a thread of its own "
-            "from just before it serves: dashboards/serve.py); then a fresh browser on the same server. Target: 3 s.",
+            "First visitor: a server whose health check has just answered (it reads the run before it serves, "
+            "20 s at most: dashboards/serve.py); then a fresh browser on the same server. Target: 3 s.",
             "",
             "| view | what it draws | first visitor | next visitor |",
             "|---|---|---|---|",
