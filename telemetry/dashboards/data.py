@@ -78,7 +78,7 @@ def changed_at(path: str) -> float:
         return 0.0
 
 
-# runs being loaded before anyone asked (load_ahead): path -> (changed_at when read, the view or its error)
+# runs read before anyone asked (load_ahead): path -> its read, whose result is (changed_at then, the view or its error)
 _AHEAD: dict[str, Future] = {}
 _AHEAD_LOCK = threading.Lock()
 
