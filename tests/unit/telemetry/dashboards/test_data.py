@@ -163,3 +163,21 @@ def test_the_server_serves_once_its_run_and_base_are_read(tmp_path, monkeypatch)
     assert D._AHEAD[run].done() and D._AHEAD[base].done()
     assert D.load_view(base, D.changed_at(base)).analysis.summary["ranks"] == 2
     assert D.load_view(run, D.changed_at(run)).analysis.summary["ranks"] == 4
+
+    # a read that outlasts the wait: the server serves, and the first view waits for that read
+    import threading
+
+    slow, readers = threading.Event(), []
+    opened = D.open_input
+
+    def held(*a, **k):
+        readers.append(threading.current_thread())
+        slow.wait(60)
+        return opened(*a, **k)
+
+    monkeypatch.setattr(D, "open_input", held)
+    monkeypatch.delenv("TELEMETRY_DASHBOARD_BASE")
+    assert serve.read_ahead(wait_s=0.05) == [run] and not D._AHEAD[run].done()
+    slow.set()
+    assert D.load_view(run, D.changed_at(run)).analysis.summary["ranks"] == 4
+    assert len(readers) == 1 and readers[0] is not threading.current_thread()
