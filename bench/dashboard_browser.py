@@ -29,7 +29,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from helpers.browser import FLAGS, chromium, dashboard  # noqa: E402 - after the sys.path set-up above
+from helpers.browser import FLAGS, _text, chromium, dashboard  # noqa: E402 - after the sys.path set-up above
 from results import update_section  # noqa: E402 - after the sys.path set-up above
 
 VIEWS = ("overview", "ranks", "findings", "collectives", "devices", "compare")
@@ -54,14 +54,19 @@ def page(url: str):
             start_new_session=True,
         )
         try:
-            port_file = os.path.join(profile, "DevToolsActivePort")
-            while not (os.path.exists(port_file) and "\n" in open(port_file).read()):
+            deadline = time.monotonic() + 60
+            port_file = os.path.join(profile, "DevToolsActivePort")  # written once the protocol listens
+            while "\n" not in (said := _text(port_file)):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"headless Chromium never opened its DevTools port (exit {proc.poll()})")
                 time.sleep(0.02)
-            port = int(open(port_file).read().split()[0])
+            port = int(said.split()[0])
             pages = []
             while not pages:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
                     pages = [t for t in json.load(r) if t.get("type") == "page" and "webSocketDebuggerUrl" in t]
+                if time.monotonic() > deadline:
+                    raise SystemExit("headless Chromium opened no page")
                 time.sleep(0.02)
             with connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
                 n = [0]
