@@ -13,23 +13,18 @@ is counted first, on a page left to settle (a server of its own, not timed).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from helpers.browser import FLAGS, _text, chromium, dashboard  # noqa: E402 - after the sys.path set-up above
+from helpers.browser import chromium, dashboard, devtools_page  # noqa: E402 - after the sys.path set-up above
 from results import update_section  # noqa: E402 - after the sys.path set-up above
 
 VIEWS = ("overview", "ranks", "findings", "collectives", "devices", "compare")
@@ -41,51 +36,6 @@ STATE = """JSON.stringify({
   tables_drawn: document.querySelectorAll('[data-testid="stDataFrame"] canvas').length})"""
 
 
-@contextlib.contextmanager
-def page(url: str):
-    """A fresh headless Chromium on ``url``: yields a function that evaluates a JS expression there."""
-    from websockets.sync.client import connect
-
-    with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.Popen(
-            [chromium(), *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", url],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            port_file = os.path.join(profile, "DevToolsActivePort")  # written once the protocol listens
-            while "\n" not in (said := _text(port_file)):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"headless Chromium never opened its DevTools port (exit {proc.poll()})")
-                time.sleep(0.02)
-            port = int(said.split()[0])
-            pages = []
-            while not pages:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
-                    pages = [t for t in json.load(r) if t.get("type") == "page" and "webSocketDebuggerUrl" in t]
-                if time.monotonic() > deadline:
-                    raise SystemExit("headless Chromium opened no page")
-                time.sleep(0.02)
-            with connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
-                n = [0]
-
-                def evaluate(expression: str):
-                    n[0] += 1
-                    ask = {"expression": expression, "returnByValue": True}
-                    ws.send(json.dumps({"id": n[0], "method": "Runtime.evaluate", "params": ask}))
-                    while (reply := json.loads(ws.recv(timeout=60))).get("id") != n[0]:
-                        pass
-                    return reply.get("result", {}).get("result", {}).get("value")
-
-                yield evaluate
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def state(evaluate, text: str) -> dict:
     got = evaluate(STATE % json.dumps(text))
     return json.loads(got) if got else {}
@@ -95,7 +45,7 @@ def settled(url: str, text: str, quiet_s: float = 4.0, timeout: float = 120.0) -
     """How many charts and tables the view shows: counted once its text is there and nothing changed
     for ``quiet_s`` seconds."""
     t0 = time.monotonic()
-    with page(url) as evaluate:
+    with devtools_page(url) as evaluate:
         last, since = None, time.monotonic()
         while time.monotonic() - t0 < timeout:
             s = state(evaluate, text)
@@ -111,7 +61,7 @@ def drawn_in(url: str, text: str, want: dict, timeout: float = 120.0) -> float:
     """Seconds from starting a browser on ``url`` until the view's text and all ``want``'s charts and
     tables are drawn."""
     t0 = time.perf_counter()
-    with page(url) as evaluate:
+    with devtools_page(url) as evaluate:
         while time.perf_counter() - t0 < timeout:
             s = state(evaluate, text)
             if s.get("text") and s["charts_drawn"] >= want["charts"] and s["tables_drawn"] >= want["tables"]:

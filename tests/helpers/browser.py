@@ -10,7 +10,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 FLAGS = [
     "--headless",
@@ -63,11 +64,12 @@ def dashboard(*args: str) -> Iterator[str]:
         stop_group(proc)
 
 
-def dump_dom_until(url: str, *wanted: str, timeout: float = 120.0) -> str:
-    """The page's DOM once it holds every ``wanted`` text, or the last DOM read when ``timeout`` seconds
-    pass first. One headless Chromium opens ``url`` and stays on it; its DOM is read through the
-    DevTools protocol every 0.2 s. (A one-shot ``--dump-dom`` ends on virtual time, not on the app:
-    on a busy machine it dumped the empty shell before Streamlit's websocket drew the page, every try.)"""
+@contextlib.contextmanager
+def devtools_page(url: str, timeout: float = 120.0) -> Iterator[Callable[[str], Any]]:
+    """One headless Chromium on ``url``, staying on it: yields ``evaluate(expression)``, the value of a
+    JS expression on the page (through the DevTools protocol: ``--remote-debugging-port=0``, the port
+    from the profile's ``DevToolsActivePort``). The browser's whole process group is killed at the end;
+    ``timeout``: for its start, and for each answer."""
     import json
     import os
     import signal
@@ -99,22 +101,39 @@ def dump_dom_until(url: str, *wanted: str, timeout: float = 120.0) -> str:
                     if time.monotonic() > deadline:
                         raise AssertionError("headless Chromium opened no page")
                     time.sleep(0.05)
-            dom = ""
             with connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
-                for n in itertools.count(1):
-                    ask = {"expression": "document.documentElement.outerHTML", "returnByValue": True}
+                asked = itertools.count(1)
+
+                def evaluate(expression: str) -> Any:
+                    n = next(asked)
+                    ask = {"expression": expression, "returnByValue": True}
                     ws.send(json.dumps({"id": n, "method": "Runtime.evaluate", "params": ask}))
-                    while (reply := json.loads(ws.recv(timeout=30))).get("id") != n:
+                    while (reply := json.loads(ws.recv(timeout=timeout))).get("id") != n:
                         pass  # an event, not our answer
-                    dom = reply.get("result", {}).get("result", {}).get("value") or dom
-                    if all(w in dom for w in wanted) or time.monotonic() > deadline:
-                        return dom
-                    time.sleep(0.2)
-            return dom
+                    return reply.get("result", {}).get("result", {}).get("value")
+
+                yield evaluate
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the browser and its renderers, zygote included
             proc.wait()
+
+
+def dump_dom_until(url: str, *wanted: str, timeout: float = 120.0) -> str:
+    """The page's DOM once it holds every ``wanted`` text, or the last DOM read when ``timeout`` seconds
+    pass first. One headless Chromium opens ``url`` and stays on it (:func:`devtools_page`); its DOM is
+    read every 0.2 s. (A one-shot ``--dump-dom`` ends on virtual time, not on the app: on a busy machine
+    it dumped the empty shell before Streamlit's websocket drew the page, every try.)"""
+    import time
+
+    deadline = time.monotonic() + timeout
+    dom = ""
+    with devtools_page(url, timeout) as evaluate:
+        while True:
+            dom = evaluate("document.documentElement.outerHTML") or dom
+            if all(w in dom for w in wanted) or time.monotonic() > deadline:
+                return dom
+            time.sleep(0.2)
 
 
 def _text(path: str) -> str:
