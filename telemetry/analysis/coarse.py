@@ -192,7 +192,7 @@ def _settle_summary(result: Any, agg: Any, remeasured: list[tuple[Any, Any]], ut
     low_utilization finding, from waiting for the findings' culprits to waiting for slower ranks."""
     from ..store.aggregates import BLOCK
     from .detectors import covered_seconds, goodput_split, uptime
-    from .detectors.utilization import retold
+    from .detectors.utilization import retold, to_slower_ranks
     from .findings import SEVERITIES, tally
 
     s, m = result.summary, result.matrix
@@ -208,9 +208,7 @@ def _settle_summary(result: Any, agg: Any, remeasured: list[tuple[Any, Any]], ut
             s["slowdown"] = round(min(1.0, max(0.0, s["slowdown"] - back)), 6)
         idle = (s.get("utilization") or {}).get("idle")
         if idle:
-            take = min(back, idle.get("findings", 0.0))
-            idle["findings"] = idle.get("findings", 0.0) - take
-            idle["waiting_for_ranks"] = idle.get("waiting_for_ranks", 0.0) + take
+            idle, _ = to_slower_ranks(idle, back)
             s["utilization"]["idle"] = {
                 k: round(v, 4) for k, v in sorted(idle.items(), key=lambda kv: -kv[1]) if round(v, 4) > 0
             }

@@ -242,11 +242,20 @@ def _finding(
     shares = {k: float(v[steps].sum()) / total for k, v in parts.items()}
     busy = shares.pop("busy")
     tokens_per_s = None
-    if m.tokens is not None:
-        secs = float(wall[steps].sum())
-        if secs > 0 and np.nansum(m.tokens[steps]) > 0:
-            tokens_per_s = round(float(np.nansum(m.tokens[steps]) / secs), 3)
+    if m.tokens is not None and total > 0 and np.nansum(m.tokens[steps]) > 0:
+        tokens_per_s = round(float(np.nansum(m.tokens[steps]) / total), 3)
     return _told(m, steps, busy, shares, p, tokens_per_s)
+
+
+def to_slower_ranks(idle: dict[str, float], moved: float) -> tuple[dict[str, float], float]:
+    """An idle split with at most ``moved`` (a share of the time) taken from "waiting for the other
+    findings' culprits" and given to "waiting in collectives for slower ranks", and how much was: what a
+    long run's findings, measured again on raw rows, no longer charge to their culprits."""
+    take = min(max(moved, 0.0), idle.get("findings", 0.0))
+    out = dict(idle)
+    out["findings"] = idle.get("findings", 0.0) - take
+    out["waiting_for_ranks"] = idle.get("waiting_for_ranks", 0.0) + take
+    return out, take
 
 
 def retold(f: Finding, m: StepMatrix, moved: float, params: UtilizationParams | None = None) -> Finding:
@@ -254,12 +263,9 @@ def retold(f: Finding, m: StepMatrix, moved: float, params: UtilizationParams | 
     (a share of the time) too much, told again with that moved to "waiting in collectives for slower
     ranks": a long run's straggler measured again on raw rows costs less than its blocks said, and the
     rest of the wait it was charged with is the ranks' step-to-step spread (analysis/coarse.py)."""
-    shares = dict(f.details["idle"])
-    take = min(max(moved, 0.0), shares.get("findings", 0.0))
+    shares, take = to_slower_ranks(f.details["idle"], moved)
     if take <= 0:
         return f
-    shares["findings"] = shares.get("findings", 0.0) - take
-    shares["waiting_for_ranks"] = shares.get("waiting_for_ranks", 0.0) + take
     steps = np.flatnonzero((m.steps >= f.first_step) & (m.steps <= f.last_step))
     told = _told(
         m, steps, f.details["busy_fraction"], shares, params or UtilizationParams(), f.details.get("tokens_per_s")
