@@ -316,7 +316,7 @@ def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.Dat
     t = m.duration + m.data
     with np.errstate(all="ignore"):
         if np.isnan(t).any():
-            p50, p95 = nanpercentile(t, 50, axis=0) * 1e3, nanpercentile(t, 95, axis=0) * 1e3
+            p50, p95 = nanpercentile(t, [50, 95], axis=0) * 1e3
         else:
             p50, p95 = np.percentile(t, [50, 95], axis=0) * 1e3
     steps = m.steps

@@ -25,4 +25,8 @@ def test_nanpercentile_is_numpy_s_to_the_bit(a, q, axis):
         want = np.nanpercentile(a, q, axis=axis)
         median = np.nanmedian(a, axis=axis)
     assert np.array_equal(nanpercentile(a, q, axis=axis), want, equal_nan=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        both = np.nanpercentile(a, [q, 95.0], axis=axis)
+    assert np.array_equal(nanpercentile(a, [q, 95.0], axis=axis), both, equal_nan=True)  # several, one sort
     assert np.allclose(nanmedian(a, axis=axis), median, equal_nan=True, rtol=1e-12, atol=0)
