@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..store import layout
+from . import picture
 
 DIR = "summary"
 BLOCKS = "blocks.parquet"
@@ -134,7 +135,8 @@ def write(path: str) -> str:
     if fp is None:
         return "no summary kept: a rank's live tail is there (a run being written, or one that did not end)"
     if _current(path, fp):
-        return f"its analysis already kept in {os.path.join(path, DIR)} (the run unchanged since)"
+        said = f"its analysis already kept in {os.path.join(path, DIR)} (the run unchanged since)"
+        return said if picture.current(path, fp) else f"{said}; {_picture(path, fp, None)}"
     said: list[str] = []
     agg = read_aggregates(path, said, summarize=False, keep=coarse.wanted)
     got = coarse_findings(path, agg, said) if agg is not None else None
@@ -156,4 +158,23 @@ def write(path: str) -> str:
     doc = {"format": FORMAT, "fingerprint": fp, "note": note, "read_warnings": said, **result.to_json()}
     body = json.dumps(doc).encode()  # keys in the findings' own order: the JSON analyze prints is the same
     layout.write_atomic(os.path.join(where, ANALYSIS), lambda f: f.write(body))
-    return f"kept its analysis from {agg.num_rows:,} blocks in {where}"
+    return f"kept its analysis from {agg.num_rows:,} blocks in {where}; {_picture(path, fp, result)}"
+
+
+def _picture(path: str, fp: str, result: Any) -> str:
+    """Keep the run's picture (picture.py) of the series its blocks' analysis (``result``; read from the
+    kept summary when None) draws; what was done."""
+    from .windows import coarse_analysis
+
+    if result is None:
+        got = coarse_analysis(path)
+        if got is None:
+            return "no picture kept: the run is not read from its blocks"
+        result = got[0]
+    m, s = result.matrix, result.summary
+    try:
+        return picture.write(
+            path, os.path.join(path, DIR), fp, list(picture.series_of(m)), m.ranks, (s["first_step"], s["last_step"])
+        )
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        return f"no picture kept: {exc}"

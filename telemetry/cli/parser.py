@@ -390,7 +390,9 @@ def build_parser() -> argparse.ArgumentParser:
             "writes are left to it. Safe to stop at any moment: nothing is lost or read twice, and the next "
             "compact (or the rank's next session) finishes the job. Then, for a run of more than 4,000,000 "
             "rows (ranks x steps) that no process is writing, its analysis from its blocks of steps is kept in "
-            "RUN/summary/: telemetry analyze and the dashboard read it in a second while the run is unchanged."
+            "RUN/summary/: telemetry analyze and the dashboard read it in a second while the run is unchanged; "
+            "beyond 256 ranks, with its picture step by step (each band of ranks' highest, the step time's "
+            "percentiles), which the dashboard's zoom into every rank draws."
         ),
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -12,7 +12,7 @@ import os
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,7 @@ from telemetry.analysis.detectors import Analysis, StragglerParams, analyze
 from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian, nanpercentile
 from telemetry.analysis.findings import compare_online
 from telemetry.analysis.load import RunInput, open_input
+from telemetry.analysis.picture import Picture
 from telemetry.analysis.table import TableError
 from telemetry.analysis.tracelinks import with_trace_ids
 from telemetry.config import ConfigError, check_trace_ui_url
@@ -61,6 +62,8 @@ class RunView:
     online: list[dict[str, Any]] = field(default_factory=list)
     blocks: Blocks | None = None  # set when the run is drawn from its blocks of steps
     zoomed_from: Blocks | None = None  # set when these are some steps of such a run, read row by row
+    # set when some steps of every rank of such a run are drawn from its kept picture (load_picture)
+    picture: Picture | None = None
 
     @property
     def matrix(self) -> StepMatrix | None:
@@ -191,6 +194,36 @@ def load_zoom(blocks: Blocks, steps: tuple[int, int], ranks: tuple[int, ...]) ->
     return view
 
 
+def load_picture(view: RunView, steps: tuple[int, int]) -> RunView | None:
+    """``view`` (a long run drawn from its blocks) with steps ``steps`` of every rank drawn from the
+    run's picture kept by ``telemetry compact`` (telemetry.analysis.picture: per step, each band of ranks'
+    highest, and the step time's percentiles over every rank): its rank x step charts and the step time's
+    line draw every step of those; its findings, tables and other charts stay the whole run's, from its
+    blocks. None when the run has no current picture (then the steps are read row by row)."""
+    from telemetry.analysis import picture
+
+    got = picture.read(view.blocks.path, steps) if view.blocks is not None else None
+    return None if got is None else replace(view, picture=got)
+
+
+def rank_step_cells(
+    view: RunView,
+    values: Callable[[StepMatrix], np.ndarray],
+    ranks: list[int] | None = None,
+    steps: tuple[int, int] | None = None,
+) -> pd.DataFrame:
+    """A rank x step chart's cells (:func:`grid_cells`) of ``values(matrix)``: from the view's picture
+    (bands of ranks, every step) when it has one and no ranks are chosen, else from its matrix. A series
+    the picture does not hold is drawn from the matrix."""
+    p = view.picture
+    if p is not None and not ranks:
+        try:
+            return grid_cells(p.matrix, values(p.matrix), None, steps, last=p.last)
+        except (KeyError, ViewError):
+            pass
+    return grid_cells(view.matrix, values(view.matrix), ranks, steps)
+
+
 def records_withheld(view: RunView) -> str | None:
     """Why the per-collective records (spans, per-op columns) of a long run are not read for this view
     (more than ``RECORD_ROWS`` rows chosen); None when they are read."""
@@ -308,6 +341,15 @@ def inside(path: str, real_root: str) -> bool:
     return os.path.commonpath([os.path.realpath(path), real_root]) == real_root
 
 
+def view_percentiles(view: RunView) -> pd.DataFrame:
+    """:func:`step_percentiles` of the view: of its picture's steps (over every rank, as kept) when it
+    has one."""
+    p = view.picture
+    if p is None:
+        return step_percentiles(view.matrix)
+    return _percentile_lines(p.matrix.steps, p.p50 * 1e3, p.p95 * 1e3, MAX_LINE_POINTS)
+
+
 def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.DataFrame:
     """Per step, over ranks: p50 and p95 of the step time (data wait included), in ms; long format
     (``step``, ``percentile``, ``ms``): one line per percentile, not per rank. Beyond ``max_points``
@@ -319,7 +361,11 @@ def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.Dat
             p50, p95 = nanpercentile(t, [50, 95], axis=0) * 1e3
         else:
             p50, p95 = np.percentile(t, [50, 95], axis=0) * 1e3
-    steps = m.steps
+    return _percentile_lines(m.steps, p50, p95, max_points)
+
+
+def _percentile_lines(steps: np.ndarray, p50: np.ndarray, p95: np.ndarray, max_points: int) -> pd.DataFrame:
+    """Per step p50 and p95 (ms) as :func:`step_percentiles` gives them, blocks of steps beyond ``max_points``."""
     if len(steps) > max_points:
         width, nb = _blocks(len(steps), max_points)
         p50 = nanmedian(p50[: nb * width].reshape(nb, width), axis=1)
@@ -361,6 +407,14 @@ def heatmap(
     """A rank x step grid of ``what`` (see :func:`series`) in ms, long format (``rank``, ``step``,
     ``ms``); see :func:`grid_cells` for the downsampling."""
     return grid_cells(m, series(m, what) * 1e3, ranks, steps, max_columns).rename(columns={"value": "ms"})
+
+
+def view_heatmap(
+    view: RunView, what: str, ranks: list[int] | None = None, steps: tuple[int, int] | None = None
+) -> pd.DataFrame:
+    """:func:`heatmap` of the view: from its picture's bands of ranks, every step, when it has one
+    (:func:`rank_step_cells`)."""
+    return rank_step_cells(view, lambda m: series(m, what) * 1e3, ranks, steps).rename(columns={"value": "ms"})
 
 
 def rank_summary(view: RunView) -> pd.DataFrame:

@@ -41,6 +41,7 @@ def grid_cells(
     steps: tuple[int, int] | None = None,
     max_columns: int = MAX_HEATMAP_COLUMNS,
     max_rows: int = MAX_HEATMAP_ROWS,
+    last: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """An (R, S) array of ``m``'s shape as long-format cells (``rank``, ``step``, ``value``) over the
     chosen ranks and steps. Beyond ``max_columns`` steps, consecutive steps are grouped and each cell
@@ -48,18 +49,20 @@ def grid_cells(
     10,000 steps. Beyond ``max_rows`` ranks, consecutive ranks (in rank order) are grouped into bands
     (at most ``max_rows``, fewer where the cells would pass ``MAX_HEATMAP_CELLS``, but at least
     ``MIN_HEATMAP_BANDS``) and each cell is the band's highest (``rank``: the band's first rank, ``last_rank`` its last), so
-    one slow rank still stands out at 10,000 ranks."""
+    one slow rank still stands out at 10,000 ranks. ``last``: ``m``'s rows are already such bands (a long
+    run's picture, telemetry.analysis.picture), each ending at this rank; they are grouped further, a
+    whole number of them to a band, where there are more than the cells allow."""
     cols = step_columns(m, steps)
-    rows = np.ones(m.n_ranks, dtype=bool) if ranks is None else np.isin(m.ranks, ranks)
+    rows = np.ones(m.n_ranks, dtype=bool) if ranks is None or last is not None else np.isin(m.ranks, ranks)
     a, step_ids, rank_ids = a[rows][:, cols], m.steps[cols], m.ranks[rows]
     if a.shape[1] > max_columns:
         width, nb = _blocks(a.shape[1], max_columns)
         a = nanmedian(a[:, : nb * width].reshape(a.shape[0], nb, width), axis=2)
         step_ids = step_ids[: nb * width : width]
-    last = None
-    if a.shape[0] > max_rows:
+    if last is not None or a.shape[0] > max_rows:
         order = np.argsort(rank_ids, kind="stable")
         a, rank_ids = a[order], rank_ids[order]
+        ends = rank_ids if last is None else np.asarray(last)[order]
         bands = min(max_rows, max(MIN_HEATMAP_BANDS, MAX_HEATMAP_CELLS // max(a.shape[1], 1)))
         height = -(-a.shape[0] // bands)
         starts = np.arange(0, a.shape[0], height)
@@ -67,7 +70,7 @@ def grid_cells(
             filled = np.where(np.isnan(a), -np.inf, a)
             a = np.maximum.reduceat(filled, starts, axis=0)
         a[np.isneginf(a)] = np.nan
-        last = rank_ids[np.minimum(starts + height, len(rank_ids)) - 1]
+        last = ends[np.minimum(starts + height, len(rank_ids)) - 1]
         rank_ids = rank_ids[starts]
     grid = pd.DataFrame(a, index=rank_ids, columns=step_ids)
     grid.index.name, grid.columns.name = "rank", "step"

@@ -185,7 +185,7 @@ def ranks(view: D.RunView, choice: Choice) -> None:
         "data-loader wait; a phase: its compute, blocked time removed",
     )
     try:
-        cells = D.heatmap(m, what, choice.ranks or None, choice.steps)
+        cells = D.view_heatmap(view, what, choice.ranks or None, choice.steps)
     except D.ViewError as exc:
         st.warning(str(exc))
         return
@@ -250,7 +250,7 @@ def collectives(view: D.RunView, choice: Choice) -> None:
             st.subheader("Time in collectives, ms per step, rank x step")
             st.altair_chart(
                 charts.heatmap(
-                    D.heatmap(m, "blocked", choice.ranks or None, choice.steps),
+                    D.view_heatmap(view, "blocked", choice.ranks or None, choice.steps),
                     "time in collectives (ms per step)",
                     D.marked_ranks(view),
                 ),
@@ -321,7 +321,7 @@ def input_and_devices(view: D.RunView, choice: Choice) -> None:
         st.subheader("Host (no GPU)")
         st.info("No GPU was sampled on this run (no NVML device): the process's CPU share and memory are shown.")
     signal = st.selectbox("signal", names, format_func=devices.label, key="signal")
-    cells = D.grid_cells(m, devices.grid(m, signal), choice.ranks or None, choice.steps)
+    cells = D.rank_step_cells(view, lambda x: devices.grid(x, signal), choice.ranks or None, choice.steps)
     st.altair_chart(charts.heatmap(cells, devices.label(signal), marked, value="value"), width="stretch")
     st.caption("Each step carries the latest reading at its end (sampled every `device_interval_s`).")
     summary = devices.summary(m, choice.steps)

@@ -44,9 +44,14 @@ def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> D.RunView: 
     return D.load_prometheus(url, job or None, minutes or None)
 
 
+@st.cache_resource(show_spinner="Reading the chosen steps from the run's picture...", max_entries=4)
+def _load_picture(key: tuple, _view: D.RunView, steps: tuple[int, int]) -> D.RunView | None:
+    return D.load_picture(_view, steps)
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _percentiles(key: tuple, _view: D.RunView):
-    return D.step_percentiles(_view.matrix)
+    return D.view_percentiles(_view)
 
 
 @st.cache_resource(show_spinner="Summarizing the runs of the history...", max_entries=2)
@@ -246,7 +251,8 @@ def _base(root: str, path: str) -> tuple[D.RunView | None, str]:
 def _zoomed(view: D.RunView, key: tuple, steps: tuple[int, int], chosen: list[int]) -> tuple[D.RunView, tuple]:
     """A long run is drawn from its blocks of steps; steps x ranks chosen that hold at most
     ``D.ZOOM_ROWS`` rows are read row by row (that view then shows every step, and its findings are
-    those steps'). Returns the view to show and its cache key."""
+    those steps'), but for steps of every rank of a run whose picture ``telemetry compact`` kept: those
+    are drawn from it (D.load_picture). Returns the view to show and its cache key."""
     b = view.blocks
     whole = f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps"
     if D.zoom_rows(b, steps, chosen) > D.ZOOM_ROWS:
@@ -256,6 +262,15 @@ def _zoomed(view: D.RunView, key: tuple, steps: tuple[int, int], chosen: list[in
             f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}. Choose at most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
         )
         return view, key
+    pic = None if chosen else _load_picture(key, view, steps)
+    if pic is not None:
+        st.caption(
+            f"Zoomed in: steps {steps[0]:,} to {min(steps[1], b.last):,} of every rank of a run of {whole}, every step "
+            f"drawn from the picture `telemetry compact` kept: a heatmap's cell is a band of ranks' highest at a step, "
+            "the step time's line its percentiles over every rank. The findings, the per-rank tables and the other "
+            f"charts are the whole run's, from its blocks of {b.steps} steps. Choose ranks to read their every step."
+        )
+        return pic, (*key, steps, ())
     try:
         zoom = _load_zoom(b, key[1], steps, tuple(sorted(chosen)))
     except D.ViewError as exc:

@@ -317,6 +317,48 @@ def test_a_long_run_is_drawn_from_its_blocks_and_a_zoom_reads_every_step(monkeyp
     assert sorted(view.run.table["rank"].unique()) == [9, 10] and view.matrix.n_steps == 3000
 
 
+def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_picture(monkeypatch, tmp_path):
+    from telemetry.analysis import coarse, picture
+    from telemetry.cli import main
+    from telemetry.dashboards import data as D
+    from telemetry.demo.simrun import write_simulated_run
+
+    out = str(tmp_path / "long")
+    fault = Fault("straggler", ranks=(9,), phase="forward", factor=1.5, start=1000)
+    write_simulated_run(Scenario(name="long", ranks=32, steps=3000, seed=3, faults=(fault,)), out)
+    monkeypatch.setattr(coarse, "COARSE_ROWS", 10_000)  # 32 x 3,000 = 96,000 rows: a long run here
+    monkeypatch.setattr(picture, "BANDS", 8)  # 32 ranks in 8 bands of 4, as 10,000 ranks in 256 of 40
+    monkeypatch.setattr(D, "ZOOM_ROWS", 32 * 200)
+    assert main(["compact", out]) == 0
+    at = run_app(monkeypatch, out)
+    [steps] = [s for s in at.sidebar.slider if s.label == "steps"]
+    steps.set_value((1500, 1699)).run()  # 200 steps of every rank: from the picture, no rank's file read
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(c.value for c in at.caption)
+    assert (
+        "steps 1,500 to 1,699 of every rank of a run of 32 ranks x 3,000 steps, every step drawn from the picture"
+        in said
+    )
+    show(at, "ranks")
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(c.value for c in at.caption)
+    assert "8 bands of 4 consecutive ranks" in said and "9 (straggler: band 8-11)" in said, said
+    view = D.load_picture(D.load_view(out), (1500, 1699))
+    cells = D.view_heatmap(view, "forward")
+    assert sorted(cells["step"].unique()) == list(range(1500, 1700)) and cells["rank"].nunique() == 8
+    worst = cells.groupby("rank")["ms"].mean().idxmax()
+    assert worst == 8 and set(cells.loc[cells["rank"] == 8, "last_rank"]) == {11}
+    lines = D.view_percentiles(view)
+    assert sorted(lines["step"].unique()) == list(range(1500, 1700))
+    show(at, "devices")
+    assert not at.exception, [e.value for e in at.exception]
+    # ranks chosen: read row by row, as before
+    [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
+    ranks.set_value([9]).run()
+    said = " ".join(c.value for c in at.caption)
+    assert "Zoomed in: steps 1,500 to 1,699 of ranks 9, every step" in said, said
+
+
 def test_a_heatmap_of_hundreds_of_ranks_draws_bands_and_names_the_straggler_s_band(monkeypatch, tmp_path):
     path = str(tmp_path / "wide.parquet")
     fault = Fault("straggler", ranks=(437,), phase="forward", factor=2.0)

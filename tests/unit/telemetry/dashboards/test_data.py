@@ -127,6 +127,31 @@ def test_a_wide_heatmap_of_many_ranks_draws_fewer_bands_so_the_browser_draws_it_
         assert top.idxmax() == 1234 // height * height and (top == 15.0).sum() == 1
 
 
+def test_rows_that_are_bands_already_are_grouped_a_whole_number_at_a_time():
+    """A picture's rows (telemetry.analysis.picture) are bands of ranks: 250 bands of 40 over 200 steps
+    are more cells than 20,000, so three at a time (84 bands of 120 ranks, the last of 40), each labelled by
+    its first and last rank; 50 steps keep the 250 as they are, labelled as kept."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from telemetry.dashboards.grid import grid_cells
+
+    firsts = np.arange(0, 10_000, 40)
+    for steps, bands in ((200, 84), (50, 250)):
+        m = SimpleNamespace(ranks=firsts, steps=np.arange(steps), n_ranks=250, n_steps=steps)
+        a = np.full((250, steps), 10.0)
+        a[7500 // 40] = 15.0  # the band of the slow rank 7500 (7480-7519)
+        cells = grid_cells(m, a, last=firsts + 39)
+        assert cells["rank"].nunique() == bands and len(cells) == bands * steps
+        per = cells.groupby("rank")["last_rank"].first()
+        assert per.iloc[-1] == 9999 and (per.index[1:] == per.iloc[:-1].to_numpy() + 1).all()  # consecutive
+        top = cells.groupby("rank")["value"].max()
+        slow = top.idxmax()
+        assert slow <= 7500 <= per[slow] and (top == 15.0).sum() == 1
+    assert per[7480] == 7519  # kept as it was
+
+
 def test_bars_of_thousands_of_ranks_draw_the_highest_and_the_named_ones_in_rank_order():
     """A bar per rank is for a few dozen: of 10,000 (whose bars the browser never drew), the 64 highest
     and the ranks a finding names, in rank order, the title saying so; of 50, every one."""
