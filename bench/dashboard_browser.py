@@ -8,6 +8,10 @@ check answered: the first visitor), then in a fresh browser on that same server.
 A view is drawn when its text holds ``--wait-for`` (default: the caption of a run drawn from its blocks)
 and every chart (Vega) and table (Streamlit's data grid) the view shows has its canvas: how many it shows
 is counted first, on a page left to settle (a server of its own, not timed).
+
+For a long run (drawn from its blocks), a zoom as well: the Ranks view's link to 200 steps of every rank
+(as many as ``ZOOM_ROWS`` allows) opened in a fresh browser, then a key pressed on the steps slider, timed
+until the page has drawn the new range (target: 1 s, an interaction).
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+sys.path.insert(0, ROOT)
+
 from helpers.browser import chromium, dashboard, devtools_page  # noqa: E402 - after the sys.path set-up above
 from results import update_section  # noqa: E402 - after the sys.path set-up above
+
+from telemetry.dashboards.data import ZOOM_ROWS  # noqa: E402 - after the sys.path set-up above
 
 VIEWS = ("overview", "ranks", "findings", "collectives", "devices", "compare")
 STATE = """JSON.stringify({
@@ -70,6 +78,44 @@ def drawn_in(url: str, text: str, want: dict, timeout: float = 120.0) -> float:
     raise SystemExit(f"{url}: not drawn in {timeout:.0f} s")
 
 
+SIGNATURE = """(() => { const c = document.querySelector('.vega-embed canvas'); if (!c) return '';
+  const d = c.toDataURL(); let h = 0; for (let i = 0; i < d.length; i += 7) h = (h * 31 + d.charCodeAt(i)) | 0;
+  return d.length + ':' + h; })()"""
+BUSY = """JSON.stringify({running: !!document.querySelector('[data-testid="stStatusWidget"]'),
+  stale: document.querySelectorAll('[data-stale="true"]').length})"""
+
+
+def zoom_in_browser(url: str, steps: tuple[int, int], timeout: float = 120.0) -> tuple[float, float]:
+    """A zoom in a browser: (seconds from starting a browser on the Ranks view's link to ``steps`` of every
+    rank until its heatmap is drawn; seconds from a key pressed on the steps slider (its first step one on)
+    until the page says the new range, nothing is running or stale and the heatmap is drawn anew)."""
+    a, b = steps
+    said = f"steps {a:,} to {b:,} of every rank"
+    t0 = time.perf_counter()
+    with devtools_page(f"{url}/?view=ranks&steps={a}-{b}") as evaluate:
+        while not ((s := state(evaluate, said)).get("text") and s.get("charts_drawn")):
+            if time.perf_counter() - t0 > timeout:
+                raise SystemExit(f"the zoom's link was not drawn in {timeout:.0f} s")
+            time.sleep(0.05)
+        link = time.perf_counter() - t0
+        time.sleep(2.0)  # settled: the slider's key press is an interaction on a page at rest
+        before = evaluate(SIGNATURE)
+        evaluate("""document.querySelector('[data-testid="stSlider"] input[type=range]').focus()""")
+        t0 = time.perf_counter()
+        for kind in ("rawKeyDown", "keyUp"):  # a key pressed, as a user would (a trusted event)
+            evaluate.send(
+                "Input.dispatchKeyEvent", type=kind, key="ArrowRight", code="ArrowRight", windowsVirtualKeyCode=39
+            )
+        now = f"steps {a + 1:,} to {b:,} of every rank"
+        while time.perf_counter() - t0 < timeout:
+            busy = json.loads(evaluate(BUSY) or "{}")
+            s = state(evaluate, now)
+            if s.get("text") and not busy.get("running") and not busy.get("stale") and evaluate(SIGNATURE) != before:
+                return link, time.perf_counter() - t0
+            time.sleep(0.02)
+    raise SystemExit(f"the zoom's key press was not drawn in {timeout:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run")
@@ -93,6 +139,22 @@ def main() -> None:
             f"| {warm:.2f} s ({'met' if warm <= 3 else 'MISSED'}) |"
         )
         print(rows[-1], flush=True)
+    zoom = []
+    b = _blocks(args.run)
+    if b is not None:
+        n = ZOOM_ROWS // b.ranks
+        lo = (b.first + b.last) // 2
+        with dashboard(args.run) as url:
+            link, key = zoom_in_browser(url, (lo, lo + n - 1))
+        zoom = [
+            "",
+            f"A zoom, on a server that has read the run: the Ranks view's link to steps {lo:,}-{lo + n - 1:,} of every rank "
+            f"(`?view=ranks&steps={lo}-{lo + n - 1}`) drawn in a fresh browser in {link:.2f} s "
+            f"({'met' if link <= 3 else 'MISSED'}: 3 s, a first render); then a key pressed on the steps slider (its "
+            f"first step one on: {n - 1} steps) until the page says the new range, nothing is running or stale and "
+            f"the heatmap is drawn anew: {key:.2f} s ({'met' if key <= 1 else 'MISSED'}: 1 s, an interaction).",
+        ]
+        print(zoom[-1], flush=True)
     body = "\n".join(
         [
             f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, 2 cores, Python {platform.python_version()}, "
@@ -104,6 +166,7 @@ def main() -> None:
             "| view | what it draws | first visitor | next visitor |",
             "|---|---|---|---|",
             *rows,
+            *zoom,
         ]
     )
     print(body)
@@ -111,6 +174,13 @@ def main() -> None:
         update_section(
             args.out, f"Dashboard in headless Chromium (bench/dashboard_browser.py, {os.path.basename(args.run)})", body
         )
+
+
+def _blocks(run: str):
+    """The run's Blocks when the dashboard draws it from its blocks of steps (a long run), else None."""
+    from telemetry.dashboards.data import load_view
+
+    return load_view(run).blocks
 
 
 if __name__ == "__main__":

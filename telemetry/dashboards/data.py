@@ -336,6 +336,36 @@ def links_out(root: str) -> list[str]:
     )
 
 
+def steps_asked(text: str | None, lo: int, hi: int) -> tuple[tuple[int, int] | None, str | None]:
+    """A link's ``steps`` (``FIRST-LAST``, or one step) within the run's ``lo``-``hi``: (the range, None);
+    (None, why) when it is not one; (None, None) when the link asks for none."""
+    if not text:
+        return None, None
+    first, _, last = text.partition("-")
+    try:
+        a, b = int(first), int(last or first)
+    except ValueError:
+        return None, f"steps={text!r} is not FIRST-LAST (for example steps={lo}-{min(hi, lo + 199)})"
+    if a > b or b < lo or a > hi:
+        return None, f"steps={text!r} holds none of the run's steps ({lo}-{hi})"
+    return (max(a, lo), min(b, hi)), None
+
+
+def ranks_asked(text: str | None, ranks: list[int]) -> tuple[list[int], str | None]:
+    """A link's ``ranks`` (comma-separated) among the run's ``ranks``: (those ranks, None); ([], why) when
+    one is no rank of the run; ([], None) when the link asks for none."""
+    if not text:
+        return [], None
+    try:
+        asked = sorted({int(r) for r in text.split(",") if r.strip()})
+    except ValueError:
+        return [], f"ranks={text!r} is not a list of ranks (for example ranks=0,{ranks[-1]})"
+    missing = sorted(set(asked) - set(ranks))
+    if missing:
+        return [], f"ranks={text!r} names ranks the run does not have ({', '.join(map(str, missing[:5]))})"
+    return asked, None
+
+
 def inside(path: str, real_root: str) -> bool:
     """Whether ``path``, links resolved, lies under the (already resolved) ``real_root``."""
     return os.path.commonpath([os.path.realpath(path), real_root]) == real_root

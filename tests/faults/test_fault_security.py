@@ -462,7 +462,7 @@ def test_the_dashboard_opens_only_the_runs_under_its_root(tmp_path, monkeypatch,
     monkeypatch.delenv("TELEMETRY_DASHBOARD_PATH", raising=False)
     monkeypatch.setenv("TELEMETRY_DASHBOARD_ROOT", str(root))
     at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["view"] = "../../secret"  # the only value the page takes from the URL
+    at.query_params["view"] = "../../secret"  # the page takes a view, steps and ranks from the URL, never a path
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     [box] = [s for s in at.sidebar.selectbox if s.label == "run"]

@@ -68,7 +68,8 @@ def dashboard(*args: str) -> Iterator[str]:
 def devtools_page(url: str, timeout: float = 120.0) -> Iterator[Callable[[str], Any]]:
     """One headless Chromium on ``url``, staying on it: yields ``evaluate(expression)``, the value of a
     JS expression on the page (through the DevTools protocol: ``--remote-debugging-port=0``, the port
-    from the profile's ``DevToolsActivePort``). The browser's whole process group is killed at the end;
+    from the profile's ``DevToolsActivePort``), whose ``evaluate.send(method, **params)`` calls any other
+    DevTools method and returns its result. The browser's whole process group is killed at the end;
     ``timeout``: for its start, and for each answer."""
     import json
     import os
@@ -104,14 +105,23 @@ def devtools_page(url: str, timeout: float = 120.0) -> Iterator[Callable[[str], 
             with connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
                 asked = itertools.count(1)
 
-                def evaluate(expression: str) -> Any:
+                def send(method: str, **params: Any) -> dict:
                     n = next(asked)
-                    ask = {"expression": expression, "returnByValue": True}
-                    ws.send(json.dumps({"id": n, "method": "Runtime.evaluate", "params": ask}))
+                    ws.send(json.dumps({"id": n, "method": method, "params": params}))
                     while (reply := json.loads(ws.recv(timeout=timeout))).get("id") != n:
                         pass  # an event, not our answer
-                    return reply.get("result", {}).get("result", {}).get("value")
+                    return reply.get("result", {})
 
+                def evaluate(expression: str) -> Any:
+                    return (
+                        send("Runtime.evaluate", expression=expression, returnByValue=True)
+                        .get("result", {})
+                        .get("value")
+                    )
+
+                evaluate.send = (
+                    send  # any other DevTools method (Input.dispatchKeyEvent: a key pressed, as a user would)
+                )
                 yield evaluate
         finally:
             with contextlib.suppress(ProcessLookupError):

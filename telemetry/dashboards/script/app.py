@@ -162,6 +162,34 @@ def _view_key() -> str:
     return key
 
 
+def _asked_in_url(lo: int, hi: int, ranks: list[int]) -> tuple[tuple[int, int], list[int]]:
+    """The steps and ranks a link asks for (``?steps=5000-5199&ranks=9,10``), read on a session's first
+    run (later, the sidebar holds them), within the run's steps ``lo``-``hi`` and among its ``ranks``;
+    the whole run when the link asks for none. A value that is not one is said once and ignored."""
+    if "asked" not in st.session_state:
+        steps, bad = D.steps_asked(st.query_params.get("steps"), lo, hi)
+        chosen, bad_ranks = D.ranks_asked(st.query_params.get("ranks"), ranks)
+        for what in filter(None, (bad, bad_ranks)):
+            st.sidebar.warning(f"The link's {what}; ignored.")
+        st.session_state["asked"] = (steps, chosen)
+    steps, chosen = st.session_state["asked"]
+    if steps is None:
+        return (lo, hi), chosen
+    return (max(lo, min(steps[0], hi)), max(lo, min(steps[1], hi))), chosen
+
+
+def _keep_in_url(steps: tuple[int, int], whole: tuple[int, int], chosen: list[int]) -> None:
+    """The sidebar's steps and ranks in the URL (none when all), so a link opens the zoom it shows."""
+    if tuple(steps) != tuple(whole):
+        st.query_params["steps"] = f"{steps[0]}-{steps[1]}"
+    elif "steps" in st.query_params:
+        del st.query_params["steps"]
+    if chosen:
+        st.query_params["ranks"] = ",".join(map(str, sorted(chosen)))
+    elif "ranks" in st.query_params:
+        del st.query_params["ranks"]
+
+
 def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
     """(view, cache key, root) of the chosen source; None after showing why there is nothing."""
     url = os.environ.get("TELEMETRY_DASHBOARD_PROMETHEUS", "")
@@ -294,8 +322,11 @@ def main() -> None:
         st.warning(w)
     b = view.blocks
     lo, hi = (b.first, b.last) if b is not None else (int(m.steps[0]), int(m.steps[-1]))
-    steps = st.sidebar.slider("steps", lo, hi, (lo, hi)) if hi > lo else (lo, hi)
-    chosen = st.sidebar.multiselect("ranks (all when empty)", [int(r) for r in m.ranks])
+    ranks = [int(r) for r in m.ranks]
+    asked_steps, asked_ranks = _asked_in_url(lo, hi, ranks)
+    steps = st.sidebar.slider("steps", lo, hi, asked_steps) if hi > lo else (lo, hi)
+    chosen = st.sidebar.multiselect("ranks (all when empty)", ranks, asked_ranks)
+    _keep_in_url(steps, (lo, hi), chosen)
     st.sidebar.caption(f"analyzed at {time.strftime('%H:%M:%S')}")
     if b is not None:
         view, key = _zoomed(view, key, steps, chosen)

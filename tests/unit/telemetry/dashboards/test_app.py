@@ -352,11 +352,48 @@ def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_pictur
     assert sorted(lines["step"].unique()) == list(range(1500, 1700))
     show(at, "devices")
     assert not at.exception, [e.value for e in at.exception]
+    assert at.query_params["steps"] == "1500-1699"  # the zoom is in the URL: a link opens it
     # ranks chosen: read row by row, as before
     [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
     ranks.set_value([9]).run()
     said = " ".join(c.value for c in at.caption)
     assert "Zoomed in: steps 1,500 to 1,699 of ranks 9, every step" in said, said
+    assert at.query_params["ranks"] == "9"
+
+    # a link to a zoom opens it
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_PATH", out)
+    link = AppTest.from_file(APP, default_timeout=60)
+    link.query_params.update({"view": "ranks", "steps": "2000-2099"})
+    link.run()
+    assert not link.exception, [e.value for e in link.exception]
+    said = " ".join(c.value for c in link.caption)
+    assert "steps 2,000 to 2,099 of every rank" in said and "drawn from the picture" in said, said
+    assert link.header[0].value == "Ranks"
+
+
+def test_a_link_s_steps_and_ranks_are_checked_and_a_bad_one_is_said_and_ignored(monkeypatch, straggler_table):
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_PATH", straggler_table)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update({"steps": "10-19", "ranks": "1,3"})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    [steps] = [s for s in at.sidebar.slider if s.label == "steps"]
+    [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
+    assert steps.value == (10, 19) and ranks.value == [1, 3]
+    for asked, said in (
+        ({"steps": "ten-20"}, "steps='ten-20' is not FIRST-LAST"),
+        ({"steps": "90000-90010"}, "holds none of the run's steps"),
+        ({"ranks": "1,99"}, "names ranks the run does not have (99)"),
+    ):
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.query_params.update(asked)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        warned = " ".join(w.value for w in at.sidebar.warning)
+        assert said in warned and "ignored" in warned, (asked, warned)
+        [steps] = [s for s in at.sidebar.slider if s.label == "steps"]
+        [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
+        assert steps.value == (steps.min, steps.max) and ranks.value == []  # the whole run, as with no link
 
 
 def test_a_heatmap_of_hundreds_of_ranks_draws_bands_and_names_the_straggler_s_band(monkeypatch, tmp_path):

@@ -206,3 +206,15 @@ def test_the_server_serves_once_its_run_and_base_are_read(tmp_path, monkeypatch)
     slow.set()
     assert D.load_view(run, D.changed_at(run)).analysis.summary["ranks"] == 4
     assert len(readers) == 1 and readers[0] is not threading.current_thread()
+
+
+def test_a_link_s_steps_and_ranks_are_read_within_the_run():
+    assert D.steps_asked("5000-5199", 0, 9999) == ((5000, 5199), None)
+    assert D.steps_asked("7", 0, 9999) == ((7, 7), None)  # one step
+    assert D.steps_asked("9900-20000", 0, 9999) == ((9900, 9999), None)  # kept within the run's
+    assert D.steps_asked(None, 0, 9999) == (None, None) and D.ranks_asked("", [0, 1]) == ([], None)
+    for bad in ("5199-5000", "-3", "a-b", "20000-30000"):
+        got, why = D.steps_asked(bad, 0, 9999)
+        assert got is None and why and repr(bad) in why, (bad, why)
+    assert D.ranks_asked("3,1,3", [0, 1, 2, 3]) == ([1, 3], None)
+    assert D.ranks_asked("1,x", [0, 1])[0] == [] and "not a list of ranks" in D.ranks_asked("1,x", [0, 1])[1]
