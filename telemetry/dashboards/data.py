@@ -221,7 +221,17 @@ def rank_step_cells(
             return grid_cells(p.matrix, values(p.matrix), None, steps, last=p.last)
         except (KeyError, ViewError):
             pass
-    return grid_cells(view.matrix, values(view.matrix), ranks, steps)
+    return grid_cells(view.matrix, values(view.matrix), ranks, _within(steps, whole_blocks(view)))
+
+
+def _within(steps: tuple[int, int] | None, whole: tuple[int, int] | None) -> tuple[int, int] | None:
+    """``steps`` (None: all) narrowed to ``whole`` (None: no narrowing); ``steps`` when they do not meet."""
+    if whole is None:
+        return steps
+    if steps is None:
+        return whole
+    a, b = max(steps[0], whole[0]), min(steps[1], whole[1])
+    return (a, b) if a <= b else steps
 
 
 def records_withheld(view: RunView) -> str | None:
@@ -376,22 +386,56 @@ def view_percentiles(view: RunView) -> pd.DataFrame:
     has one."""
     p = view.picture
     if p is None:
-        return step_percentiles(view.matrix)
+        return step_percentiles(view.matrix, steps=whole_blocks(view))
     return _percentile_lines(p.matrix.steps, p.p50 * 1e3, p.p95 * 1e3, MAX_LINE_POINTS)
 
 
-def step_percentiles(m: StepMatrix, max_points: int = MAX_LINE_POINTS) -> pd.DataFrame:
+def whole_blocks(view: RunView) -> tuple[int, int] | None:
+    """For a run drawn from its blocks of steps: the steps of its blocks that hold every one of their
+    steps (the run's first and last blocks may hold fewer: of 10,000 steps, the last block holds 16 of
+    64), which its heatmaps and lines draw. A band's highest, or a 95th percentile over ranks, of a few
+    steps' medians reads higher than of 64 steps' (medians of fewer steps spread wider), so a short last
+    block would read as slow steps. None: every step (a run read row by row, or no whole block)."""
+    b = view.blocks
+    if b is None:
+        return None
+    first, last = -(-b.first // b.steps) * b.steps, (b.last + 1) // b.steps * b.steps - 1
+    return (first, last) if last > first else None
+
+
+def partial_blocks(view: RunView) -> str:
+    """The steps :func:`whole_blocks` leaves out of the view's pictures, said in a clause ("" when none)."""
+    whole, b = whole_blocks(view), view.blocks
+    if whole is None or b is None:
+        return ""
+    out = [
+        f"{a:,}-{z:,}" if z > a else f"{a:,}" for a, z in ((b.first, whole[0] - 1), (whole[1] + 1, b.last)) if z >= a
+    ]
+    if not out:
+        return ""
+    return (
+        f"; steps {' and '.join(out)} (a block short of {b.steps} steps) are left out of its heatmaps and lines, "
+        "whose medians of fewer steps would read higher"
+    )
+
+
+def step_percentiles(
+    m: StepMatrix, max_points: int = MAX_LINE_POINTS, steps: tuple[int, int] | None = None
+) -> pd.DataFrame:
     """Per step, over ranks: p50 and p95 of the step time (data wait included), in ms; long format
     (``step``, ``percentile``, ``ms``): one line per percentile, not per rank. Beyond ``max_points``
     steps, each point is a block of consecutive steps (labelled by its first): the block's median
-    p50 and its highest p95, so a slow step still shows."""
-    t = m.duration + m.data
+    p50 and its highest p95, so a slow step still shows. ``steps``: only those (all when None)."""
+    t, step_ids = m.duration + m.data, m.steps
+    cols = step_columns(m, steps)
+    if not cols.all():
+        t, step_ids = t[:, cols], step_ids[cols]
     with np.errstate(all="ignore"):
         if np.isnan(t).any():
             p50, p95 = nanpercentile(t, [50, 95], axis=0) * 1e3
         else:
             p50, p95 = np.percentile(t, [50, 95], axis=0) * 1e3
-    return _percentile_lines(m.steps, p50, p95, max_points)
+    return _percentile_lines(step_ids, p50, p95, max_points)
 
 
 def _percentile_lines(steps: np.ndarray, p50: np.ndarray, p95: np.ndarray, max_points: int) -> pd.DataFrame:
@@ -550,7 +594,7 @@ def focus(view: RunView, card: dict[str, Any], max_lines: int = 8) -> Focus:
             .agg({"step": "first", **{k: "median" for k in lines}})
         )
     long = wide.melt("step", var_name="who", value_name="value").dropna()
-    return Focus(label, note, steps, grid_cells(m, a, None, steps), long)
+    return Focus(label, note, steps, grid_cells(m, a, None, _within(steps, whole_blocks(view))), long)
 
 
 def compare(base: RunView, new: RunView) -> dict[str, Any]:

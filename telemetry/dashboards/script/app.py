@@ -287,7 +287,8 @@ def _zoomed(view: D.RunView, key: tuple, steps: tuple[int, int], chosen: list[in
         most = D.ZOOM_ROWS // (len(chosen) or b.ranks)
         how = "its analysis as `telemetry compact` kept it" if b.kept else "analyzed as `telemetry analyze` does"
         st.caption(
-            f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}. Choose at most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
+            f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}{D.partial_blocks(view)}. Choose at "
+            f"most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
         )
         return view, key
     pic = None if chosen else _load_picture(key, view, steps)
