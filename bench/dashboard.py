@@ -99,7 +99,7 @@ def measure_run_dir(path: str) -> tuple[dict, dict]:
     """(timings, facts) of the dashboard on the run directory ``path``."""
     import resource
 
-    from telemetry.dashboards import data as D
+    from telemetry.dashboards import source as S
     from telemetry.dashboards.serve import warm_up
 
     out: dict = {}
@@ -118,12 +118,12 @@ def measure_run_dir(path: str) -> tuple[dict, dict]:
             ].tolist()[:5]
     [radio] = [r for r in at.sidebar.radio if r.label == "view"]
     radio.set_value("ranks").run()
-    view = D.load_view(path)  # its size, loaded once more beside the app's (in the peak memory too)
+    view = S.load_view(path)  # its size, loaded once more beside the app's (in the peak memory too)
     b = view.blocks
     facts["blocks"] = (
         None if b is None else f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps, {len(view.run.table):,} block rows"
     )
-    n = D.ZOOM_ROWS // b.ranks
+    n = S.ZOOM_ROWS // b.ranks
     lo = (b.first + b.last) // 2
     [slider] = [s for s in at.sidebar.slider if s.label == "steps"]
     t0 = time.perf_counter()

@@ -33,7 +33,7 @@ sys.path.insert(0, ROOT)
 from helpers.browser import chromium, dashboard, devtools_page  # noqa: E402 - after the sys.path set-up above
 from results import update_section  # noqa: E402 - after the sys.path set-up above
 
-from telemetry.dashboards.data import ZOOM_ROWS  # noqa: E402 - after the sys.path set-up above
+from telemetry.dashboards.source import ZOOM_ROWS  # noqa: E402 - after the sys.path set-up above
 
 VIEWS = ("overview", "ranks", "findings", "collectives", "devices", "compare")
 STATE = """JSON.stringify({
@@ -178,7 +178,7 @@ def main() -> None:
 
 def _blocks(run: str):
     """The run's Blocks when the dashboard draws it from its blocks of steps (a long run), else None."""
-    from telemetry.dashboards.data import load_view
+    from telemetry.dashboards.source import load_view
 
     return load_view(run).blocks
 

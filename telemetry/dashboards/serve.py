@@ -46,13 +46,13 @@ def warm_up() -> float:
     import altair  # noqa: F401 - imported to warm up the app before it serves
     import streamlit  # noqa: F401 - imported to warm up the app before it serves
 
-    from telemetry.dashboards import charts, comm, data, devices, views  # noqa: F401 - imported to warm up the app before it serves
+    from telemetry.dashboards import charts, comm, data, devices, source, views  # noqa: F401 - imported to warm up the app before it serves
     from telemetry.demo.simulate import Scenario, simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "warm.parquet")
         simulate(Scenario(ranks=4, steps=40)).to_parquet(path, index=False)
-        view = data.load_view(path)  # pyarrow's reader, validation, every detector
+        view = source.load_view(path)  # pyarrow's reader, validation, every detector
         data.step_percentiles(view.matrix)
         charts.heatmap(data.heatmap(view.matrix, "compute"), "compute (ms per step)", {}).to_dict()
     return time.perf_counter() - t0
@@ -60,16 +60,16 @@ def warm_up() -> float:
 
 def read_ahead(wait_s: float = READY_WAIT_S) -> list[str]:
     """Read the run ``telemetry dashboard`` was given, and its base run, each in a thread of its own
-    (data.load_ahead), waiting for them ``wait_s`` seconds at most: the server answers its health check
+    (source.load_ahead), waiting for them ``wait_s`` seconds at most: the server answers its health check
     (and ``telemetry dashboard`` prints its URL) once the run is read, so the first visitor's view is
     drawn from it at once; a run that takes longer is still being read when the server starts serving,
     and the first visitor waits for what is left of that read, not all of it. Returns the paths read."""
     from concurrent.futures import wait
 
-    from telemetry.dashboards import data
+    from telemetry.dashboards import source
 
     paths = [p for p in (os.environ.get(f"TELEMETRY_DASHBOARD_{k}", "") for k in ("PATH", "BASE")) if p]
-    wait([data.load_ahead(p) for p in dict.fromkeys(paths)], timeout=wait_s)
+    wait([source.load_ahead(p) for p in dict.fromkeys(paths)], timeout=wait_s)
     return paths
 
 

@@ -21,6 +21,7 @@ from telemetry.analysis.report import advice_line, collecting_line
 from . import charts, comm, devices, io, kernels
 from . import data as D
 from . import history as H
+from . import source as S
 from .grid import rank_bands
 
 
@@ -117,12 +118,12 @@ def finding_list(
                 st.code(json.dumps(rest, indent=1, default=str), language="json")
 
 
-def step_title(view: D.RunView) -> str:
+def step_title(view: S.RunView) -> str:
     """The step axis's title: a live job from Prometheus has a point per window, at its last step."""
     return "step (the job's last at each window's end)" if view.run.kind == "prometheus" else "step"
 
 
-def overview(view: D.RunView, choice: Choice, percentiles: Any) -> None:
+def overview(view: S.RunView, choice: Choice, percentiles: Any) -> None:
     s = view.analysis.summary
     cols = st.columns(5)
     cols[0].metric("median step time", f"{s['step_time_s'] * 1e3:.1f} ms", help="data wait included")
@@ -173,7 +174,7 @@ def overview(view: D.RunView, choice: Choice, percentiles: Any) -> None:
     finding_list(D.finding_cards(view), compact=True, collecting=s.get("collecting"), trace_url=D.trace_ui_url(view))
 
 
-def ranks(view: D.RunView, choice: Choice) -> None:
+def ranks(view: S.RunView, choice: Choice) -> None:
     m = view.matrix
     options = ["compute", "blocked", "data"] + [p for p in m.phase_compute if p != "data"]
     if m.comm is None:
@@ -186,7 +187,7 @@ def ranks(view: D.RunView, choice: Choice) -> None:
     )
     try:
         cells = D.view_heatmap(view, what, choice.ranks or None, choice.steps)
-    except D.ViewError as exc:
+    except S.ViewError as exc:
         st.warning(str(exc))
         return
     st.subheader(f"{what}, ms per step, rank x step")
@@ -204,7 +205,7 @@ def ranks(view: D.RunView, choice: Choice) -> None:
     st.dataframe(D.rank_summary(view).round(2), hide_index=True, width="stretch")
 
 
-def findings(view: D.RunView, choice: Choice) -> None:
+def findings(view: S.RunView, choice: Choice) -> None:
     cards = D.finding_cards(view)
     finding_list(cards, collecting=view.analysis.summary.get("collecting"), trace_url=D.trace_ui_url(view))
     if cards:
@@ -222,7 +223,7 @@ def findings(view: D.RunView, choice: Choice) -> None:
         st.dataframe(view.online, width="stretch")
 
 
-def collectives(view: D.RunView, choice: Choice) -> None:
+def collectives(view: S.RunView, choice: Choice) -> None:
     dims = comm.dimensions(view.run.table)
     if dims and dims != ["world"]:
         st.subheader("By parallel dimension")
@@ -236,7 +237,7 @@ def collectives(view: D.RunView, choice: Choice) -> None:
             width="stretch",
         )
         st.dataframe(per_rank_dim.round(3), hide_index=True, width="stretch")
-    withheld = D.records_withheld(view)
+    withheld = S.records_withheld(view)
     df = comm.per_step(view.run, choice.steps, choice.ranks) if withheld is None else pd.DataFrame()
     if df.empty:
         m = view.matrix
@@ -296,7 +297,7 @@ def collectives(view: D.RunView, choice: Choice) -> None:
     st.dataframe(table.round(3), hide_index=True, width="stretch")
 
 
-def input_and_devices(view: D.RunView, choice: Choice) -> None:
+def input_and_devices(view: S.RunView, choice: Choice) -> None:
     m = view.matrix
     marked = D.marked_ranks(view)
     st.subheader("Data-loader wait")
@@ -334,7 +335,7 @@ def input_and_devices(view: D.RunView, choice: Choice) -> None:
         st.dataframe(throttle, hide_index=True, width="stretch")
 
 
-def io_view(view: D.RunView, choice: Choice) -> None:
+def io_view(view: S.RunView, choice: Choice) -> None:
     """Checkpoints save by save, the input per rank, and the network per node (telemetry/dashboards/io.py):
     each part where the run has its columns, else a line saying what it lacks and how to get it."""
     m = view.matrix
@@ -396,7 +397,7 @@ def io_view(view: D.RunView, choice: Choice) -> None:
     st.dataframe(styled, hide_index=True, width="stretch")
 
 
-def _checkpoints(view: D.RunView, choice: Choice, marked: dict[int, str]) -> None:
+def _checkpoints(view: S.RunView, choice: Choice, marked: dict[int, str]) -> None:
     advice = advice_line(view.analysis.summary.get("checkpoint_advice"))
     if advice:
         st.markdown(advice.strip())
@@ -422,7 +423,7 @@ def _checkpoints(view: D.RunView, choice: Choice, marked: dict[int, str]) -> Non
         st.dataframe(saves.drop(columns="saves").round(3), hide_index=True, width="stretch")
 
 
-def compare(view: D.RunView, choice: Choice, base: D.RunView | None, base_name: str) -> None:
+def compare(view: S.RunView, choice: Choice, base: S.RunView | None, base_name: str) -> None:
     if base is None:
         st.info(
             "Nothing to compare with: start `telemetry dashboard NEW --base BASE`, or start it with no run "
@@ -468,7 +469,7 @@ def compare(view: D.RunView, choice: Choice, base: D.RunView | None, base_name: 
     finding_list(doc["findings"], compact=True)
 
 
-def kernels_view(view: D.RunView, choice: Choice) -> None:
+def kernels_view(view: S.RunView, choice: Choice) -> None:
     srcs = kernels.sources(view.run)
     if not srcs:
         st.info(
@@ -576,7 +577,7 @@ def _either_side_view(pair: tuple[str, str], c: dict[str, Any], min_change: floa
         st.caption(n)
 
 
-def history_view(view: D.RunView, choice: Choice, hist: "H.History | None") -> None:
+def history_view(view: S.RunView, choice: Choice, hist: "H.History | None") -> None:
     """Many runs of the job in time order (``--history``): one series over the runs with the change
     points marked, the changes, and what moved across the one chosen (telemetry/dashboards/history.py)."""
     if hist is None:

@@ -232,10 +232,10 @@ def test_a_prometheus_that_stops_answering_is_a_message_within_a_bound(
     fault_table,
     monkeypatch,
 ):
-    from telemetry.dashboards import data as D
+    from telemetry.dashboards import source as S
 
     url, _ = backfilled
-    monkeypatch.setattr(D, "PROMETHEUS_REFRESH_S", 1.0)  # re-query at every rerun a second apart
+    monkeypatch.setattr(S, "PROMETHEUS_REFRESH_S", 1.0)  # re-query at every rerun a second apart
     monkeypatch.setenv("TELEMETRY_DASHBOARD_PROMETHEUS", url)
     monkeypatch.setenv("TELEMETRY_DASHBOARD_JOB", "train-a")
     at = AppTest.from_file(APP, default_timeout=90)

@@ -451,7 +451,7 @@ def _a_run(path: str, job: str, steps: int) -> str:
 def test_the_dashboard_opens_only_the_runs_under_its_root(tmp_path, monkeypatch, fault_table):
     from streamlit.testing.v1 import AppTest
 
-    from telemetry.dashboards import data as D
+    from telemetry.dashboards import source as S
     from telemetry.dashboards.serve import APP
 
     root = tmp_path / "runs"
@@ -488,7 +488,7 @@ def test_the_dashboard_opens_only_the_runs_under_its_root(tmp_path, monkeypatch,
         shown = [c.value for c in at.caption if " ranks, " in c.value]
         tried[forged] = shown[0] if shown else "nothing"
         assert shown and shown[0].startswith("1 ranks, 12 steps"), (forged, shown)  # the inside run, not theirs
-    assert D.list_runs(str(tmp_path / "nope")) == [] and D.links_out(str(root)) == ["link-out"]
+    assert S.list_runs(str(tmp_path / "nope")) == [] and S.links_out(str(root)) == ["link-out"]
     fault_table.add(
         "security",
         "the dashboard asked for runs outside its root: a link in the root to a run "

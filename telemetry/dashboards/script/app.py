@@ -20,6 +20,7 @@ import streamlit as st
 
 from telemetry.dashboards import data as D
 from telemetry.dashboards import history as H
+from telemetry.dashboards import source as S
 from telemetry.dashboards import views as V
 
 st.set_page_config(page_title="training-telemetry", layout="wide")
@@ -30,27 +31,27 @@ PROM_MINUTES = (0, 15, 30, 60, 180, 360, 1440)  # 0: the whole job (at most 24 h
 # cache_resource, not cache_data: the run (a 256 x 10,000 table is about 300 MB) is shared as is, never
 # pickled into the cache and out again on every rerun. Nothing downstream mutates it.
 @st.cache_resource(show_spinner="Loading and analyzing the run...", max_entries=3)
-def _load(path: str, mtime: float) -> D.RunView:  # mtime: a run still being written is read again
-    return D.load_view(path, mtime)
+def _load(path: str, mtime: float) -> S.RunView:  # mtime: a run still being written is read again
+    return S.load_view(path, mtime)
 
 
 @st.cache_resource(show_spinner="Reading the chosen steps row by row...", max_entries=4)
-def _load_zoom(blocks: D.Blocks, mtime: float, steps: tuple[int, int], ranks: tuple[int, ...]) -> D.RunView:
-    return D.load_zoom(blocks, steps, ranks)
+def _load_zoom(blocks: S.Blocks, mtime: float, steps: tuple[int, int], ranks: tuple[int, ...]) -> S.RunView:
+    return S.load_zoom(blocks, steps, ranks)
 
 
 @st.cache_resource(show_spinner="Querying Prometheus and analyzing the job...", max_entries=4)
-def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> D.RunView:  # tick: one load per refresh
-    return D.load_prometheus(url, job or None, minutes or None)
+def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> S.RunView:  # tick: one load per refresh
+    return S.load_prometheus(url, job or None, minutes or None)
 
 
 @st.cache_resource(show_spinner="Reading the chosen steps from the run's picture...", max_entries=4)
-def _load_picture(key: tuple, _view: D.RunView, steps: tuple[int, int]) -> D.RunView | None:
-    return D.load_picture(_view, steps)
+def _load_picture(key: tuple, _view: S.RunView, steps: tuple[int, int]) -> S.RunView | None:
+    return S.load_picture(_view, steps)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _percentiles(key: tuple, _view: D.RunView):
+def _percentiles(key: tuple, _view: S.RunView):
     return D.view_percentiles(_view)
 
 
@@ -81,7 +82,7 @@ def _history_pair() -> tuple[str, str] | None:
 
 
 def _runs(root: str) -> list[str]:
-    return D.list_runs(root) if root else []
+    return S.list_runs(root) if root else []
 
 
 def _pick_run() -> tuple[str, str]:
@@ -104,7 +105,7 @@ def _pick_run() -> tuple[str, str]:
             f"{shown} is no longer there (deleted or moved while the page was open)"
             + (f"; showing {os.path.basename(runs[0])}" if runs else "")
         )
-    out = D.links_out(root)
+    out = S.links_out(root)
     if out:
         st.sidebar.caption(
             f"Not offered: {', '.join(out)} (links to directories outside {root}; the page opens only runs inside it)"
@@ -119,7 +120,7 @@ def _pick_run() -> tuple[str, str]:
     return chosen, root
 
 
-def _live_marker(live: D.Liveness, poll: "callable", every_s: float) -> None:
+def _live_marker(live: S.Liveness, poll: "callable", every_s: float) -> None:
     """A visible "live" marker that checks for new data every ``every_s`` and reruns the page when
     there is some; nothing polls for a finished run."""
 
@@ -167,8 +168,8 @@ def _asked_in_url(lo: int, hi: int, ranks: list[int]) -> tuple[tuple[int, int], 
     run (later, the sidebar holds them), within the run's steps ``lo``-``hi`` and among its ``ranks``;
     the whole run when the link asks for none. A value that is not one is said once and ignored."""
     if "asked" not in st.session_state:
-        steps, bad = D.steps_asked(st.query_params.get("steps"), lo, hi)
-        chosen, bad_ranks = D.ranks_asked(st.query_params.get("ranks"), ranks)
+        steps, bad = S.steps_asked(st.query_params.get("steps"), lo, hi)
+        chosen, bad_ranks = S.ranks_asked(st.query_params.get("ranks"), ranks)
         for what in filter(None, (bad, bad_ranks)):
             st.sidebar.warning(f"The link's {what}; ignored.")
         st.session_state["asked"] = (steps, chosen)
@@ -190,18 +191,18 @@ def _keep_in_url(steps: tuple[int, int], whole: tuple[int, int], chosen: list[in
         del st.query_params["ranks"]
 
 
-def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
+def _load_chosen() -> tuple[S.RunView | None, tuple, str]:
     """(view, cache key, root) of the chosen source; None after showing why there is nothing."""
     url = os.environ.get("TELEMETRY_DASHBOARD_PROMETHEUS", "")
     if url:
         job = os.environ.get("TELEMETRY_DASHBOARD_JOB", "")
-        refresh = D.PROMETHEUS_REFRESH_S
+        refresh = S.PROMETHEUS_REFRESH_S
         tick = int(time.time() // refresh)
         again = f"; trying again every {refresh:.0f} s"
         if not job:
             try:
-                jobs = D.prometheus_jobs(url)
-            except D.ViewError as exc:
+                jobs = S.prometheus_jobs(url)
+            except S.ViewError as exc:
                 st.error(f"Cannot read {url}: {exc}{again}")
                 _retry(refresh)
                 return None, (), ""
@@ -218,15 +219,15 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
         st.sidebar.caption(f"{url}, job {job}")
         try:
             view = _load_prometheus(url, job, minutes, tick)
-        except D.Collecting as exc:
+        except S.Collecting as exc:
             st.info(f"Job {job!r} on {url}: not enough data yet, {exc}{again}")
             _retry(refresh)
             return None, (), ""
-        except D.ViewError as exc:
+        except S.ViewError as exc:
             st.error(f"Cannot show job {job!r} from {url}: {exc}{again}")
             _retry(refresh)
             return None, (), ""
-        _live_marker(D.liveness(view.run, time.time()), lambda: int(time.time() // refresh) != tick, refresh)
+        _live_marker(S.liveness(view.run, time.time()), lambda: int(time.time() // refresh) != tick, refresh)
         return view, (url, job, minutes, tick), ""
     path, root = _pick_run()
     st.sidebar.caption(path or "no run")
@@ -236,17 +237,17 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
             "or start the dashboard with a run directory or a steps table."
         )
         return None, (), root
-    mtime = D.changed_at(path)
+    mtime = S.changed_at(path)
     t0 = time.perf_counter()
     try:
         view = _load(path, mtime)
-    except D.ViewError as exc:
+    except S.ViewError as exc:
         st.error(f"Cannot show this run: {exc}")
         return None, (), root
-    live = D.liveness(view.run, time.time())
+    live = S.liveness(view.run, time.time())
     if live.live:  # poll no faster than three loads take, so a large live run is not reloaded back to back
-        every = max(D.LIVE_REFRESH_S, 3 * (time.perf_counter() - t0))
-        _live_marker(live, lambda: D.changed_at(path) != mtime, every)
+        every = max(S.LIVE_REFRESH_S, 3 * (time.perf_counter() - t0))
+        _live_marker(live, lambda: S.changed_at(path) != mtime, every)
     elif view.run.progress and not live.finished:
         st.caption(
             f"Not live: the newest heartbeat is from {V.clock(live.heartbeat_s)} and not every rank "
@@ -255,7 +256,7 @@ def _load_chosen() -> tuple[D.RunView | None, tuple, str]:
     return view, (path, mtime), root
 
 
-def _base(root: str, path: str) -> tuple[D.RunView | None, str]:
+def _base(root: str, path: str) -> tuple[S.RunView | None, str]:
     """The run to compare with: ``--base`` (TELEMETRY_DASHBOARD_BASE), else one chosen among the other
     runs under the root."""
     base = os.environ.get("TELEMETRY_DASHBOARD_BASE", "")
@@ -270,21 +271,21 @@ def _base(root: str, path: str) -> tuple[D.RunView | None, str]:
         if base not in others:  # never a path the page was not offered
             return None, ""
     try:
-        return _load(base, D.changed_at(base)), os.path.basename(base.rstrip("/"))
-    except D.ViewError as exc:
+        return _load(base, S.changed_at(base)), os.path.basename(base.rstrip("/"))
+    except S.ViewError as exc:
         st.error(f"Cannot compare with {base}: {exc}")
         return None, ""
 
 
-def _zoomed(view: D.RunView, key: tuple, steps: tuple[int, int], chosen: list[int]) -> tuple[D.RunView, tuple]:
+def _zoomed(view: S.RunView, key: tuple, steps: tuple[int, int], chosen: list[int]) -> tuple[S.RunView, tuple]:
     """A long run is drawn from its blocks of steps; steps x ranks chosen that hold at most
-    ``D.ZOOM_ROWS`` rows are read row by row (that view then shows every step, and its findings are
+    ``S.ZOOM_ROWS`` rows are read row by row (that view then shows every step, and its findings are
     those steps'), but for steps of every rank of a run whose picture ``telemetry compact`` kept: those
-    are drawn from it (D.load_picture). Returns the view to show and its cache key."""
+    are drawn from it (S.load_picture). Returns the view to show and its cache key."""
     b = view.blocks
     whole = f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps"
-    if D.zoom_rows(b, steps, chosen) > D.ZOOM_ROWS:
-        most = D.ZOOM_ROWS // (len(chosen) or b.ranks)
+    if S.zoom_rows(b, steps, chosen) > S.ZOOM_ROWS:
+        most = S.ZOOM_ROWS // (len(chosen) or b.ranks)
         how = "its analysis as `telemetry compact` kept it" if b.kept else "analyzed as `telemetry analyze` does"
         st.caption(
             f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}{D.partial_blocks(view)}. Choose at "
@@ -302,7 +303,7 @@ def _zoomed(view: D.RunView, key: tuple, steps: tuple[int, int], chosen: list[in
         return pic, (*key, steps, ())
     try:
         zoom = _load_zoom(b, key[1], steps, tuple(sorted(chosen)))
-    except D.ViewError as exc:
+    except S.ViewError as exc:
         st.error(f"Cannot read steps {steps[0]:,} to {steps[1]:,}: {exc}")
         return view, key
     who = f"ranks {', '.join(map(str, sorted(chosen)))}" if chosen else "every rank"

@@ -55,18 +55,18 @@ def test_compact_keeps_the_analysis_and_analyze_prints_the_same_json_from_it(lon
 
 def test_the_dashboard_draws_the_kept_analysis(long_run, monkeypatch):
     pytest.importorskip("streamlit")
-    from telemetry.dashboards import data as D
+    from telemetry.dashboards import source as S
     from tests.helpers.apptest import run_app
 
-    fresh = D.load_view(long_run)
+    fresh = S.load_view(long_run)
     assert cli("compact", long_run)[0] == 0
-    kept = D.load_view(long_run)
+    kept = S.load_view(long_run)
     assert kept.blocks.kept and KEPT in kept.blocks.note and not fresh.blocks.kept
     assert [f.to_dict() for f in kept.analysis.findings] == [f.to_dict() for f in fresh.analysis.findings]
     assert kept.analysis.summary == fresh.analysis.summary
     assert kept.run.table.equals(fresh.run.table)  # the blocks drawn
     assert kept.matrix.n_ranks == 32 and kept.matrix.n_steps == fresh.matrix.n_steps
-    monkeypatch.setattr(D, "ZOOM_ROWS", 32 * 200)  # the whole run is drawn from its blocks, not zoomed into
+    monkeypatch.setattr(S, "ZOOM_ROWS", 32 * 200)  # the whole run is drawn from its blocks, not zoomed into
     at = run_app(monkeypatch, long_run)
     said = " ".join(c.value for c in at.caption)
     assert "drawn from medians over blocks of 64 steps, its analysis as `telemetry compact` kept it" in said, said

@@ -273,6 +273,7 @@ def test_the_io_view_shows_checkpoints_input_and_network_or_says_what_the_run_la
 def test_a_long_run_is_drawn_from_its_blocks_and_a_zoom_reads_every_step(monkeypatch, tmp_path):
     from telemetry.analysis import coarse
     from telemetry.dashboards import data as D
+    from telemetry.dashboards import source as S
     from telemetry.demo.simrun import write_simulated_run
     from tests.helpers.apptest import KEYS
 
@@ -280,14 +281,14 @@ def test_a_long_run_is_drawn_from_its_blocks_and_a_zoom_reads_every_step(monkeyp
     fault = Fault("straggler", ranks=(9,), phase="forward", factor=1.5, start=1000)
     write_simulated_run(Scenario(name="long", ranks=32, steps=3000, seed=3, faults=(fault,)), out)
     monkeypatch.setattr(coarse, "COARSE_ROWS", 10_000)  # 32 x 3,000 = 96,000 rows: a long run here
-    monkeypatch.setattr(D, "ZOOM_ROWS", 32 * 200)  # every rank's 200 steps, or 2 ranks' 3,200
+    monkeypatch.setattr(S, "ZOOM_ROWS", 32 * 200)  # every rank's 200 steps, or 2 ranks' 3,200
     at = run_app(monkeypatch, out)
     said = " ".join(c.value for c in at.caption)
     assert "32 ranks x 3,000 steps: drawn from medians over blocks of 64 steps" in said, said
     assert "Choose at most 200 steps (or a few ranks) to read every step" in said
     # the last block holds 56 of 64 steps: a band's highest of its medians would read as slow steps
     assert "steps 2,944-2,999 (a block short of 64 steps) are left out of its heatmaps and lines" in said, said
-    whole = D.load_view(out)
+    whole = S.load_view(out)
     assert D.view_heatmap(whole, "forward")["step"].max() == 2880 == D.view_percentiles(whole)["step"].max()
     assert D.whole_blocks(whole) == (0, 2943)
     titles = [e.label for e in at.expander]
@@ -318,7 +319,7 @@ def test_a_long_run_is_drawn_from_its_blocks_and_a_zoom_reads_every_step(monkeyp
     show(at, "collectives")  # 6,000 records: read (the simulator writes no collective spans, said so)
     assert any("holds no per-collective records" in i.value for i in at.info), [i.value for i in at.info]
     show(at, "ranks")
-    view = D.load_zoom(D.load_view(out).blocks, (0, 2999), (9, 10))
+    view = S.load_zoom(S.load_view(out).blocks, (0, 2999), (9, 10))
     assert sorted(view.run.table["rank"].unique()) == [9, 10] and view.matrix.n_steps == 3000
 
 
@@ -326,6 +327,7 @@ def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_pictur
     from telemetry.analysis import coarse, picture
     from telemetry.cli import main
     from telemetry.dashboards import data as D
+    from telemetry.dashboards import source as S
     from telemetry.demo.simrun import write_simulated_run
 
     out = str(tmp_path / "long")
@@ -333,7 +335,7 @@ def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_pictur
     write_simulated_run(Scenario(name="long", ranks=32, steps=3000, seed=3, faults=(fault,)), out)
     monkeypatch.setattr(coarse, "COARSE_ROWS", 10_000)  # 32 x 3,000 = 96,000 rows: a long run here
     monkeypatch.setattr(picture, "BANDS", 8)  # 32 ranks in 8 bands of 4, as 10,000 ranks in 256 of 40
-    monkeypatch.setattr(D, "ZOOM_ROWS", 32 * 200)
+    monkeypatch.setattr(S, "ZOOM_ROWS", 32 * 200)
     assert main(["compact", out]) == 0
     at = run_app(monkeypatch, out)
     [steps] = [s for s in at.sidebar.slider if s.label == "steps"]
@@ -348,7 +350,7 @@ def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_pictur
     assert not at.exception, [e.value for e in at.exception]
     said = " ".join(c.value for c in at.caption)
     assert "8 bands of 4 consecutive ranks" in said and "9 (straggler: band 8-11)" in said, said
-    view = D.load_picture(D.load_view(out), (1500, 1699))
+    view = S.load_picture(S.load_view(out), (1500, 1699))
     cells = D.view_heatmap(view, "forward")
     assert sorted(cells["step"].unique()) == list(range(1500, 1700)) and cells["rank"].nunique() == 8
     worst = cells.groupby("rank")["ms"].mean().idxmax()

@@ -1,7 +1,9 @@
 """What the views show, as plain tables (telemetry/dashboards/data.py): heatmaps and step percentiles
-downsampled so that a slow rank or a slow step still shows."""
+downsampled so that a slow rank or a slow step still shows; and how the run is read for them
+(telemetry/dashboards/source.py): read ahead by the server, a link's steps and ranks."""
 
 from telemetry.dashboards import data as D
+from telemetry.dashboards import source as S
 from telemetry.demo.simulate import Fault, Scenario, simulate
 
 
@@ -71,23 +73,23 @@ def test_a_run_read_ahead_is_the_first_visitors_view_once_and_only_while_unchang
     import threading
 
     readers = []
-    opened = D.open_input
-    monkeypatch.setattr(D, "open_input", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
+    opened = S.open_input
+    monkeypatch.setattr(S, "open_input", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
     path = str(tmp_path / "steps.parquet")
     simulate(Scenario(ranks=4, steps=60)).to_parquet(path, index=False)
-    D.load_ahead(path)
-    seen = D.changed_at(path)
-    first = D.load_view(path, seen)
+    S.load_ahead(path)
+    seen = S.changed_at(path)
+    first = S.load_view(path, seen)
     assert first.analysis.summary["ranks"] == 4
     assert len(readers) == 1 and readers[0] is not threading.current_thread()  # read in the thread ahead only
-    again = D.load_view(path, seen)  # taken once: the app's cache holds it from then on
+    again = S.load_view(path, seen)  # taken once: the app's cache holds it from then on
     assert again is not first and again.analysis.summary == first.analysis.summary
     assert readers[1:] == [threading.current_thread()]
 
-    D.load_ahead(path)
+    S.load_ahead(path)
     simulate(Scenario(ranks=8, steps=60)).to_parquet(path, index=False)
     os.utime(path, (seen + 5, seen + 5))  # a new modification time, however coarse the file system's clock
-    assert D.load_view(path, D.changed_at(path)).analysis.summary["ranks"] == 8
+    assert S.load_view(path, S.changed_at(path)).analysis.summary["ranks"] == 8
 
 
 def test_a_run_read_ahead_that_cannot_be_shown_says_why_to_its_visitor_without_reading_it_again(tmp_path, monkeypatch):
@@ -96,13 +98,13 @@ def test_a_run_read_ahead_that_cannot_be_shown_says_why_to_its_visitor_without_r
     import pytest
 
     readers = []
-    opened = D.open_input
-    monkeypatch.setattr(D, "open_input", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
+    opened = S.open_input
+    monkeypatch.setattr(S, "open_input", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
     path = tmp_path / "steps.csv"
     path.write_text("not,a\nsteps,table\n")
-    D.load_ahead(str(path))
-    with pytest.raises(D.ViewError, match="missing column"):
-        D.load_view(str(path), D.changed_at(str(path)))
+    S.load_ahead(str(path))
+    with pytest.raises(S.ViewError, match="missing column"):
+        S.load_view(str(path), S.changed_at(str(path)))
     assert len(readers) == 1 and readers[0] is not threading.current_thread()
 
 
@@ -185,36 +187,36 @@ def test_the_server_serves_once_its_run_and_base_are_read(tmp_path, monkeypatch)
     monkeypatch.setenv("TELEMETRY_DASHBOARD_PATH", run)
     monkeypatch.setenv("TELEMETRY_DASHBOARD_BASE", base)
     assert serve.read_ahead() == [run, base]
-    assert D._AHEAD[run].done() and D._AHEAD[base].done()
-    assert D.load_view(base, D.changed_at(base)).analysis.summary["ranks"] == 2
-    assert D.load_view(run, D.changed_at(run)).analysis.summary["ranks"] == 4
+    assert S._AHEAD[run].done() and S._AHEAD[base].done()
+    assert S.load_view(base, S.changed_at(base)).analysis.summary["ranks"] == 2
+    assert S.load_view(run, S.changed_at(run)).analysis.summary["ranks"] == 4
 
     # a read that outlasts the wait: the server serves, and the first view waits for that read
     import threading
 
     slow, readers = threading.Event(), []
-    opened = D.open_input
+    opened = S.open_input
 
     def held(*a, **k):
         readers.append(threading.current_thread())
         slow.wait(60)
         return opened(*a, **k)
 
-    monkeypatch.setattr(D, "open_input", held)
+    monkeypatch.setattr(S, "open_input", held)
     monkeypatch.delenv("TELEMETRY_DASHBOARD_BASE")
-    assert serve.read_ahead(wait_s=0.05) == [run] and not D._AHEAD[run].done()
+    assert serve.read_ahead(wait_s=0.05) == [run] and not S._AHEAD[run].done()
     slow.set()
-    assert D.load_view(run, D.changed_at(run)).analysis.summary["ranks"] == 4
+    assert S.load_view(run, S.changed_at(run)).analysis.summary["ranks"] == 4
     assert len(readers) == 1 and readers[0] is not threading.current_thread()
 
 
 def test_a_link_s_steps_and_ranks_are_read_within_the_run():
-    assert D.steps_asked("5000-5199", 0, 9999) == ((5000, 5199), None)
-    assert D.steps_asked("7", 0, 9999) == ((7, 7), None)  # one step
-    assert D.steps_asked("9900-20000", 0, 9999) == ((9900, 9999), None)  # kept within the run's
-    assert D.steps_asked(None, 0, 9999) == (None, None) and D.ranks_asked("", [0, 1]) == ([], None)
+    assert S.steps_asked("5000-5199", 0, 9999) == ((5000, 5199), None)
+    assert S.steps_asked("7", 0, 9999) == ((7, 7), None)  # one step
+    assert S.steps_asked("9900-20000", 0, 9999) == ((9900, 9999), None)  # kept within the run's
+    assert S.steps_asked(None, 0, 9999) == (None, None) and S.ranks_asked("", [0, 1]) == ([], None)
     for bad in ("5199-5000", "-3", "a-b", "20000-30000"):
-        got, why = D.steps_asked(bad, 0, 9999)
+        got, why = S.steps_asked(bad, 0, 9999)
         assert got is None and why and repr(bad) in why, (bad, why)
-    assert D.ranks_asked("3,1,3", [0, 1, 2, 3]) == ([1, 3], None)
-    assert D.ranks_asked("1,x", [0, 1])[0] == [] and "not a list of ranks" in D.ranks_asked("1,x", [0, 1])[1]
+    assert S.ranks_asked("3,1,3", [0, 1, 2, 3]) == ([1, 3], None)
+    assert S.ranks_asked("1,x", [0, 1])[0] == [] and "not a list of ranks" in S.ranks_asked("1,x", [0, 1])[1]
