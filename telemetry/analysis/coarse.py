@@ -74,7 +74,7 @@ def block_table(agg: Any) -> pd.DataFrame:
     ok = np.isfinite(out["duration_s"]) & np.isfinite(out["start_s"])
     if not ok.all():
         out = {k: v[ok] for k, v in out.items()}
-    if not _in_order(out["step"], out["rank"]):  # the kept blocks are (runsummary.write): no copy
+    if not _in_order(out["step"], out["rank"]):  # the kept blocks are (keep.write): no copy
         order = np.lexsort((out["rank"], out["step"]))  # stable, as a sort by (step, rank) is
         out = {k: v[order] for k, v in out.items()}
     return pd.DataFrame(out, copy=False)  # the columns are this table's own: no second copy into one block

@@ -158,28 +158,26 @@ def _emit(out: pq.ParquetWriter, schema: pa.Schema, a: int, highest: dict[str, n
     return table.num_rows
 
 
-def current(path: str, fp: str) -> bool:
-    """Whether the run (fingerprint ``fp``) has its picture kept, of it as it is."""
-    from .runsummary import DIR
-
+def current(where: str, fp: str) -> bool:
+    """Whether the picture kept in ``where`` (the run's summary directory) is of the run as it is (its
+    fingerprint ``fp``)."""
     try:
-        return (pq.read_schema(os.path.join(path, DIR, FILE)).metadata or {}).get(_FP_KEY, b"").decode() == fp
+        return (pq.read_schema(os.path.join(where, FILE)).metadata or {}).get(_FP_KEY, b"").decode() == fp
     except (OSError, ValueError, pa.ArrowException):
         return False
 
 
-def read(path: str, steps: tuple[int, int], fp: str | None = None) -> Picture | None:
-    """Steps ``steps`` of the run's kept picture while it is the run's (``fp``: its fingerprint, when
-    already known); None when there is none, it is stale or does not read, or it holds none of them."""
-    from .runsummary import DIR, fingerprint
-
-    where = os.path.join(path, DIR, FILE)
+def read(where: str, steps: tuple[int, int], fp: str) -> Picture | None:
+    """Steps ``steps`` of the picture kept in ``where`` (the run's summary directory) while it is of the
+    run as it is (its fingerprint ``fp``); None when there is none, it is stale or does not read, or it
+    holds none of those steps."""
+    where = os.path.join(where, FILE)
     if not os.path.exists(where):
         return None
     try:
         pf = pq.ParquetFile(where)
         meta = pf.schema_arrow.metadata or {}
-        if meta.get(_FP_KEY, b"").decode() != (fp or fingerprint(path)):
+        if meta.get(_FP_KEY, b"").decode() != fp:
             return None
         bands = json.loads(meta[_BANDS_KEY])
         t = pq.read_table(where, filters=[("step", ">=", steps[0]), ("step", "<=", steps[1])])

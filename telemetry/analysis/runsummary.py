@@ -2,7 +2,7 @@
 dashboard would compute, read in a second instead of 10,000 ranks' files.
 
 ``telemetry compact`` writes it once every rank is compacted and none is being written
-(:func:`write`), for a run directory of more than ``coarse.COARSE_ROWS`` rows:
+(keep.py), for a run directory of more than ``coarse.COARSE_ROWS`` rows:
 ``RUN/summary/blocks.parquet``, the blocks the analysis read (every rank's aggregates, only the
 columns :func:`.coarse.block_table` reads: a row per rank and block of 64 steps), and
 ``RUN/summary/analysis.json``, the findings (trace ids in; the captures are matched when read, since
@@ -13,6 +13,8 @@ A reader uses them only while the fingerprint is the run's (:func:`read`); a run
 without its files' times, is analyzed from its files again, as before. The findings are kept for
 the default settings only: any other (``--busy-bound``, ``--base``, ``--hang-after``, a dashboard's
 comparison) analyzes the kept blocks afresh, which saves the read of every rank's aggregates.
+Beside them, for more than 256 ranks, ``RUN/summary/picture.parquet`` (picture.py), read the same way
+(:func:`read_picture`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ BLOCKS = "blocks.parquet"
 ANALYSIS = "analysis.json"
 FORMAT = 1
 KEPT = "kept by telemetry compact in"  # the note's words for an analysis read from the summary
-_FP_KEY = b"telemetry.fingerprint"
+FP_KEY = b"telemetry.fingerprint"
 
 
 def fingerprint(path: str) -> str | None:
@@ -94,7 +96,7 @@ def read(path: str) -> Kept | None:
 
 def _of_run(schema: pa.Schema, fp: str) -> bool:
     """Whether the kept blocks (their schema) are of the run as it is (``fp``)."""
-    return (schema.metadata or {}).get(_FP_KEY, b"").decode() == fp
+    return (schema.metadata or {}).get(FP_KEY, b"").decode() == fp
 
 
 def _doc(where: str, fp: str) -> dict[str, Any] | None:
@@ -113,7 +115,7 @@ def _doc(where: str, fp: str) -> dict[str, Any] | None:
     return doc
 
 
-def _current(path: str, fp: str) -> bool:
+def current(path: str, fp: str) -> bool:
     """Whether the kept summary is of the run as it is (``fp``), its blocks' rows not read."""
     where = os.path.join(path, DIR)
     try:
@@ -124,57 +126,7 @@ def _current(path: str, fp: str) -> bool:
     return _doc(where, fp) is not None
 
 
-def write(path: str) -> str:
-    """Analyze a long run from its blocks (default settings) and keep the blocks and the analysis in
-    ``RUN/summary/``; returns the line that says what was done (or why nothing was)."""
-    from ..store.segments import read_aggregates
-    from . import coarse
-    from .windows import coarse_findings
-
+def read_picture(path: str, steps: tuple[int, int]) -> picture.Picture | None:
+    """Steps ``steps`` of the run's kept picture (picture.py) while it is the run's; None otherwise."""
     fp = fingerprint(path)
-    if fp is None:
-        return "no summary kept: a rank's live tail is there (a run being written, or one that did not end)"
-    if _current(path, fp):
-        said = f"its analysis already kept in {os.path.join(path, DIR)} (the run unchanged since)"
-        return said if picture.current(path, fp) else f"{said}; {_picture(path, fp, None)}"
-    said: list[str] = []
-    agg = read_aggregates(path, said, summarize=False, keep=coarse.wanted)
-    got = coarse_findings(path, agg, said) if agg is not None else None
-    if got is None:
-        return (
-            f"no summary kept: {coarse.COARSE_ROWS:,} rows or fewer (read row by row in seconds), or segments "
-            "written without their blocks' aggregates"
-        )
-    result, run, note, _ = got
-    if fingerprint(path) != fp:
-        return "no summary kept: the run directory changed while it was analyzed"
-    where = os.path.join(path, DIR)
-    os.makedirs(where, exist_ok=True)
-    blocks = agg.sort_by([("block", "ascending"), ("rank", "ascending")])  # block_table's order: read, not sorted
-    blocks = blocks.replace_schema_metadata({**(agg.schema.metadata or {}), _FP_KEY: fp.encode()})
-    layout.write_atomic(
-        os.path.join(where, BLOCKS), lambda f: pq.write_table(blocks, f, compression="zstd", row_group_size=1 << 20)
-    )
-    doc = {"format": FORMAT, "fingerprint": fp, "note": note, "read_warnings": said, **result.to_json()}
-    body = json.dumps(doc).encode()  # keys in the findings' own order: the JSON analyze prints is the same
-    layout.write_atomic(os.path.join(where, ANALYSIS), lambda f: f.write(body))
-    return f"kept its analysis from {agg.num_rows:,} blocks in {where}; {_picture(path, fp, result)}"
-
-
-def _picture(path: str, fp: str, result: Any) -> str:
-    """Keep the run's picture (picture.py) of the series its blocks' analysis (``result``; read from the
-    kept summary when None) draws; what was done."""
-    from .windows import coarse_analysis
-
-    if result is None:
-        got = coarse_analysis(path)
-        if got is None:
-            return "no picture kept: the run is not read from its blocks"
-        result = got[0]
-    m, s = result.matrix, result.summary
-    try:
-        return picture.write(
-            path, os.path.join(path, DIR), fp, list(picture.series_of(m)), m.ranks, (s["first_step"], s["last_step"])
-        )
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        return f"no picture kept: {exc}"
+    return None if fp is None else picture.read(os.path.join(path, DIR), steps, fp)

@@ -194,9 +194,9 @@ def load_picture(view: RunView, steps: tuple[int, int]) -> RunView | None:
     highest, and the step time's percentiles over every rank): its rank x step charts and the step time's
     line draw every step of those; its findings, tables and other charts stay the whole run's, from its
     blocks. None when the run has no current picture (then the steps are read row by row)."""
-    from telemetry.analysis import picture
+    from telemetry.analysis.runsummary import read_picture
 
-    got = picture.read(view.blocks.path, steps) if view.blocks is not None else None
+    got = read_picture(view.blocks.path, steps) if view.blocks is not None else None
     return None if got is None else replace(view, picture=got)
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from telemetry.analysis import coarse, picture
 from telemetry.analysis.detectors.matrix import from_table
+from telemetry.analysis.runsummary import read_picture
 from telemetry.analysis.table import columns_to_table
 from telemetry.cli import main
 from telemetry.demo.simrun import write_simulated_run
@@ -40,7 +41,7 @@ def test_the_picture_holds_each_band_s_highest_and_the_percentiles_over_every_ra
     monkeypatch.setattr(picture, "READ_ROWS", 2_000)
     said = compact(long_run)
     assert "kept its picture (24,000 rows: 8 bands of up to 4 ranks, every step)" in said, said
-    got = picture.read(long_run, (1390, 1409))  # across a window's edge (1400)
+    got = read_picture(long_run, (1390, 1409))  # across a window's edge (1400)
     m = from_table(columns_to_table(read_step_columns(long_run, [], (1390, 1409))))
     assert got.matrix.steps.tolist() == list(range(1390, 1410)) == m.steps.tolist()
     assert got.matrix.ranks.tolist() == [0, 4, 8, 12, 16, 20, 24, 28] and got.last.tolist()[-2:] == [27, 29]
@@ -61,25 +62,25 @@ def test_the_picture_holds_each_band_s_highest_and_the_percentiles_over_every_ra
     np.testing.assert_allclose(got.p95, np.percentile(t, 95, axis=0), rtol=1e-6)
     # the straggler's band is the highest in its phase
     assert got.matrix.ranks[np.argmax(got.matrix.phase_compute["forward"].mean(axis=1))] == 8
-    assert picture.read(long_run, (5000, 6000)) is None  # no such steps
+    assert read_picture(long_run, (5000, 6000)) is None  # no such steps
 
 
 def test_a_picture_is_read_only_while_it_is_the_run_s(long_run):
     compact(long_run)
-    assert picture.read(long_run, (0, 10)) is not None
+    assert read_picture(long_run, (0, 10)) is not None
     assert "its analysis already kept" in compact(long_run)  # unchanged: neither is written again
     progress = os.path.join(long_run, "ranks", "rank-00003.progress.json")
     with open(progress, "a", encoding="utf-8") as f:  # a heartbeat since: the run is not the one pictured
         f.write(" ")
-    assert picture.read(long_run, (0, 10)) is None
-    assert "kept its picture" in compact(long_run) and picture.read(long_run, (0, 10)) is not None
+    assert read_picture(long_run, (0, 10)) is None
+    assert "kept its picture" in compact(long_run) and read_picture(long_run, (0, 10)) is not None
     where = os.path.join(long_run, "summary", picture.FILE)
     with open(where, "r+b") as f:  # cut: no footer
         f.truncate(os.path.getsize(where) // 2)
-    assert picture.read(long_run, (0, 10)) is None
+    assert read_picture(long_run, (0, 10)) is None
     said = compact(long_run)  # the analysis is current, the picture is not: the picture alone is kept again
     assert "its analysis already kept" in said and "kept its picture" in said, said
-    assert picture.read(long_run, (0, 10)) is not None
+    assert read_picture(long_run, (0, 10)) is not None
 
 
 def test_no_picture_for_a_run_of_few_ranks(long_run, monkeypatch):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from telemetry.analysis import coarse, runsummary
+from telemetry.analysis import coarse, keep, runsummary
 from telemetry.cli import main
 from telemetry.demo.simrun import write_simulated_run
 from telemetry.demo.simulate import Fault, Scenario
@@ -129,5 +129,5 @@ def test_no_summary_for_a_short_run_or_a_live_one(tmp_path, monkeypatch, long_ru
     )
     tail = os.path.join(long_run, "ranks", "rank-00000.tail-000099.arrows")
     open(tail, "wb").close()  # a rank's live tail: a run being written
-    assert runsummary.write(long_run).startswith("no summary kept: a rank's live tail is there")
+    assert keep.write(long_run).startswith("no summary kept: a rank's live tail is there")
     assert not os.path.exists(os.path.join(long_run, "summary"))
