@@ -108,8 +108,11 @@ def write(path: str, where: str, fp: str, names: list[str], ranks: np.ndarray, s
                     if got is None or not got.num_rows:
                         continue
                     try:
-                        m = from_table(columns_to_table(got))
-                    except TableError:
+                        m = from_table(columns_to_table(got, warnings=said))
+                    except TableError as exc:  # left out of the picture (empty there), and said
+                        said.append(
+                            f"steps {a}-{b} of ranks {ranks[i]}-{ranks[min(i + per_read, len(ranks)) - 1]}: {exc}"
+                        )
                         continue
                     cols = m.steps.astype(np.int64) - a
                     keep = (cols >= 0) & (cols <= b - a)
@@ -128,7 +131,8 @@ def write(path: str, where: str, fp: str, names: list[str], ranks: np.ndarray, s
                 rows += _emit(out, schema, a, highest, total)
 
     layout.write_atomic(os.path.join(where, FILE), windows)
-    return f"kept its picture ({rows:,} rows: {len(bands)} bands of up to {height} ranks, every step)"
+    heard = f"; its read said {len(said)} thing(s), the first: {said[0]}" if said else ""
+    return f"kept its picture ({rows:,} rows: {len(bands)} bands of up to {height} ranks, every step){heard}"
 
 
 def _emit(out: pq.ParquetWriter, schema: pa.Schema, a: int, highest: dict[str, np.ndarray], total: np.ndarray) -> int:
