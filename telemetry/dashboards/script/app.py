@@ -174,6 +174,8 @@ def _asked_in_url(lo: int, hi: int, ranks: list[int]) -> tuple[tuple[int, int], 
             st.sidebar.warning(f"The link's {what}; ignored.")
         st.session_state["asked"] = (steps, chosen)
     steps, chosen = st.session_state["asked"]
+    have = set(ranks)
+    chosen = [r for r in chosen if r in have]  # another run chosen since (under a root): its ranks only
     if steps is None:
         return (lo, hi), chosen
     return (max(lo, min(steps[0], hi)), max(lo, min(steps[1], hi))), chosen
