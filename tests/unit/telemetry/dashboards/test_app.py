@@ -403,6 +403,26 @@ def test_a_link_s_steps_and_ranks_are_checked_and_a_bad_one_is_said_and_ignored(
         assert steps.value == (steps.min, steps.max) and ranks.value == []  # the whole run, as with no link
 
 
+def test_a_link_s_ranks_follow_the_run_chosen_under_a_root(monkeypatch, tmp_path):
+    from telemetry.demo.simrun import write_simulated_run
+
+    for name, n in (("small", 2), ("big", 8)):  # the newest first: big
+        write_simulated_run(Scenario(name=name, ranks=n, steps=40, seed=1), str(tmp_path / "runs" / name))
+    monkeypatch.delenv("TELEMETRY_DASHBOARD_PATH", raising=False)
+    monkeypatch.setenv("TELEMETRY_DASHBOARD_ROOT", str(tmp_path / "runs"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update({"ranks": "1,7"})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    [box] = [s for s in at.sidebar.selectbox if s.label == "run"]
+    [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
+    assert os.path.basename(box.value) == "big" and ranks.value == [1, 7]
+    box.set_value([o for o in box.options if o.endswith("small")][0]).run()  # 2 ranks: rank 7 is not one
+    assert not at.exception, [e.value for e in at.exception]
+    [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
+    assert ranks.value == [1]
+
+
 def test_a_heatmap_of_hundreds_of_ranks_draws_bands_and_names_the_straggler_s_band(monkeypatch, tmp_path):
     path = str(tmp_path / "wide.parquet")
     fault = Fault("straggler", ranks=(437,), phase="forward", factor=2.0)
