@@ -14,9 +14,10 @@ MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps a
 # that a 10,000-rank heatmap is a picture a page can hold (1,024 rows were 0.7 px each) and a browser draws
 MAX_HEATMAP_ROWS = 256
 # ... and, banded, into no more bands than keep the cells at this many (at least 64 bands): a browser draws
-# a cell in about 40 us here (headless Chromium, 2 cores), and 256 bands of 157 columns drew in 1-2 s,
-# each band 2.4 px of a 720 px chart; 10,000 ranks x 157 columns are now 127 bands, 4.8 px each
-MAX_HEATMAP_CELLS = 20_000
+# a cell in about 30-40 us here (headless Chromium, 2 cores): 256 bands of 157 columns drew in 1-2 s, each
+# band 2.4 px of a 720 px chart; at 20,000 cells the views with a heatmap took 2.9-3.3 s to be drawn at
+# 10^8 records, at 10,000 0.3 s less; 10,000 ranks x 157 columns are now 64 bands of 157, 11 px each
+MAX_HEATMAP_CELLS = 10_000
 MIN_HEATMAP_BANDS = 64
 
 

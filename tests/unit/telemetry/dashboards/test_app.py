@@ -429,6 +429,6 @@ def test_a_heatmap_of_hundreds_of_ranks_draws_bands_and_names_the_straggler_s_ba
     simulate(Scenario(ranks=600, steps=60, seed=2, faults=(fault,))).to_parquet(path, index=False)
     at = show(run_app(monkeypatch, path), "ranks")
     said = " ".join(c.value for c in at.caption)
-    assert "200 bands of 3 consecutive ranks, each cell the band's highest" in said, said
-    assert "Ranks a finding names: 437 (straggler: band 435-437)" in said, said
+    assert "150 bands of 4 consecutive ranks, each cell the band's highest" in said, said
+    assert "Ranks a finding names: 437 (straggler: band 436-439)" in said, said
     assert len(at.dataframe[0].value) == 600  # the per-rank table keeps every rank

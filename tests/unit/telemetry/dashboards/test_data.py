@@ -109,16 +109,16 @@ def test_a_run_read_ahead_that_cannot_be_shown_says_why_to_its_visitor_without_r
 
 
 def test_a_wide_heatmap_of_many_ranks_draws_fewer_bands_so_the_browser_draws_it_in_time():
-    """Bands enough to keep a heatmap at about 20,000 cells (a browser draws each in about 40 us here):
-    2,000 ranks x 400 steps are 63 bands of 32 ranks (not 250 of 8: 100,000 cells); 100 steps, 200 bands
-    of 10; the slow rank's band still stands out."""
+    """Bands enough to keep a heatmap at about 10,000 cells (a browser draws each in about 30-40 us here),
+    but at least 64: 2,000 ranks x 400 steps are 63 bands of 32 ranks (not 250 of 8: 100,000 cells); 100
+    steps, 100 bands of 20; the slow rank's band still stands out."""
     from types import SimpleNamespace
 
     import numpy as np
 
     from telemetry.dashboards.grid import grid_cells
 
-    for steps, bands, height in ((400, 63, 32), (100, 200, 10)):
+    for steps, bands, height in ((400, 63, 32), (100, 100, 20)):
         m = SimpleNamespace(ranks=np.arange(2000), steps=np.arange(steps), n_ranks=2000, n_steps=steps)
         a = np.full((2000, steps), 10.0)
         a[1234] = 15.0
@@ -131,8 +131,8 @@ def test_a_wide_heatmap_of_many_ranks_draws_fewer_bands_so_the_browser_draws_it_
 
 def test_rows_that_are_bands_already_are_grouped_a_whole_number_at_a_time():
     """A picture's rows (telemetry.analysis.picture) are bands of ranks: 250 bands of 40 over 200 steps
-    are more cells than 20,000, so three at a time (84 bands of 120 ranks, the last of 40), each labelled by
-    its first and last rank; 50 steps keep the 250 as they are, labelled as kept."""
+    are more cells than 10,000, so four at a time (63 bands of 160 ranks, the last of 80: at least 64 bands
+    wanted), each labelled by its first and last rank; 25 steps keep the 250 as they are, labelled as kept."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -140,7 +140,7 @@ def test_rows_that_are_bands_already_are_grouped_a_whole_number_at_a_time():
     from telemetry.dashboards.grid import grid_cells
 
     firsts = np.arange(0, 10_000, 40)
-    for steps, bands in ((200, 84), (50, 250)):
+    for steps, bands in ((200, 63), (25, 250)):
         m = SimpleNamespace(ranks=firsts, steps=np.arange(steps), n_ranks=250, n_steps=steps)
         a = np.full((250, steps), 10.0)
         a[7500 // 40] = 15.0  # the band of the slow rank 7500 (7480-7519)
