@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-import threading
 import time
 from typing import Any, Callable
 
@@ -31,34 +30,9 @@ from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
 from . import groups
+from .collective_ops import Pending, allreduce_factor, ring_factor, tensor_bytes, tensors_bytes, unit_factor
 
 log = logging.getLogger("telemetry")
-
-
-def _nbytes(t: Any) -> int:
-    try:
-        return t.numel() * t.element_size()
-    except AttributeError:
-        return 0
-
-
-def _sum_bytes(ts: Any) -> int:
-    try:
-        return sum(_nbytes(t) for t in ts)
-    except TypeError:
-        return 0
-
-
-def _ring(n: int) -> float:
-    return (n - 1) / n if n > 0 else 0.0
-
-
-def _allreduce_factor(n: int) -> float:
-    return 2.0 * (n - 1) / n if n > 0 else 0.0
-
-
-def _one(n: int) -> float:
-    return 1.0
 
 
 def _arg(args: tuple, kwargs: dict, i: int, name: str) -> Any:
@@ -69,7 +43,7 @@ def _arg(args: tuple, kwargs: dict, i: int, name: str) -> Any:
 
 def _p2p_bytes(a: tuple, k: dict) -> int:
     ops = _arg(a, k, 0, "p2p_op_list") or ()
-    return sum(_nbytes(getattr(op, "tensor", None)) for op in ops)
+    return sum(tensor_bytes(getattr(op, "tensor", None)) for op in ops)
 
 
 def _p2p_group(a: tuple, k: dict) -> Any:
@@ -81,25 +55,25 @@ def _p2p_group(a: tuple, k: dict) -> Any:
 # Bytes are the op's total size as nccl-tests counts it: the whole buffer for all_reduce,
 # broadcast, reduce; the gathered output / scattered input for all_gather and reduce_scatter.
 _SPECS: dict[str, tuple[Callable[[tuple, dict], int], Callable[[int], float], int | None]] = {
-    "all_reduce": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _allreduce_factor, 2),
-    "all_gather": (lambda a, k: _sum_bytes(_arg(a, k, 0, "tensor_list")), _ring, 2),
-    "all_gather_into_tensor": (lambda a, k: _nbytes(_arg(a, k, 0, "output_tensor")), _ring, 2),
-    "all_gather_single": (lambda a, k: _nbytes(_arg(a, k, 0, "output_tensor")), _ring, 2),
-    "_all_gather_base": (lambda a, k: _nbytes(_arg(a, k, 0, "output_tensor")), _ring, 2),
-    "reduce_scatter": (lambda a, k: _sum_bytes(_arg(a, k, 1, "input_list")), _ring, 3),
-    "reduce_scatter_tensor": (lambda a, k: _nbytes(_arg(a, k, 1, "input")), _ring, 3),
-    "reduce_scatter_single": (lambda a, k: _nbytes(_arg(a, k, 1, "input")), _ring, 3),
-    "_reduce_scatter_base": (lambda a, k: _nbytes(_arg(a, k, 1, "input")), _ring, 3),
-    "reduce": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 3),
-    "broadcast": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
-    "all_to_all": (lambda a, k: _sum_bytes(_arg(a, k, 1, "input_tensor_list")), _ring, 2),
-    "all_to_all_single": (lambda a, k: _nbytes(_arg(a, k, 1, "input")), _ring, 4),
-    "barrier": (lambda a, k: 0, _one, 0),
-    "send": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
-    "recv": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
-    "isend": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
-    "irecv": (lambda a, k: _nbytes(_arg(a, k, 0, "tensor")), _one, 2),
-    "batch_isend_irecv": (_p2p_bytes, _one, None),
+    "all_reduce": (lambda a, k: tensor_bytes(_arg(a, k, 0, "tensor")), allreduce_factor, 2),
+    "all_gather": (lambda a, k: tensors_bytes(_arg(a, k, 0, "tensor_list")), ring_factor, 2),
+    "all_gather_into_tensor": (lambda a, k: tensor_bytes(_arg(a, k, 0, "output_tensor")), ring_factor, 2),
+    "all_gather_single": (lambda a, k: tensor_bytes(_arg(a, k, 0, "output_tensor")), ring_factor, 2),
+    "_all_gather_base": (lambda a, k: tensor_bytes(_arg(a, k, 0, "output_tensor")), ring_factor, 2),
+    "reduce_scatter": (lambda a, k: tensors_bytes(_arg(a, k, 1, "input_list")), ring_factor, 3),
+    "reduce_scatter_tensor": (lambda a, k: tensor_bytes(_arg(a, k, 1, "input")), ring_factor, 3),
+    "reduce_scatter_single": (lambda a, k: tensor_bytes(_arg(a, k, 1, "input")), ring_factor, 3),
+    "_reduce_scatter_base": (lambda a, k: tensor_bytes(_arg(a, k, 1, "input")), ring_factor, 3),
+    "reduce": (lambda a, k: tensor_bytes(_arg(a, k, 0, "tensor")), unit_factor, 3),
+    "broadcast": (lambda a, k: tensor_bytes(_arg(a, k, 0, "tensor")), unit_factor, 2),
+    "all_to_all": (lambda a, k: tensors_bytes(_arg(a, k, 1, "input_tensor_list")), ring_factor, 2),
+    "all_to_all_single": (lambda a, k: tensor_bytes(_arg(a, k, 1, "input")), ring_factor, 4),
+    "barrier": (lambda a, k: 0, unit_factor, 0),
+    "send": (lambda a, k: tensor_bytes(_arg(a, k, 0, "tensor")), unit_factor, 2),
+    "recv": (lambda a, k: tensor_bytes(_arg(a, k, 0, "tensor")), unit_factor, 2),
+    "isend": (lambda a, k: tensor_bytes(_arg(a, k, 0, "tensor")), unit_factor, 2),
+    "irecv": (lambda a, k: tensor_bytes(_arg(a, k, 0, "tensor")), unit_factor, 2),
+    "batch_isend_irecv": (_p2p_bytes, unit_factor, None),
 }
 _ALWAYS_ASYNC = frozenset({"isend", "irecv", "batch_isend_irecv"})
 # Names whose public op name differs (legacy aliases report as their modern names).
@@ -119,35 +93,6 @@ def forget_groups() -> None:
     groups.forget()
 
 
-class _Pending:
-    """One async op in flight: emitted once, when its Work completes or is waited on."""
-
-    __slots__ = ("op", "t0", "nbytes", "gsize", "gname", "factor", "blocked_ns", "lock", "done", "waiters", "events")
-
-    def __init__(self, op: str, t0: int, nbytes: int, gsize: int, gname: str, factor: float, waiters: int) -> None:
-        self.op, self.t0, self.nbytes, self.gsize, self.gname, self.factor = op, t0, nbytes, gsize, gname, factor
-        self.blocked_ns = 0
-        self.lock = threading.Lock()
-        self.done = False
-        self.waiters = waiters  # Works still to complete (batch_isend_irecv returns several)
-        self.events: tuple | None = None  # CUDA events around the last wait(), on device timing
-
-    def finish(self, t_end: int, blocked_ns: int = 0) -> None:
-        with self.lock:
-            self.blocked_ns += blocked_ns
-            self.waiters -= 1
-            if self.done or self.waiters > 0:
-                return
-            self.done = True
-        # A wait returns a little after the completion callback: blocked never exceeds the op.
-        blocked = min(self.blocked_ns, t_end - self.t0)
-        fields = (t_end, self.op, self.t0, self.nbytes, self.gsize, self.gname, blocked, self.factor)
-        if self.events:
-            _current._active.emit((ev.COLLECTIVE_DEV, *fields, *self.events))
-        else:
-            _current._active.emit((ev.COLLECTIVE, *fields))
-
-
 class _TimedWork:
     """Wraps an async Work: completion (its future's callback) ends the op; the time the caller
     spends in ``wait()`` is its blocked time. Everything else is delegated to the Work.
@@ -157,7 +102,7 @@ class _TimedWork:
 
     __slots__ = ("_work", "_pending", "_finished", "_waiting", "_t_done")
 
-    def __init__(self, work: Any, pending: _Pending) -> None:
+    def __init__(self, work: Any, pending: Pending) -> None:
         self._work = work
         self._pending = pending
         self._finished = False
@@ -238,7 +183,7 @@ def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
         factor = factor_of(gsize)
         if is_async and out is not None:
             works = out if isinstance(out, list) else [out]
-            pending = _Pending(name, t0, nbytes, gsize, gname, factor, len(works))
+            pending = Pending(name, t0, nbytes, gsize, gname, factor, len(works))
             wrapped = [_TimedWork(w, pending) for w in works]
             return wrapped if isinstance(out, list) else wrapped[0]
         t1 = rec.now()

@@ -28,7 +28,8 @@ from ..logonce import LogOnce
 from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
-from .collectives import _allreduce_factor, _group_info
+from .collective_ops import allreduce_factor
+from .collectives import _group_info
 
 
 def ddp_comm_hook(state, bucket):
@@ -50,7 +51,7 @@ def ddp_comm_hook(state, bucket):
         fut = allreduce_hook(state, bucket)
     finally:
         rec.current_collective = prev
-    factor = _allreduce_factor(gsize)
+    factor = allreduce_factor(gsize)
 
     def done(f: Any) -> Any:
         t1 = rec.now()

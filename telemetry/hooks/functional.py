@@ -34,38 +34,63 @@ from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
 from . import groups
-from .collectives import _allreduce_factor, _nbytes, _one, _Pending, _ring, _sum_bytes
+from .collective_ops import Pending, allreduce_factor, ring_factor, tensor_bytes, tensors_bytes, unit_factor
 
 MAX_IN_FLIGHT = 4096
 
 # name -> (op as reported, bytes(args, kwargs, group size), busbw factor(group size), group position)
 _SPECS: dict[str, tuple[str, Callable[[tuple, dict, int], int], Callable[[int], float], int]] = {
-    "all_reduce": ("all_reduce", lambda a, k, n: _nbytes(_first(a, k)), _allreduce_factor, 2),
-    "all_reduce_coalesced": ("all_reduce", lambda a, k, n: _sum_bytes(_first(a, k)), _allreduce_factor, 2),
-    "all_gather_single": ("all_gather_into_tensor", lambda a, k, n: n * _nbytes(_first(a, k)), _ring, 2),
-    "all_gather_single_autograd": ("all_gather_into_tensor", lambda a, k, n: n * _nbytes(_first(a, k)), _ring, 2),
-    "all_gather_tensor": ("all_gather_into_tensor", lambda a, k, n: n * _nbytes(_first(a, k)), _ring, 2),
-    "all_gather_tensor_autograd": ("all_gather_into_tensor", lambda a, k, n: n * _nbytes(_first(a, k)), _ring, 2),
+    "all_reduce": ("all_reduce", lambda a, k, n: tensor_bytes(_first(a, k)), allreduce_factor, 2),
+    "all_reduce_coalesced": ("all_reduce", lambda a, k, n: tensors_bytes(_first(a, k)), allreduce_factor, 2),
+    "all_gather_single": ("all_gather_into_tensor", lambda a, k, n: n * tensor_bytes(_first(a, k)), ring_factor, 2),
+    "all_gather_single_autograd": (
+        "all_gather_into_tensor",
+        lambda a, k, n: n * tensor_bytes(_first(a, k)),
+        ring_factor,
+        2,
+    ),
+    "all_gather_tensor": ("all_gather_into_tensor", lambda a, k, n: n * tensor_bytes(_first(a, k)), ring_factor, 2),
+    "all_gather_tensor_autograd": (
+        "all_gather_into_tensor",
+        lambda a, k, n: n * tensor_bytes(_first(a, k)),
+        ring_factor,
+        2,
+    ),
     "all_gather_into_tensor_coalesced": (
         "all_gather_into_tensor",
-        lambda a, k, n: n * _sum_bytes(_first(a, k)),
-        _ring,
+        lambda a, k, n: n * tensors_bytes(_first(a, k)),
+        ring_factor,
         1,
     ),
-    "reduce_scatter_single": ("reduce_scatter_tensor", lambda a, k, n: _nbytes(_first(a, k)), _ring, 3),
-    "reduce_scatter_single_autograd": ("reduce_scatter_tensor", lambda a, k, n: _nbytes(_first(a, k)), _ring, 3),
-    "reduce_scatter_tensor": ("reduce_scatter_tensor", lambda a, k, n: _nbytes(_first(a, k)), _ring, 3),
-    "reduce_scatter_tensor_autograd": ("reduce_scatter_tensor", lambda a, k, n: _nbytes(_first(a, k)), _ring, 3),
-    "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor", lambda a, k, n: _sum_bytes(_first(a, k)), _ring, 3),
-    "all_to_all_single": ("all_to_all_single", lambda a, k, n: _nbytes(_first(a, k)), _ring, 3),
-    "all_to_all_single_autograd": ("all_to_all_single", lambda a, k, n: _nbytes(_first(a, k)), _ring, 3),
-    "broadcast": ("broadcast", lambda a, k, n: _nbytes(_first(a, k)), _one, 2),
-    "permute_tensor": ("permute_tensor", lambda a, k, n: _nbytes(_first(a, k)), _one, 2),
+    "reduce_scatter_single": ("reduce_scatter_tensor", lambda a, k, n: tensor_bytes(_first(a, k)), ring_factor, 3),
+    "reduce_scatter_single_autograd": (
+        "reduce_scatter_tensor",
+        lambda a, k, n: tensor_bytes(_first(a, k)),
+        ring_factor,
+        3,
+    ),
+    "reduce_scatter_tensor": ("reduce_scatter_tensor", lambda a, k, n: tensor_bytes(_first(a, k)), ring_factor, 3),
+    "reduce_scatter_tensor_autograd": (
+        "reduce_scatter_tensor",
+        lambda a, k, n: tensor_bytes(_first(a, k)),
+        ring_factor,
+        3,
+    ),
+    "reduce_scatter_tensor_coalesced": (
+        "reduce_scatter_tensor",
+        lambda a, k, n: tensors_bytes(_first(a, k)),
+        ring_factor,
+        3,
+    ),
+    "all_to_all_single": ("all_to_all_single", lambda a, k, n: tensor_bytes(_first(a, k)), ring_factor, 3),
+    "all_to_all_single_autograd": ("all_to_all_single", lambda a, k, n: tensor_bytes(_first(a, k)), ring_factor, 3),
+    "broadcast": ("broadcast", lambda a, k, n: tensor_bytes(_first(a, k)), unit_factor, 2),
+    "permute_tensor": ("permute_tensor", lambda a, k, n: tensor_bytes(_first(a, k)), unit_factor, 2),
 }
 
 _originals: dict[str, Callable] = {}
-# the storage address of an issued op's output -> (a weak reference to that output, its _Pending)
-_in_flight: dict[int, tuple[weakref.ref, _Pending]] = {}
+# the storage address of an issued op's output -> (a weak reference to that output, its Pending)
+_in_flight: dict[int, tuple[weakref.ref, Pending]] = {}
 stats = {"unwaited": 0}
 
 
@@ -147,7 +172,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
             else:
                 _remember(key, elem, [op, t0, nbytes, gsize, gname, factor_of(gsize), t1 - t0])
             return out
-        pending = _Pending(op, t0, nbytes, gsize, gname, factor_of(gsize), len(out))  # coalesced: one op
+        pending = Pending(op, t0, nbytes, gsize, gname, factor_of(gsize), len(out))  # coalesced: one op
         pending.blocked_ns = t1 - t0  # the issue call: the training thread was in it
         for o in out:
             elem = getattr(o, "elem", None)
