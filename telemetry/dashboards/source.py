@@ -24,6 +24,9 @@ from telemetry.analysis.table import TableError
 from telemetry.analysis.tracelinks import with_trace_ids
 
 ZOOM_ROWS = 2_000_000  # a long run's chosen steps x ranks of at most this many rows are read row by row
+# a long run's steps of every rank, at most this many, are drawn from its kept picture (load_picture): 4,096
+# steps of 10,000 ranks' picture are read in about 0.35 s here (200 in 0.17 s, 10,000 in 1.2 s)
+PICTURE_STEPS = 4_096
 # of a long run, at most this many records are read with their spans and per-op columns (the Collectives
 # view: about 13 us a record here, so about 3 s)
 RECORD_ROWS = 200_000
@@ -186,6 +189,15 @@ def load_zoom(blocks: Blocks, steps: tuple[int, int], ranks: tuple[int, ...]) ->
     view = _analyzed(replace(run, table=columns_to_table(got), records=records, warnings=run.warnings + said))
     view.zoomed_from = blocks
     return view
+
+
+def has_picture(blocks: Blocks) -> bool:
+    """Whether ``telemetry compact`` kept the run's picture (whether it is still the run's is checked
+    when it is read)."""
+    from telemetry.analysis.picture import FILE
+    from telemetry.analysis.runsummary import DIR
+
+    return os.path.exists(os.path.join(blocks.path, DIR, FILE))
 
 
 def load_picture(view: RunView, steps: tuple[int, int]) -> RunView | None:

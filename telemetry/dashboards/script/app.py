@@ -280,29 +280,47 @@ def _base(root: str, path: str) -> tuple[S.RunView | None, str]:
 
 
 def _zoomed(view: S.RunView, key: tuple, steps: tuple[int, int], chosen: list[int]) -> tuple[S.RunView, tuple]:
-    """A long run is drawn from its blocks of steps; steps x ranks chosen that hold at most
-    ``S.ZOOM_ROWS`` rows are read row by row (that view then shows every step, and its findings are
-    those steps'), but for steps of every rank of a run whose picture ``telemetry compact`` kept: those
-    are drawn from it (S.load_picture). Returns the view to show and its cache key."""
+    """A long run is drawn from its blocks of steps. At most ``S.PICTURE_STEPS`` steps of every rank of a
+    run whose picture ``telemetry compact`` kept are drawn from it, step by step (S.load_picture); else
+    steps x ranks chosen that hold at most ``S.ZOOM_ROWS`` rows are read row by row (that view then shows
+    every step, and its findings are those steps'). Returns the view to show and its cache key."""
     b = view.blocks
     whole = f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps"
+    last = min(steps[1], b.last)
+    if not chosen and last - steps[0] + 1 <= S.PICTURE_STEPS:
+        pic = _load_picture(key, view, steps)
+        if pic is not None:
+            n = len(pic.picture.matrix.steps)
+            parts = [
+                f"a heatmap's column the median of a few steps' (beyond {D.MAX_HEATMAP_COLUMNS} steps)"
+                if n > D.MAX_HEATMAP_COLUMNS
+                else "",
+                f"a point of the line a few steps' median p50 and highest p95 (beyond {D.MAX_LINE_POINTS})"
+                if n > D.MAX_LINE_POINTS
+                else "",
+            ]
+            grouped = f" ({'; '.join(filter(None, parts))})" if any(parts) else ""
+            st.caption(
+                f"Zoomed in: steps {steps[0]:,} to {last:,} of every rank of a run of {whole}, drawn step by step "
+                "from the picture `telemetry compact` kept: a heatmap's cell is a band of ranks' highest at a step, "
+                f"the step time's line its percentiles over every rank{grouped}. The findings, the per-rank tables "
+                f"and the other charts are the whole run's, from its blocks of {b.steps} steps. Choose ranks to read "
+                "their every step."
+            )
+            return pic, (*key, steps, ())
     if S.zoom_rows(b, steps, chosen) > S.ZOOM_ROWS:
         most = S.ZOOM_ROWS // (len(chosen) or b.ranks)
         how = "its analysis as `telemetry compact` kept it" if b.kept else "analyzed as `telemetry analyze` does"
+        picture = (
+            f"at most {S.PICTURE_STEPS:,} steps to draw each step from its picture, or "
+            if not chosen and S.has_picture(b)
+            else ""
+        )
         st.caption(
-            f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}{D.partial_blocks(view)}. Choose at "
-            f"most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
+            f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}{D.partial_blocks(view)}. Choose "
+            f"{picture}at most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
         )
         return view, key
-    pic = None if chosen else _load_picture(key, view, steps)
-    if pic is not None:
-        st.caption(
-            f"Zoomed in: steps {steps[0]:,} to {min(steps[1], b.last):,} of every rank of a run of {whole}, every step "
-            f"drawn from the picture `telemetry compact` kept: a heatmap's cell is a band of ranks' highest at a step, "
-            "the step time's line its percentiles over every rank. The findings, the per-rank tables and the other "
-            f"charts are the whole run's, from its blocks of {b.steps} steps. Choose ranks to read their every step."
-        )
-        return pic, (*key, steps, ())
     try:
         zoom = _load_zoom(b, key[1], steps, tuple(sorted(chosen)))
     except S.ViewError as exc:
@@ -310,7 +328,7 @@ def _zoomed(view: S.RunView, key: tuple, steps: tuple[int, int], chosen: list[in
         return view, key
     who = f"ranks {', '.join(map(str, sorted(chosen)))}" if chosen else "every rank"
     st.caption(
-        f"Zoomed in: steps {steps[0]:,} to {min(steps[1], b.last):,} of {who}, every step, of a run of {whole}; "
+        f"Zoomed in: steps {steps[0]:,} to {last:,} of {who}, every step, of a run of {whole}; "
         "the findings are those steps' (widen the range for the whole run's)."
     )
     return zoom, (*key, steps, tuple(sorted(chosen)))

@@ -343,7 +343,7 @@ def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_pictur
     assert not at.exception, [e.value for e in at.exception]
     said = " ".join(c.value for c in at.caption)
     assert (
-        "steps 1,500 to 1,699 of every rank of a run of 32 ranks x 3,000 steps, every step drawn from the picture"
+        "steps 1,500 to 1,699 of every rank of a run of 32 ranks x 3,000 steps, drawn step by step from the picture"
         in said
     )
     show(at, "ranks")
@@ -360,6 +360,17 @@ def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_pictur
     show(at, "devices")
     assert not at.exception, [e.value for e in at.exception]
     assert at.query_params["steps"] == "1500-1699"  # the zoom is in the URL: a link opens it
+    # wider than rows could be read (32 x 1,000 > ZOOM_ROWS): still every step, from the picture, grouped
+    monkeypatch.setattr(S, "PICTURE_STEPS", 1_000)
+    steps.set_value((1000, 1999)).run()
+    said = " ".join(c.value for c in at.caption)
+    assert "steps 1,000 to 1,999 of every rank" in said and "a heatmap's column the median of a few steps'" in said
+    assert D.view_heatmap(S.load_picture(S.load_view(out), (1000, 1999)), "forward")["step"].nunique() == 333
+    steps.set_value((1000, 2000)).run()  # 1,001 steps: beyond the picture's reach, the blocks
+    said = " ".join(c.value for c in at.caption)
+    assert "drawn from medians over blocks of 64 steps" in said, said
+    assert "Choose at most 1,000 steps to draw each step from its picture, or at most 200 steps" in said, said
+    steps.set_value((1500, 1699)).run()
     # ranks chosen: read row by row, as before
     [ranks] = [m for m in at.sidebar.multiselect if m.label.startswith("ranks")]
     ranks.set_value([9]).run()
@@ -374,7 +385,7 @@ def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_pictur
     link.run()
     assert not link.exception, [e.value for e in link.exception]
     said = " ".join(c.value for c in link.caption)
-    assert "steps 2,000 to 2,099 of every rank" in said and "drawn from the picture" in said, said
+    assert "steps 2,000 to 2,099 of every rank" in said and "step by step from the picture" in said, said
     assert link.header[0].value == "Ranks"
 
 
