@@ -128,5 +128,8 @@ def current(path: str, fp: str) -> bool:
 
 def read_picture(path: str, steps: tuple[int, int]) -> picture.Picture | None:
     """Steps ``steps`` of the run's kept picture (picture.py) while it is the run's; None otherwise."""
+    where = os.path.join(path, DIR)
+    if not os.path.exists(os.path.join(where, picture.FILE)):
+        return None  # none kept: the run's fingerprint (a walk of ranks/) not taken
     fp = fingerprint(path)
-    return None if fp is None else picture.read(os.path.join(path, DIR), steps, fp)
+    return None if fp is None else picture.read(where, steps, fp)
