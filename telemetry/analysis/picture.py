@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..store import layout
-from .detectors.matrix import StepMatrix, from_table, nan_to_zero, nanpercentile
+from .detectors.matrix import StepMatrix, from_table, nan_to_zero, nanmax_runs, nanpercentile
 from .table import TableError, columns_to_table
 
 FILE = "picture.parquet"
@@ -67,11 +67,9 @@ def series_of(m: StepMatrix) -> dict[str, np.ndarray]:
     return out
 
 
-def bands_of(ranks: np.ndarray) -> list[tuple[int, int]]:
-    """Consecutive ranks (sorted ``ranks``) in at most :data:`BANDS` bands of equal height (the last
-    shorter): each band's first and last rank."""
-    ranks = np.sort(np.asarray(ranks, dtype=np.int64))
-    height = -(-len(ranks) // BANDS)
+def bands_of(ranks: np.ndarray, height: int) -> list[tuple[int, int]]:
+    """Sorted ``ranks`` in bands of ``height`` consecutive ranks (the last may hold fewer): each band's
+    first and last rank."""
     return [(int(ranks[i]), int(ranks[min(i + height, len(ranks)) - 1])) for i in range(0, len(ranks), height)]
 
 
@@ -83,8 +81,8 @@ def write(path: str, where: str, fp: str, names: list[str], ranks: np.ndarray, s
     ranks = np.sort(np.asarray(ranks, dtype=np.int64))
     if len(ranks) <= BANDS:
         return f"no picture kept: {len(ranks)} ranks (a zoom reads {BANDS} ranks or fewer row by row)"
-    bands = bands_of(ranks)
     height = -(-len(ranks) // BANDS)  # ranks a band holds (the last band fewer)
+    bands = bands_of(ranks, height)
     firsts = np.array([b[0] for b in bands], dtype=np.int64)
     first, last = steps
     width = max(1, min(last - first + 1, WINDOW_VALUES // len(ranks)))
@@ -124,10 +122,7 @@ def write(path: str, where: str, fp: str, names: list[str], ranks: np.ndarray, s
                     for n in names:
                         if n not in have:
                             continue
-                        v = np.where(np.isnan(have[n][:, keep]), -np.inf, have[n][:, keep])
-                        hi = np.maximum.reduceat(v, starts, axis=0)
-                        hi[np.isneginf(hi)] = np.nan
-                        highest[n][np.ix_(band[starts], cols[keep])] = hi
+                        highest[n][np.ix_(band[starts], cols[keep])] = nanmax_runs(have[n][:, keep], starts)
                 rows += _emit(out, schema, a, highest, total)
 
     layout.write_atomic(os.path.join(where, FILE), windows)
@@ -176,9 +171,7 @@ def read(where: str, steps: tuple[int, int], fp: str) -> Picture | None:
     run as it is (its fingerprint ``fp``); None when there is none, it is stale or does not read, or it
     holds none of those steps."""
     where = os.path.join(where, FILE)
-    if not os.path.exists(where):
-        return None
-    try:
+    try:  # a missing file too: None
         pf = pq.ParquetFile(where)
         meta = pf.schema_arrow.metadata or {}
         if meta.get(_FP_KEY, b"").decode() != fp:

@@ -126,10 +126,15 @@ def current(path: str, fp: str) -> bool:
     return _doc(where, fp) is not None
 
 
+def has_picture(path: str) -> bool:
+    """Whether ``telemetry compact`` kept the run's picture (whether it is still the run's is checked
+    when it is read: :func:`read_picture`)."""
+    return os.path.exists(os.path.join(path, DIR, picture.FILE))
+
+
 def read_picture(path: str, steps: tuple[int, int]) -> picture.Picture | None:
     """Steps ``steps`` of the run's kept picture (picture.py) while it is the run's; None otherwise."""
-    where = os.path.join(path, DIR)
-    if not os.path.exists(os.path.join(where, picture.FILE)):
+    if not has_picture(path):
         return None  # none kept: the run's fingerprint (a walk of ranks/) not taken
     fp = fingerprint(path)
-    return None if fp is None else picture.read(where, steps, fp)
+    return None if fp is None else picture.read(os.path.join(path, DIR), steps, fp)

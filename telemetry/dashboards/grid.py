@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian
+from telemetry.analysis.detectors.matrix import StepMatrix, nanmax_runs, nanmedian
 
 MAX_HEATMAP_COLUMNS = 400  # steps are grouped into at most this many blocks (block medians)
 MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps are grouped
@@ -67,10 +67,7 @@ def grid_cells(
         bands = min(max_rows, max(MIN_HEATMAP_BANDS, MAX_HEATMAP_CELLS // max(a.shape[1], 1)))
         height = -(-a.shape[0] // bands)
         starts = np.arange(0, a.shape[0], height)
-        with np.errstate(all="ignore"):  # a band with no value at a step (NaN only): NaN there, drawn empty
-            filled = np.where(np.isnan(a), -np.inf, a)
-            a = np.maximum.reduceat(filled, starts, axis=0)
-        a[np.isneginf(a)] = np.nan
+        a = nanmax_runs(a, starts)  # a band with no value at a step (NaN only): NaN there, drawn empty
         last = ends[np.minimum(starts + height, len(rank_ids)) - 1]
         rank_ids = rank_ids[starts]
     grid = pd.DataFrame(a, index=rank_ids, columns=step_ids)

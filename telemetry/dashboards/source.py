@@ -191,15 +191,6 @@ def load_zoom(blocks: Blocks, steps: tuple[int, int], ranks: tuple[int, ...]) ->
     return view
 
 
-def has_picture(blocks: Blocks) -> bool:
-    """Whether ``telemetry compact`` kept the run's picture (whether it is still the run's is checked
-    when it is read)."""
-    from telemetry.analysis.picture import FILE
-    from telemetry.analysis.runsummary import DIR
-
-    return os.path.exists(os.path.join(blocks.path, DIR, FILE))
-
-
 def load_picture(view: RunView, steps: tuple[int, int]) -> RunView | None:
     """``view`` (a long run drawn from its blocks) with steps ``steps`` of every rank drawn from the
     run's picture kept by ``telemetry compact`` (telemetry.analysis.picture: per step, each band of ranks'

@@ -147,6 +147,15 @@ def _picked(s: np.ndarray, n: np.ndarray, q: float, axis: int) -> np.ndarray:
     return np.squeeze(v, axis=axis)
 
 
+def nanmax_runs(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The highest of each run of rows of ``a`` (runs beginning at rows ``starts``, as
+    ``np.maximum.reduceat``), NaNs left out; NaN where a run has no value in a column."""
+    with np.errstate(all="ignore"):
+        out = np.maximum.reduceat(np.where(np.isnan(a), -np.inf, a), starts, axis=0)
+    out[np.isneginf(out)] = np.nan
+    return out
+
+
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique values, index of each value), by hashing rather than sorting every row."""
     codes, uniques = pd.factorize(values, sort=False)

@@ -18,6 +18,7 @@ import time
 
 import streamlit as st
 
+from telemetry.analysis.runsummary import has_picture
 from telemetry.dashboards import data as D
 from telemetry.dashboards import history as H
 from telemetry.dashboards import source as S
@@ -313,7 +314,7 @@ def _zoomed(view: S.RunView, key: tuple, steps: tuple[int, int], chosen: list[in
         how = "its analysis as `telemetry compact` kept it" if b.kept else "analyzed as `telemetry analyze` does"
         picture = (
             f"at most {S.PICTURE_STEPS:,} steps to draw each step from its picture, or "
-            if not chosen and S.has_picture(b)
+            if not chosen and has_picture(b.path)
             else ""
         )
         st.caption(
