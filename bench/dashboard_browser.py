@@ -41,7 +41,9 @@ STATE = """JSON.stringify({
   charts: document.querySelectorAll('.vega-embed').length,
   charts_drawn: document.querySelectorAll('.vega-embed canvas, .vega-embed svg.marks').length,
   tables: document.querySelectorAll('[data-testid="stDataFrame"]').length,
-  tables_drawn: document.querySelectorAll('[data-testid="stDataFrame"] canvas').length})"""
+  tables_drawn: document.querySelectorAll('[data-testid="stDataFrame"] canvas').length,
+  running: !!document.querySelector('[data-testid="stStatusWidget"]'),
+  stale: document.querySelectorAll('[data-stale="true"]').length})"""
 
 
 def state(evaluate, text: str) -> dict:
@@ -81,8 +83,6 @@ def drawn_in(url: str, text: str, want: dict, timeout: float = 120.0) -> float:
 SIGNATURE = """(() => { const c = document.querySelector('.vega-embed canvas'); if (!c) return '';
   const d = c.toDataURL(); let h = 0; for (let i = 0; i < d.length; i += 7) h = (h * 31 + d.charCodeAt(i)) | 0;
   return d.length + ':' + h; })()"""
-BUSY = """JSON.stringify({running: !!document.querySelector('[data-testid="stStatusWidget"]'),
-  stale: document.querySelectorAll('[data-stale="true"]').length})"""
 
 
 def zoom_in_browser(url: str, steps: tuple[int, int], timeout: float = 120.0) -> tuple[float, float]:
@@ -108,9 +108,8 @@ def zoom_in_browser(url: str, steps: tuple[int, int], timeout: float = 120.0) ->
             )
         now = f"steps {a + 1:,} to {b:,} of every rank"
         while time.perf_counter() - t0 < timeout:
-            busy = json.loads(evaluate(BUSY) or "{}")
             s = state(evaluate, now)
-            if s.get("text") and not busy.get("running") and not busy.get("stale") and evaluate(SIGNATURE) != before:
+            if s.get("text") and not s["running"] and not s["stale"] and evaluate(SIGNATURE) != before:
                 return link, time.perf_counter() - t0
             time.sleep(0.02)
     raise SystemExit(f"the zoom's key press was not drawn in {timeout:.0f} s")
