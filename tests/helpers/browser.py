@@ -119,9 +119,8 @@ def devtools_page(url: str, timeout: float = 120.0) -> Iterator[Callable[[str], 
                         .get("value")
                     )
 
-                evaluate.send = (
-                    send  # any other DevTools method (Input.dispatchKeyEvent: a key pressed, as a user would)
-                )
+                # any other DevTools method (Input.dispatchKeyEvent: a key pressed, as a user would)
+                evaluate.send = send
                 yield evaluate
         finally:
             with contextlib.suppress(ProcessLookupError):
