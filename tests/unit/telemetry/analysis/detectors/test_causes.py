@@ -1,6 +1,8 @@
 """The cause behind a finding (telemetry/analysis/detectors/causes.py), from the culprit's device and
 host signals against its peers'."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -102,13 +104,25 @@ def test_a_job_wide_regression_names_clocks_that_fell_at_its_onset():
 
 @pytest.mark.parametrize("kind", ["straggler", "regression"])
 def test_every_finding_has_a_causes_list_in_its_json(kind):
+    """The causes worked out for a finding are in its JSON, ranked {"kind", "evidence"} dicts; a
+    finding no signal explains still has the list, empty."""
     faults = (
         (Fault("straggler", ranks=(1,), phase="forward", factor=1.5),)
         if kind == "straggler"
         else (Fault("regression", phase="forward", factor=1.4, start=150),)
     )
-    doc = analyze(simulate(Scenario(ranks=8, steps=300, faults=faults))).to_json()
-    assert doc["findings"] and all(d["causes"] == [] for d in doc["findings"])
+    t = simulate(Scenario(ranks=8, steps=300, faults=faults))
+    bare = analyze(t).to_json()
+    assert bare["findings"] and all(d["causes"] == [] for d in bare["findings"])
+    slow = (t["rank"] == 1) if kind == "straggler" else (t["step"] >= 150)  # the SM clock 20% down
+    t["dev.gpu_sm_clock_hertz"] = np.where(slow, 1.6e9, 1.98e9)
+    doc = analyze(t).to_json()
+    [d] = [d for d in doc["findings"] if d["kind"] == kind]
+    [cause] = d["causes"]
+    assert set(cause) == {"kind", "evidence"} and cause["kind"] == "gpu_clocks"
+    who = "rank 1" if kind == "straggler" else "after the change"
+    assert cause["evidence"].startswith(f"{who}: SM clock 1600 MHz against 1980 MHz for ")
+    json.dumps(doc)  # plain JSON
 
 
 def test_a_regression_reads_in_tokens_per_second_mfu_and_busy_share_before_and_after():
