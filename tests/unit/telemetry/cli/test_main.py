@@ -1,5 +1,5 @@
-"""The `telemetry` command itself (telemetry/cli.py): --version, and help that says what analyze finds
-and what the exit codes mean."""
+"""The `telemetry` command itself (the package telemetry/cli/: main in __init__.py, the parser in parser.py):
+--version, and help that says what analyze finds and what the exit codes mean."""
 
 import pytest
 
