@@ -147,7 +147,7 @@ def polars_way(run: str) -> tuple[float, int]:
 
 
 def stored(run: str) -> tuple[float, int]:
-    from telemetry.store.segments import read_aggregates
+    from telemetry.store.aggreads import read_aggregates
 
     t0 = time.perf_counter()
     t = read_aggregates(run, [], summarize=False)

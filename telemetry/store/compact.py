@@ -21,7 +21,7 @@ kills a process at every one of them):
 So a kill before 3 leaves the segments as they were and a temporary file; a kill after it leaves
 superseded files; either way no row is lost or read twice, and the rank's next session (or
 ``telemetry compact``) removes what was left. A reader that listed a file this step then deleted
-lists the directory again (:func:`telemetry.store.segments.read_step_columns`). A segment that cannot
+lists the directory again (:func:`telemetry.store.segreads.read_step_columns`). A segment that cannot
 be read (damaged) is not merged: its group stays as it was, and the failure is counted.
 """
 
@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import layout
-from .segments import leftovers, listing, resolve, write_aggregates, write_parquet
+from .catalogue import leftovers, listing, resolve
+from .seal import write_aggregates, write_parquet
 
 COMPACT_SEGMENTS = 16  # sealed segments merged into one compacted segment
 ROW_GROUP = 2048  # rows per row group of a compacted segment: a sealed segment's size
@@ -115,9 +116,9 @@ def _sync_dir(path: str) -> None:
 
 
 def tidy(run_dir: str, rank: int, names: list[str] | None = None) -> int:
-    """Remove what a stopped compaction or seal of ``rank`` left (:func:`~.segments.leftovers`);
+    """Remove what a stopped compaction or seal of ``rank`` left (:func:`~.catalogue.leftovers`);
     returns how many files. Only for the process that holds the rank (its writer, at start).
-    ``names``: the run's ``ranks/`` as listed already (:func:`~.segments.listing`)."""
+    ``names``: the run's ``ranks/`` as listed already (:func:`~.catalogue.listing`)."""
     gone = 0
     for path in leftovers(run_dir, rank, names):
         try:

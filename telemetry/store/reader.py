@@ -1,5 +1,5 @@
 """Reading a run directory, while the job runs or after it crashed: format 2 (tails and columnar
-segments, :mod:`.segments`) and format 1 (one JSON object per step line, ``rank-N.steps.jsonl``).
+segments, :mod:`.tails`, :mod:`.segreads`) and format 1 (one JSON object per step line, ``rank-N.steps.jsonl``).
 
 A torn last line (the process died mid-write) is skipped with a warning; a corrupt line elsewhere
 is skipped and counted; neither is fatal, and nothing is invented in their place. The step
@@ -26,8 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import layout
+from .catalogue import rank_files
 from .ended import unclean_end
-from .segments import TailDecoder, rank_files, read_records, read_step_columns, record_dict
+from .segreads import read_records, read_step_columns, record_dict
+from .tails import TailDecoder
 
 log = logging.getLogger("telemetry")
 

@@ -43,7 +43,8 @@ from ..pipeline.records import OnlineResult, Progress, StepRecord
 from ..pipeline.sinks import TRACE_SAMPLER, Sink
 from . import compact, layout
 from .ended import ranges_text
-from .segments import TAIL_FORMAT, TailEncoder, recover_tails, write_segment
+from .seal import recover_tails, write_segment
+from .tails import TAIL_FORMAT, TailEncoder
 
 log = logging.getLogger("telemetry")
 SEAL_RECORDS = 2048  # records per segment (a bound on what the sink holds in memory, too)

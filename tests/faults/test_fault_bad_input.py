@@ -315,7 +315,7 @@ def _segment_to_tail(run_dir, rank, seq, edit=None):
     from telemetry.pipeline.records import StepRecord
     from telemetry.store import layout
     from telemetry.store.columns import records_from_columns
-    from telemetry.store.segments import TailEncoder
+    from telemetry.store.tails import TailEncoder
 
     seg = _seg(run_dir, rank, seq)
     enc = TailEncoder()
@@ -459,7 +459,7 @@ def test_a_flipped_byte_in_a_segment_is_said_never_a_wrong_number(sim_run, tmp_p
 
     from telemetry.pipeline.records import StepRecord
     from telemetry.store.columns import records_from_columns
-    from telemetry.store.segments import write_segment
+    from telemetry.store.seal import write_segment
 
     run_dir = _copy(sim_run, tmp_path)
     # A segment exactly as a rank's own store sink seals it (write_segment), from rank 2's records.
@@ -564,8 +564,8 @@ def _to_format1(run_dir):
     import pyarrow.parquet as pq
 
     from telemetry.store import layout
+    from telemetry.store.catalogue import rank_files
     from telemetry.store.columns import records_from_columns
-    from telemetry.store.segments import rank_files
 
     for rank, seqs in rank_files(run_dir).items():
         with open(layout.steps_path(run_dir, rank), "w") as f:
@@ -873,7 +873,7 @@ def test_nan_and_infinity_are_counted_said_once_and_exported_as_what_they_are(tm
     import pyarrow.parquet as pq
 
     from telemetry.analysis.load import open_input
-    from telemetry.store.segments import read_records
+    from telemetry.store.segreads import read_records
 
     port = free_port_range(1)
     run_dir = str(tmp_path / "run")

@@ -45,11 +45,11 @@ def test_every_page_on_a_real_demo_run_with_a_straggler(monkeypatch, straggler_d
     # Each rank's time blocked is what its records hold (median over steps). Which rank waits least is
     # not asserted: with 4 ranks on 2 busy cores the scheduler's noise is the size of the straggler's
     # 2x forward (a CI run: rank 0 17.1 ms, rank 2 17.4 ms; a quiet run: rank 2 12.2, the others 16.5).
-    from telemetry.store import segments
+    from telemetry.store import segreads
 
     said: list[str] = []
     blocked: dict[int, list[float]] = {}
-    for r in segments.read_records(run_dir, said):
+    for r in segreads.read_records(run_dir, said):
         blocked.setdefault(r["rank"], []).append(r["ops"]["all_reduce"][2] * 1e3)
     shown = table.set_index("rank")["blocked ms/step"]
     for rank, values in blocked.items():

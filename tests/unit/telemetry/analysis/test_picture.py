@@ -16,7 +16,7 @@ from telemetry.analysis.table import columns_to_table
 from telemetry.cli import main
 from telemetry.demo.simrun import write_simulated_run
 from telemetry.demo.simulate import Fault, Scenario
-from telemetry.store.segments import read_step_columns
+from telemetry.store.segreads import read_step_columns
 
 
 @pytest.fixture

@@ -10,48 +10,12 @@ import time
 
 import pytest
 
-from telemetry.pipeline.records import Span, StepRecord
-from telemetry.store import compact, layout, segments
+from telemetry.store import catalogue, compact, layout, seal, segreads
+from telemetry.store.aggreads import read_aggregates
 from telemetry.store.reader import TailFollower
-from telemetry.store.segments import TailEncoder, read_aggregates, read_records, read_step_columns, write_segment
-
-
-def record(step, duration=0.1, rank=0):
-    spans = (
-        Span("phase", "forward", step + 0.01, step + 0.05),
-        Span("collective", "all_reduce", step + 0.05, step + 0.06, True, 4096),
-    )
-    return StepRecord(
-        rank,
-        step,
-        float(step),
-        duration,
-        True,
-        {"forward": 0.04},
-        {},
-        0.01,
-        {},
-        64,
-        2,
-        {"loss": 1.0 / (step + 1)},
-        spans,
-    )
-
-
-def make_run(root, rank=0):
-    """5 sealed segments of rank ``rank`` (steps 0-49, the last one writing steps 45-49 again, as a
-    restart would, longer: the later file wins), and a live tail (steps 50-54)."""
-    run = str(root)
-    os.makedirs(os.path.join(run, layout.RANKS_DIR), exist_ok=True)
-    for seq in range(1, 5):
-        write_segment(run, rank, seq, [record(s, rank=rank) for s in range((seq - 1) * 10, seq * 10)])
-    write_segment(
-        run, rank, 5, [record(s, 0.3, rank) for s in range(40, 50)] + [record(s, 0.5, rank) for s in range(45, 50)]
-    )
-    enc = TailEncoder()
-    with open(layout.tail_path(run, rank, 6), "w") as f:
-        f.write('{"format": 2}\n' + "".join(enc.lines(record(s, rank=rank)) for s in range(50, 55)))
-    return run
+from telemetry.store.seal import write_segment
+from telemetry.store.segreads import read_records, read_step_columns
+from tests.helpers.store_runs import make_run, record
 
 
 def contents(run):
@@ -133,14 +97,14 @@ def test_a_compaction_killed_at_any_step_loses_nothing_and_reads_nothing_twice(t
     # the rank's next session (or `telemetry compact`) removes what was left and merges again
     compact.compact_rank(run, 0)
     assert contents(run) == before
-    assert segments.leftovers(run, 0) == []
+    assert catalogue.leftovers(run, 0) == []
     assert [n for n in names(run) if ".seg-" in n] == ["rank-00000.seg-000001-000005.parquet"]
 
 
 def test_a_reader_that_listed_files_a_compaction_then_deleted_lists_again(tmp_path, monkeypatch):
     run = make_run(tmp_path)
     before = contents(run)
-    real = segments.footer
+    real = segreads.footer
     calls = []
 
     def footer_then_compact(path):
@@ -149,7 +113,7 @@ def test_a_reader_that_listed_files_a_compaction_then_deleted_lists_again(tmp_pa
             compact.merge(run, 0, [1, 2, 3, 4, 5])
         return real(path)
 
-    monkeypatch.setattr(segments, "footer", footer_then_compact)
+    monkeypatch.setattr(segreads, "footer", footer_then_compact)
     assert contents(run) == before  # no warning, no row lost or read twice
     assert "rank-00000.seg-000001-000005.parquet" in {os.path.basename(c) for c in calls}  # it listed again
 
@@ -185,14 +149,14 @@ def test_what_a_stopped_compaction_left_is_superseded_and_tidied(tmp_path):
 
     for kind in ("spans", "seg"):
         both = pa.concat_tables([pq.read_table(layout.compacted_path(run, 0, a, b, kind)) for a, b in ((1, 2), (3, 4))])
-        segments.write_parquet(layout.compacted_path(run, 0, 1, 4, kind), both, False)
+        seal.write_parquet(layout.compacted_path(run, 0, 1, 4, kind), both, False)
     aggregates.write_file(
         layout.compacted_path(run, 0, 1, 4, "agg"),
         aggregates.block_aggregates(pq.read_table(layout.compacted_path(run, 0, 1, 4))),
         False,
     )
     open(layout.compacted_path(run, 0, 5, 6, "spans"), "wb").close()
-    leftover = {os.path.basename(p) for p in segments.leftovers(run, 0)}
+    leftover = {os.path.basename(p) for p in catalogue.leftovers(run, 0)}
     assert leftover == {
         "rank-00000.seg-000001-000002.parquet",
         "rank-00000.spans-000001-000002.parquet",
@@ -202,11 +166,11 @@ def test_what_a_stopped_compaction_left_is_superseded_and_tidied(tmp_path):
         "rank-00000.agg-000003-000004.arrows",
         "rank-00000.spans-000005-000006.parquet",
     }
-    files = segments.rank_files(run)[0]
+    files = catalogue.rank_files(run)[0]
     assert sorted(files) == [4, 5, 6] and files[4]["first"] == "1"
     assert contents(run) == before
     compact.tidy(run, 0)
-    assert segments.leftovers(run, 0) == []
+    assert catalogue.leftovers(run, 0) == []
     assert contents(run) == before
 
 
@@ -288,14 +252,3 @@ def test_telemetry_compact_merges_a_finished_run_and_analyze_says_the_same(tmp_p
     with pytest.raises(SystemExit):
         main(["compact", run, "--segments", "1"])
     assert "accepted: a whole number, 2 or more" in capsys.readouterr().err
-
-
-def test_records_of_some_steps_and_ranks_are_those_of_every_record(tmp_path):
-    # the dashboard's zoom into a long run reads only the records of the steps and ranks chosen
-    run = make_run(tmp_path, rank=0)
-    make_run(tmp_path, rank=1)
-    every = read_records(run, [])
-    some = read_records(run, [], steps=(12, 52), ranks=[1])
-    assert some == [r for r in every if r["rank"] == 1 and 12 <= r["step"] <= 52]
-    assert {r["step"] for r in some} == set(range(12, 53)) and all(r["spans"] for r in some)
-    assert read_records(run, [], steps=(60, 70)) == []
