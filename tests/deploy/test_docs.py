@@ -182,6 +182,27 @@ def test_cli_page_lists_every_subcommand_and_flag(site):
                 assert flag in listed, f"{command}: {flag} is not in its table ({sorted(listed)})"
 
 
+PAGE_BYTES = 25_000  # a page of the manual at most: past that it wants splitting by topic
+
+
+def test_no_page_of_the_manual_is_over_25_kb():
+    """Every page's source, docs/ and the pages generated at build time alike, is at most PAGE_BYTES."""
+    sizes = {}
+    docs = os.path.join(ROOT, "docs")
+    for dirpath, _, names in os.walk(docs):
+        for name in names:
+            if name.endswith(".md"):
+                path = os.path.join(dirpath, name)
+                sizes[os.path.relpath(path, ROOT)] = os.path.getsize(path)
+    for path, page in REF.PAGES.items():
+        sizes[f"{path} (generated)"] = len(page().encode("utf-8"))
+    assert len(sizes) > len(REF.PAGES) and all(f"{p} (generated)" in sizes for p in REF.PAGES)
+    over = {page: size for page, size in sorted(sizes.items()) if size > PAGE_BYTES}
+    assert not over, f"pages over {PAGE_BYTES:,} bytes (split them by topic): " + ", ".join(
+        f"{page} {size:,} bytes" for page, size in over.items()
+    )
+
+
 def test_readme_is_a_front_page():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         lines = f.read().splitlines()
