@@ -1,5 +1,5 @@
 """The Streamlit app behind ``telemetry dashboard``: picks the run and the view, loads and analyzes
-the run once (cached), and calls the view (views.py).
+the run once (cached), and calls the view (views/).
 
 Read-only: it opens the run named by ``TELEMETRY_DASHBOARD_PATH`` (``telemetry dashboard PATH`` sets
 it), or one chosen among the run directories under ``TELEMETRY_DASHBOARD_ROOT``, or a live job on the
@@ -19,10 +19,7 @@ import time
 import streamlit as st
 
 from telemetry.analysis.runsummary import has_picture
-from telemetry.dashboards import data as D
-from telemetry.dashboards import history as H
-from telemetry.dashboards import source as S
-from telemetry.dashboards import views as V
+from telemetry.dashboards import data, history, source, views
 
 st.set_page_config(page_title="training-telemetry", layout="wide")
 
@@ -32,58 +29,58 @@ PROM_MINUTES = (0, 15, 30, 60, 180, 360, 1440)  # 0: the whole job (at most 24 h
 # cache_resource, not cache_data: the run (a 256 x 10,000 table is about 300 MB) is shared as is, never
 # pickled into the cache and out again on every rerun. Nothing downstream mutates it.
 @st.cache_resource(show_spinner="Loading and analyzing the run...", max_entries=3)
-def _load(path: str, mtime: float) -> S.RunView:  # mtime: a run still being written is read again
-    return S.load_view(path, mtime)
+def _load(path: str, mtime: float) -> source.RunView:  # mtime: a run still being written is read again
+    return source.load_view(path, mtime)
 
 
 @st.cache_resource(show_spinner="Reading the chosen steps row by row...", max_entries=4)
-def _load_zoom(blocks: S.Blocks, mtime: float, steps: tuple[int, int], ranks: tuple[int, ...]) -> S.RunView:
-    return S.load_zoom(blocks, steps, ranks)
+def _load_zoom(blocks: source.Blocks, mtime: float, steps: tuple[int, int], ranks: tuple[int, ...]) -> source.RunView:
+    return source.load_zoom(blocks, steps, ranks)
 
 
 @st.cache_resource(show_spinner="Querying Prometheus and analyzing the job...", max_entries=4)
-def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> S.RunView:  # tick: one load per refresh
-    return S.load_prometheus(url, job or None, minutes or None)
+def _load_prometheus(url: str, job: str, minutes: int, tick: int) -> source.RunView:  # tick: one load per refresh
+    return source.load_prometheus(url, job or None, minutes or None)
 
 
 @st.cache_resource(show_spinner="Reading the chosen steps from the run's picture...", max_entries=4)
-def _load_picture(key: tuple, _view: S.RunView, steps: tuple[int, int]) -> S.RunView | None:
-    return S.load_picture(_view, steps)
+def _load_picture(key: tuple, _view: source.RunView, steps: tuple[int, int]) -> source.RunView | None:
+    return source.load_picture(_view, steps)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _percentiles(key: tuple, _view: S.RunView):
-    return D.view_percentiles(_view)
+def _percentiles(key: tuple, _view: source.RunView):
+    return data.view_percentiles(_view)
 
 
 @st.cache_resource(show_spinner="Summarizing the runs of the history...", max_entries=2)
-def _load_history(paths: tuple[str, ...], key: tuple) -> H.History:  # key: the runs' content
-    return H.load(list(paths))
+def _load_history(paths: tuple[str, ...], key: tuple) -> history.History:  # key: the runs' content
+    return history.load(list(paths))
 
 
-def _history() -> H.History | None:
+def _history() -> history.History | None:
     """The runs given with ``--history``, summarized (cached while their content is unchanged); None
     when none were given."""
-    paths = H.source_paths()
-    return _load_history(tuple(paths), H.cache_key(paths)) if paths else None
+    paths = history.source_paths()
+    return _load_history(tuple(paths), history.cache_key(paths)) if paths else None
 
 
 def _history_pair() -> tuple[str, str] | None:
     """(before, after): the runs either side of a change, chosen in the History view to compare; only
     runs of the history source (no other path can be opened from the page)."""
-    pair = st.session_state.get(V.HISTORY_PAIR)
+    pair = st.session_state.get(views.HISTORY_PAIR)
     if not pair:
         return None
     hist = _history()
     known = set(hist.paths.values()) if hist else set()
     if not all(p in known for p in pair):
-        st.session_state.pop(V.HISTORY_PAIR, None)
+        st.session_state.pop(views.HISTORY_PAIR, None)
         return None
     return tuple(pair)
 
 
 def _runs(root: str) -> list[str]:
-    return S.list_runs(root) if root else []
+    return source.list_runs(root) if root else []
 
 
 def _pick_run() -> tuple[str, str]:
@@ -95,7 +92,7 @@ def _pick_run() -> tuple[str, str]:
     pair = _history_pair()
     if pair:  # the History view's change: its run after, against its run before (_base)
         st.sidebar.caption(f"From the History view: {os.path.basename(pair[1])} against {os.path.basename(pair[0])}")
-        st.sidebar.button("back to the run given", on_click=st.session_state.pop, args=(V.HISTORY_PAIR, None))
+        st.sidebar.button("back to the run given", on_click=st.session_state.pop, args=(views.HISTORY_PAIR, None))
         return pair[1], root
     if path or not root:
         return path, ""
@@ -106,7 +103,7 @@ def _pick_run() -> tuple[str, str]:
             f"{shown} is no longer there (deleted or moved while the page was open)"
             + (f"; showing {os.path.basename(runs[0])}" if runs else "")
         )
-    out = S.links_out(root)
+    out = source.links_out(root)
     if out:
         st.sidebar.caption(
             f"Not offered: {', '.join(out)} (links to directories outside {root}; the page opens only runs inside it)"
@@ -121,7 +118,7 @@ def _pick_run() -> tuple[str, str]:
     return chosen, root
 
 
-def _live_marker(live: S.Liveness, poll: "callable", every_s: float) -> None:
+def _live_marker(live: source.Liveness, poll: "callable", every_s: float) -> None:
     """A visible "live" marker that checks for new data every ``every_s`` and reruns the page when
     there is some; nothing polls for a finished run."""
 
@@ -130,11 +127,11 @@ def _live_marker(live: S.Liveness, poll: "callable", every_s: float) -> None:
         if poll():
             st.rerun()
         last = (
-            f"last step {live.last_step} at {V.clock(live.last_step_s)}"
+            f"last step {live.last_step} at {views.clock(live.last_step_s)}"
             if live.last_step is not None
             else "no step completed yet"
         )
-        st.markdown(f":green-badge[live] {last}; checked {V.clock(time.time())}, every {every_s:.0f} s")
+        st.markdown(f":green-badge[live] {last}; checked {views.clock(time.time())}, every {every_s:.0f} s")
 
     marker()
 
@@ -155,7 +152,7 @@ def _retry(every_s: float) -> None:
 
 def _view_key() -> str:
     """The view is a sidebar choice kept in the URL (?view=ranks), so a link opens the view it shows."""
-    names = {k: v[0] for k, v in V.VIEWS.items()}
+    names = {k: v[0] for k, v in views.VIEWS.items()}
     if "view" not in st.session_state:  # the first run of a session starts where the URL says
         asked = st.query_params.get("view", "overview")
         st.session_state["view"] = asked if asked in names else "overview"
@@ -169,8 +166,8 @@ def _asked_in_url(lo: int, hi: int, ranks: list[int]) -> tuple[tuple[int, int], 
     run (later, the sidebar holds them), within the run's steps ``lo``-``hi`` and among its ``ranks``;
     the whole run when the link asks for none. A value that is not one is said once and ignored."""
     if "asked" not in st.session_state:
-        steps, bad = S.steps_asked(st.query_params.get("steps"), lo, hi)
-        chosen, bad_ranks = S.ranks_asked(st.query_params.get("ranks"), ranks)
+        steps, bad = source.steps_asked(st.query_params.get("steps"), lo, hi)
+        chosen, bad_ranks = source.ranks_asked(st.query_params.get("ranks"), ranks)
         for what in filter(None, (bad, bad_ranks)):
             st.sidebar.warning(f"The link's {what}; ignored.")
         st.session_state["asked"] = (steps, chosen)
@@ -194,18 +191,18 @@ def _keep_in_url(steps: tuple[int, int], whole: tuple[int, int], chosen: list[in
         del st.query_params["ranks"]
 
 
-def _load_chosen() -> tuple[S.RunView | None, tuple, str]:
+def _load_chosen() -> tuple[source.RunView | None, tuple, str]:
     """(view, cache key, root) of the chosen source; None after showing why there is nothing."""
     url = os.environ.get("TELEMETRY_DASHBOARD_PROMETHEUS", "")
     if url:
         job = os.environ.get("TELEMETRY_DASHBOARD_JOB", "")
-        refresh = S.PROMETHEUS_REFRESH_S
+        refresh = source.PROMETHEUS_REFRESH_S
         tick = int(time.time() // refresh)
         again = f"; trying again every {refresh:.0f} s"
         if not job:
             try:
-                jobs = S.prometheus_jobs(url)
-            except S.ViewError as exc:
+                jobs = source.prometheus_jobs(url)
+            except source.ViewError as exc:
                 st.error(f"Cannot read {url}: {exc}{again}")
                 _retry(refresh)
                 return None, (), ""
@@ -222,15 +219,15 @@ def _load_chosen() -> tuple[S.RunView | None, tuple, str]:
         st.sidebar.caption(f"{url}, job {job}")
         try:
             view = _load_prometheus(url, job, minutes, tick)
-        except S.Collecting as exc:
+        except source.Collecting as exc:
             st.info(f"Job {job!r} on {url}: not enough data yet, {exc}{again}")
             _retry(refresh)
             return None, (), ""
-        except S.ViewError as exc:
+        except source.ViewError as exc:
             st.error(f"Cannot show job {job!r} from {url}: {exc}{again}")
             _retry(refresh)
             return None, (), ""
-        _live_marker(S.liveness(view.run, time.time()), lambda: int(time.time() // refresh) != tick, refresh)
+        _live_marker(source.liveness(view.run, time.time()), lambda: int(time.time() // refresh) != tick, refresh)
         return view, (url, job, minutes, tick), ""
     path, root = _pick_run()
     st.sidebar.caption(path or "no run")
@@ -240,26 +237,26 @@ def _load_chosen() -> tuple[S.RunView | None, tuple, str]:
             "or start the dashboard with a run directory or a steps table."
         )
         return None, (), root
-    mtime = S.changed_at(path)
+    mtime = source.changed_at(path)
     t0 = time.perf_counter()
     try:
         view = _load(path, mtime)
-    except S.ViewError as exc:
+    except source.ViewError as exc:
         st.error(f"Cannot show this run: {exc}")
         return None, (), root
-    live = S.liveness(view.run, time.time())
+    live = source.liveness(view.run, time.time())
     if live.live:  # poll no faster than three loads take, so a large live run is not reloaded back to back
-        every = max(S.LIVE_REFRESH_S, 3 * (time.perf_counter() - t0))
-        _live_marker(live, lambda: S.changed_at(path) != mtime, every)
+        every = max(source.LIVE_REFRESH_S, 3 * (time.perf_counter() - t0))
+        _live_marker(live, lambda: source.changed_at(path) != mtime, every)
     elif view.run.progress and not live.finished:
         st.caption(
-            f"Not live: the newest heartbeat is from {V.clock(live.heartbeat_s)} and not every rank "
+            f"Not live: the newest heartbeat is from {views.clock(live.heartbeat_s)} and not every rank "
             "finished (the job stopped, crashed or was killed); the page does not refresh."
         )
     return view, (path, mtime), root
 
 
-def _base(root: str, path: str) -> tuple[S.RunView | None, str]:
+def _base(root: str, path: str) -> tuple[source.RunView | None, str]:
     """The run to compare with: ``--base`` (TELEMETRY_DASHBOARD_BASE), else one chosen among the other
     runs under the root."""
     base = os.environ.get("TELEMETRY_DASHBOARD_BASE", "")
@@ -274,30 +271,32 @@ def _base(root: str, path: str) -> tuple[S.RunView | None, str]:
         if base not in others:  # never a path the page was not offered
             return None, ""
     try:
-        return _load(base, S.changed_at(base)), os.path.basename(base.rstrip("/"))
-    except S.ViewError as exc:
+        return _load(base, source.changed_at(base)), os.path.basename(base.rstrip("/"))
+    except source.ViewError as exc:
         st.error(f"Cannot compare with {base}: {exc}")
         return None, ""
 
 
-def _zoomed(view: S.RunView, key: tuple, steps: tuple[int, int], chosen: list[int]) -> tuple[S.RunView, tuple]:
-    """A long run is drawn from its blocks of steps. At most ``S.PICTURE_STEPS`` steps of every rank of a
-    run whose picture ``telemetry compact`` kept are drawn from it, step by step (S.load_picture); else
-    steps x ranks chosen that hold at most ``S.ZOOM_ROWS`` rows are read row by row (that view then shows
+def _zoomed(
+    view: source.RunView, key: tuple, steps: tuple[int, int], chosen: list[int]
+) -> tuple[source.RunView, tuple]:
+    """A long run is drawn from its blocks of steps. At most ``source.PICTURE_STEPS`` steps of every rank of a
+    run whose picture ``telemetry compact`` kept are drawn from it, step by step (source.load_picture); else
+    steps x ranks chosen that hold at most ``source.ZOOM_ROWS`` rows are read row by row (that view then shows
     every step, and its findings are those steps'). Returns the view to show and its cache key."""
     b = view.blocks
     whole = f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps"
     last = min(steps[1], b.last)
-    if not chosen and last - steps[0] + 1 <= S.PICTURE_STEPS:
+    if not chosen and last - steps[0] + 1 <= source.PICTURE_STEPS:
         pic = _load_picture(key, view, steps)
         if pic is not None:
             n = len(pic.picture.matrix.steps)
             parts = [
-                f"a heatmap's column the median of a few steps' (beyond {D.MAX_HEATMAP_COLUMNS} steps)"
-                if n > D.MAX_HEATMAP_COLUMNS
+                f"a heatmap's column the median of a few steps' (beyond {data.MAX_HEATMAP_COLUMNS} steps)"
+                if n > data.MAX_HEATMAP_COLUMNS
                 else "",
-                f"a point of the line a few steps' median p50 and highest p95 (beyond {D.MAX_LINE_POINTS})"
-                if n > D.MAX_LINE_POINTS
+                f"a point of the line a few steps' median p50 and highest p95 (beyond {data.MAX_LINE_POINTS})"
+                if n > data.MAX_LINE_POINTS
                 else "",
             ]
             grouped = f" ({'; '.join(filter(None, parts))})" if any(parts) else ""
@@ -309,22 +308,22 @@ def _zoomed(view: S.RunView, key: tuple, steps: tuple[int, int], chosen: list[in
                 "their every step."
             )
             return pic, (*key, steps, ())
-    if S.zoom_rows(b, steps, chosen) > S.ZOOM_ROWS:
-        most = S.ZOOM_ROWS // (len(chosen) or b.ranks)
+    if source.zoom_rows(b, steps, chosen) > source.ZOOM_ROWS:
+        most = source.ZOOM_ROWS // (len(chosen) or b.ranks)
         how = "its analysis as `telemetry compact` kept it" if b.kept else "analyzed as `telemetry analyze` does"
         picture = (
-            f"at most {S.PICTURE_STEPS:,} steps to draw each step from its picture, or "
+            f"at most {source.PICTURE_STEPS:,} steps to draw each step from its picture, or "
             if not chosen and has_picture(b.path)
             else ""
         )
         st.caption(
-            f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}{D.partial_blocks(view)}. Choose "
+            f"{whole}: drawn from medians over blocks of {b.steps} steps, {how}{data.partial_blocks(view)}. Choose "
             f"{picture}at most {most:,} steps{'' if chosen else ' (or a few ranks)'} to read every step."
         )
         return view, key
     try:
         zoom = _load_zoom(b, key[1], steps, tuple(sorted(chosen)))
-    except S.ViewError as exc:
+    except source.ViewError as exc:
         st.error(f"Cannot read steps {steps[0]:,} to {steps[1]:,}: {exc}")
         return view, key
     who = f"ranks {', '.join(map(str, sorted(chosen)))}" if chosen else "every rank"
@@ -354,9 +353,9 @@ def main() -> None:
     if b is not None:
         view, key = _zoomed(view, key, steps, chosen)
     name = _view_key()
-    title, show = V.VIEWS[name]
+    title, show = views.VIEWS[name]
     st.header(title)
-    choice = V.Choice(steps, chosen)
+    choice = views.Choice(steps, chosen)
     if name == "overview":
         show(view, choice, _percentiles(key, view))
     elif name == "compare":
