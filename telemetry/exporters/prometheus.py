@@ -30,50 +30,40 @@ Exemplars: a bucket of ``train_step_duration_seconds`` carries a ``trace_id`` ex
 step whose trace the OTLP sink of this session exports (``run_info["trace_sampler"]``, set by that
 sink once it has started: see ``telemetry.traceids.StepSampler``); without an OTLP sink, no exemplars.
 
-Service discovery: writes ``RUN_DIR/prometheus/rank-NNNNN.json`` (this rank's target); rank 0
-merges them into ``RUN_DIR/prometheus_targets.json`` (all ranks of the run) and into
-``<prometheus_sd_dir>/<job>.json``, one directory shared by all runs so that one
-``file_sd_configs`` glob (``.../prometheus_targets/*.json``) finds every run; by default it is
-``prometheus_targets/`` beside the run directory (``runs/prometheus_targets/`` for ``runs/<job>``),
-``off`` writes none. Rank 0 removes its file there at shutdown (the endpoints are gone), unless a
-newer run of the same job has replaced it.
+Service discovery (file_sd targets): :mod:`.prometheus_targets`; the collectors read at scrape time:
+:mod:`.prometheus_collectors`.
 """
 
 from __future__ import annotations
 
 import errno
-import glob
-import json
 import logging
 import math
 import os
 import platform
-import socket
 import ssl
 import sys
 import time
 import weakref
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from telemetry.metrics import names as N
 from telemetry.metrics.names import BASE_LABELS
 from telemetry.pipeline import records as rec_types
 from telemetry.pipeline.records import OnlineResult, Progress, StepRecord
 from telemetry.pipeline.sinks import TRACE_SAMPLER, Sink, SinkStartError
-from telemetry.store.layout import write_json_atomic
 from telemetry.traceids import trace_id_hex
 
 from .device_metrics import DeviceCollector
 from .labels import LabelGate
+from .prometheus_collectors import DropCollector, FindingsCollector
+from .prometheus_targets import Targets, target_address
 from .pushgateway import PushWorker
 
 log = logging.getLogger("telemetry")
 PORT_TRIES = 16  # a taken port: this many of the local rank's own ports are tried
-SD_DIR_DEFAULT = "prometheus_targets"  # beside the run directory, shared by the runs there
 
 
 # The kinds online detection reports (train_findings{kind} has a sample for each after its first analysis).
@@ -90,35 +80,6 @@ ONLINE_KINDS = (
     "hang",
     "rank_lost",
 )
-
-
-class _FindingsCollector(Collector):
-    """On rank 0, from online detection: a score per scored rank and the findings so far by kind.
-    Both carry rank 0's own labels; the rank a score is about is ``scored_rank``."""
-
-    def __init__(self, labels: dict[str, str]) -> None:
-        self.base = [labels[k] for k in BASE_LABELS]
-        self.scores: dict[int, float] = {}
-        self.costs: dict[int, float] = {}
-        self.counts: dict[str, int] = {}
-
-    def collect(self):
-        if self.scores:
-            m = N.STRAGGLER_SCORE
-            fam = GaugeMetricFamily(m.name, m.help, labels=list(m.all_labels))
-            for scored, v in sorted(self.scores.items()):
-                fam.add_metric(self.base + [str(scored)], v)
-            yield fam
-        if self.costs:
-            m = N.STRAGGLER_COST
-            fam = GaugeMetricFamily(m.name, m.help, labels=list(m.all_labels))
-            for scored, v in sorted(self.costs.items()):
-                fam.add_metric(self.base + [str(scored)], v)
-            yield fam
-        fam = GaugeMetricFamily(N.FINDINGS.name, N.FINDINGS.help, labels=list(N.FINDINGS.all_labels))
-        for kind, n in sorted(self.counts.items()):
-            fam.add_metric(self.base + [kind], float(n))
-        yield fam
 
 
 class _FirstValue:
@@ -142,46 +103,6 @@ class _FirstValue:
 
     def inc(self, value: float) -> None:
         self._get().inc(value)
-
-
-class _DropCollector(Collector):
-    """train_telemetry_dropped_total{sink}, and train_captures_total{outcome} with captures on: read from
-    the session's counters at scrape time."""
-
-    def __init__(
-        self,
-        labels: dict[str, str],
-        stats: Callable[[], dict],
-        gates: Iterable[LabelGate],
-        push_failures: Callable[[], int | None] = lambda: None,
-    ) -> None:
-        self._labels = labels
-        self._stats = stats
-        self._gates = list(gates)
-        self._push_failures = push_failures
-
-    def collect(self):
-        fam = CounterMetricFamily(N.DROPPED.name, N.DROPPED.help, labels=list(N.DROPPED.all_labels))
-        base = [self._labels[k] for k in BASE_LABELS]
-        try:
-            s = self._stats()
-        except Exception:  # noqa: BLE001 - a scrape must not fail because of telemetry
-            s = {}
-        fam.add_metric(base + ["buffer"], float(s.get("events_dropped", 0)))
-        for name, st in (s.get("sinks") or {}).items():
-            fam.add_metric(base + [name], float(st.get("dropped", 0)))
-        fam.add_metric(base + ["prometheus_labels"], float(sum(g.refused for g in self._gates)))
-        pushes = self._push_failures()
-        if pushes is not None:  # a Pushgateway is configured: its failed pushes (snapshots it never got)
-            fam.add_metric(base + ["pushgateway"], float(pushes))
-        yield fam
-        if "captures_taken" in s:  # captures on, online detection started: every outcome, 0 included
-            cap = CounterMetricFamily(N.CAPTURES.name, N.CAPTURES.help, labels=list(N.CAPTURES.all_labels))
-            for outcome in ("planned", "taken", "missed", "skipped", "failed"):
-                cap.add_metric(base + [outcome], float(s.get(f"captures_{outcome}", 0)))
-            over = s.get("captures_over_budget", 0)  # traces too large (every rank) + findings past the budget (rank 0)
-            cap.add_metric(base + ["over_budget"], float(over))
-            yield cap
 
 
 def _close_in_forked_children(server: Any) -> None:
@@ -216,12 +137,6 @@ def _check_tls(tls: dict) -> None:
         ) from None
 
 
-def target_address(host: str, port: int) -> str:
-    if host in ("0.0.0.0", "::", ""):
-        host = socket.getfqdn()
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class PrometheusSink(Sink):
     name = "prometheus"
 
@@ -241,7 +156,7 @@ class PrometheusSink(Sink):
         self._build_metrics(config)
         self._push: PushWorker | None = None
         self.registry.register(
-            _DropCollector(
+            DropCollector(
                 self.labels,
                 run_info.get("stats", dict),
                 self._gates.values(),
@@ -254,7 +169,7 @@ class PrometheusSink(Sink):
             # the value a series first appears with, which increase() never sees.
             self.read_bytes.inc(0.0)
         self._device: dict | None = None
-        self._findings = _FindingsCollector(self.labels)
+        self._findings = FindingsCollector(self.labels)
         if ctx.rank == 0:
             self.registry.register(self._findings)
         gpu = str((run_info.get("device") or {}).get("gpu") or ctx.local_rank)
@@ -267,14 +182,8 @@ class PrometheusSink(Sink):
                 tls.update(client_cafile=config.prometheus_client_cafile, client_auth_required=True)
         self._server, self._thread = self._serve(config, ctx, tls)
         self.address = target_address(config.prometheus_host, self.port)
-        self._run_dir = config.run_dir
-        self._world = ctx.world_size
-        self._targets_done = False
-        self._sd_failed = False
-        self._shared_sd = _shared_sd_path(config) if ctx.rank == 0 else None
-        self._shared_written: list | None = None
-        self._shared_failed = False
-        self._write_sd_entry()
+        self._targets = Targets(config, ctx, self.address, self.labels)
+        self._targets.write_entry()
         self._push = PushWorker(config, self.registry, self.labels) if config.pushgateway_url else None
 
     def _serve(self, config: Any, ctx: Any, tls: dict) -> tuple[Any, Any]:
@@ -491,8 +400,8 @@ class PrometheusSink(Sink):
             self._device = p.device
         self.step_open.set(max(0.0, p.time_s - p.open_step_since_s) if p.open_step_since_s else 0.0)
         self.in_coll.set(1 if p.collective else 0)
-        if not self._targets_done and self.ctx.rank == 0:
-            self._merge_targets()
+        if not self._targets.done and self.ctx.rank == 0:
+            self._targets.merge()
 
     def findings(self, result: OnlineResult) -> None:
         self._findings.scores = dict(result.straggler_scores)
@@ -510,8 +419,8 @@ class PrometheusSink(Sink):
         if self._push is not None:
             self._push.close(max(0.05, deadline - time.monotonic()))
         if self.ctx.rank == 0:
-            self._merge_targets(shared=False)
-            self._remove_shared_targets()
+            self._targets.merge(shared=False)
+            self._targets.remove_shared()
         self._server.shutdown()
         self._server.server_close()
 
@@ -520,67 +429,6 @@ class PrometheusSink(Sink):
         if self._push is not None:
             out.update(self._push.stats())
         return out
-
-    # ---- service discovery ------------------------------------------------------------
-    def _sd_dir(self) -> str:
-        return os.path.join(self._run_dir, "prometheus")
-
-    def _write_sd_entry(self) -> None:
-        entry = [{"targets": [self.address], "labels": {**self.labels, **self.ctx.placement_labels()}}]
-        try:
-            os.makedirs(self._sd_dir(), exist_ok=True)
-            write_json_atomic(os.path.join(self._sd_dir(), f"rank-{self.ctx.rank:05d}.json"), entry)
-        except OSError as exc:
-            self._sd_failed = True
-            log.warning("telemetry: cannot write Prometheus targets under %s: %s", self._run_dir, exc)
-
-    def _merge_targets(self, shared: bool = True) -> None:
-        if self._sd_failed:
-            return
-        entries = []
-        for path in sorted(glob.glob(os.path.join(self._sd_dir(), "rank-*.json"))):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    entries.extend(json.load(f))
-            except (OSError, ValueError):
-                continue
-        try:
-            write_json_atomic(os.path.join(self._run_dir, "prometheus_targets.json"), entries)
-        except OSError:
-            return
-        if shared:
-            self._write_shared_targets(entries)
-        self._targets_done = len(entries) >= self._world
-
-    def _write_shared_targets(self, entries: list) -> None:
-        if self._shared_sd is None or self._shared_failed or entries == self._shared_written:
-            return
-        try:
-            os.makedirs(os.path.dirname(self._shared_sd), exist_ok=True)
-            write_json_atomic(self._shared_sd, entries)
-            self._shared_written = entries
-        except OSError as exc:
-            self._shared_failed = True
-            log.warning(
-                "telemetry: cannot write Prometheus targets to %s: %s (the run's own "
-                "%s/prometheus_targets.json is still written)",
-                self._shared_sd,
-                exc,
-                self._run_dir,
-            )
-
-    def _remove_shared_targets(self) -> None:
-        """At shutdown: this run's endpoints are gone, so its targets leave the shared directory,
-        unless a newer run of the same job has written its own there since."""
-        if self._shared_sd is None or self._shared_written is None:
-            return
-        try:
-            with open(self._shared_sd, encoding="utf-8") as f:
-                if json.load(f) != self._shared_written:
-                    return
-            os.remove(self._shared_sd)
-        except (OSError, ValueError):
-            pass
 
 
 def _finite(x: Any) -> bool:
@@ -611,14 +459,3 @@ def storage_by_kind(storage_s: Any, span_s: dict[str, float]) -> dict[str, float
     if total <= 0:
         return {kind: storage_s / len(span_s) for kind in span_s}
     return {kind: storage_s * sec / total for kind, sec in span_s.items()}
-
-
-def _shared_sd_path(config: Any) -> str | None:
-    """``<prometheus_sd_dir>/<job>.json``; the directory defaults to ``prometheus_targets/`` beside
-    the run directory; ``off``: none."""
-    sd_dir = getattr(config, "prometheus_sd_dir", "") or ""
-    if sd_dir == "off":
-        return None
-    if not sd_dir:
-        sd_dir = os.path.join(os.path.dirname(os.path.abspath(config.run_dir)), SD_DIR_DEFAULT)
-    return os.path.join(sd_dir, f"{config.job}.json")

@@ -224,7 +224,7 @@ def test_trainer_settings_are_real_and_wired(compose, prom_config, monkeypatch):
     import dataclasses
 
     from telemetry.config import ENV_PREFIX, Config
-    from telemetry.exporters import prometheus as prom_exporter
+    from telemetry.exporters import prometheus_targets
 
     services = compose["services"]
     trainer = services["trainer"]
@@ -243,8 +243,8 @@ def test_trainer_settings_are_real_and_wired(compose, prom_config, monkeypatch):
     assert cfg.prometheus_host == "0.0.0.0"
     hostname = trainer.get("hostname")
     assert hostname in services, "the trainer's hostname must be a name the compose network resolves"
-    monkeypatch.setattr(prom_exporter.socket, "getfqdn", lambda *a: hostname)
-    assert prom_exporter.target_address(cfg.prometheus_host, cfg.prometheus_port) == f"{hostname}:9464"
+    monkeypatch.setattr(prometheus_targets.socket, "getfqdn", lambda *a: hostname)
+    assert prometheus_targets.target_address(cfg.prometheus_host, cfg.prometheus_port) == f"{hostname}:9464"
 
     # Its shared targets directory is the one the training job's file_sd glob watches, on a volume
     # the trainer writes and Prometheus reads.

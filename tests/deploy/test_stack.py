@@ -292,7 +292,7 @@ def test_prometheus_finds_a_rank_the_sink_announced(stack_dir, resolved, tmp_pat
     shows the loopback target rewritten to host.docker.internal (the host, from the container), and
     a bridge address (TELEMETRY_PROMETHEUS_HOST=172.17.0.1 on Linux) and a compose service kept."""
     import telemetry
-    from telemetry.exporters.prometheus import target_address
+    from telemetry.exporters.prometheus_targets import target_address
 
     promtool = require("promtool", "prometheus")
     runs = os.path.join(str(tmp_path), "stack")

@@ -417,20 +417,6 @@ def test_straggler_costs_are_exported_per_scored_rank(run_dir):
     assert "train_straggler_cost_ratio{" not in scrape(port)
 
 
-def test_captures_are_counted_by_outcome_only_when_captures_run():
-    from telemetry.exporters.prometheus import _DropCollector
-    from telemetry.metrics.names import BASE_LABELS
-
-    labels = dict.fromkeys(BASE_LABELS, "x")
-    off = list(_DropCollector(labels, lambda: {"events_dropped": 0}, []).collect())
-    assert [f.name for f in off] == ["train_telemetry_dropped"]  # no capture counters: not "none taken"
-    stats = {"captures_planned": 1, "captures_taken": 1, "captures_missed": 0, "captures_skipped": 2}
-    stats.update(captures_failed=0, captures_over_budget=3)
-    fams = {f.name: f for f in _DropCollector(labels, lambda: stats, []).collect()}
-    got = {s.labels["outcome"]: s.value for s in fams["train_captures"].samples}
-    assert got == {"planned": 1, "taken": 1, "missed": 0, "skipped": 2, "failed": 0, "over_budget": 3}
-
-
 def _rich_record(step):
     """A step with something for every per-rank family: phases (and one blocked in a collective), the
     data wait, an op with its span, a process group, a logged value, tokens and samples, a checkpoint
