@@ -33,8 +33,8 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--steps", type=int, default=400)
     args = ap.parse_args()
-    from telemetry.analysis.load import open_input
-    from telemetry.analysis.tracefile import iter_trace
+    from telemetry.analysis.inputs.load import open_input
+    from telemetry.analysis.inputs.tracefile import iter_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         run = os.path.join(tmp, "run")

@@ -1,4 +1,4 @@
-"""``telemetry analyze`` of long runs from the run store's coarse level (telemetry/analysis/coarse.py),
+"""``telemetry analyze`` of long runs from the run store's coarse level (telemetry/analysis/longrun/coarse.py),
 measured against the issue's targets, and the coarse level made by three engines side by side.
 
 1. 1,024 ranks x 10,000 steps (``telemetry simulate``, a straggler at rank 768, forward, x1.5):
@@ -52,7 +52,7 @@ SCENARIOS = (
 
 def scenarios(tmp: str) -> list[tuple[str, list, float, list, float]]:
     """(name, findings from every row, seconds, findings from the blocks, seconds) of each scenario."""
-    from telemetry.analysis import windows
+    from telemetry.analysis import AnalysisOptions, analyze_run
 
     def found(res: object) -> list:
         return [
@@ -70,9 +70,9 @@ def scenarios(tmp: str) -> list[tuple[str, list, float, list, float]]:
                 cmd + (["--inject", spec] if spec else []), cwd=ROOT, env=ENV, check=True, capture_output=True
             )
         t0 = time.perf_counter()
-        rows, _, _ = windows.analyze_path(run, raw=True)
+        rows = analyze_run(run, AnalysisOptions(raw=True))
         t1 = time.perf_counter()
-        blocks, _, _ = windows.analyze_path(run)
+        blocks = analyze_run(run)
         t2 = time.perf_counter()
         assert blocks.summary.get("coarse"), "read from its blocks"
         out.append((name, found(rows), t1 - t0, found(blocks), t2 - t1))
@@ -245,7 +245,7 @@ def main() -> None:
     if cases:
         lines += [
             "",
-            "**Six scenarios of 1,024 x 10,000, from the blocks and from every row** (`analyze_path` in this process, "
+            "**Six scenarios of 1,024 x 10,000, from the blocks and from every row** (`analyze_run` in this process, "
             "one after the other; findings at warning or above: kind, severity, ranks, phase, first and last step, what-if):",
             "",
             "| scenario | every row (`--raw`) | time | from the blocks | time |",

@@ -43,7 +43,7 @@ def main() -> int:
     import torch.distributed as dist
 
     import telemetry
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
     from telemetry.devices.nvml import open_nvml
     from telemetry.flops import transformer_flops_per_token
 
@@ -295,8 +295,8 @@ def hotpath_rows(h: dict) -> list[str]:
 def capture_check(train_step, tmp: str) -> dict:
     """Two captures of this rank, as the job arms them: 3 steps as trained, then 3 with an extra sort
     (``train_step(extra)`` runs one step); each broken down, the second diffed against the first."""
-    from telemetry.analysis.tracebreakdown import breakdown
-    from telemetry.analysis.tracediff import trace_diff
+    from telemetry.analysis.traces.breakdown import breakdown
+    from telemetry.analysis.traces.diff import trace_diff
     from telemetry.recorder import current
     from telemetry.recorder.capture import ProfilerCapture
 

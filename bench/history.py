@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from results import update_section  # noqa: E402 - after the sys.path set-up above
 
-from telemetry.analysis.history import find_runs, history, run_summary  # noqa: E402 - after the sys.path set-up above
+from telemetry.analysis.history.runs import find_runs, history, run_summary  # noqa: E402 - after the sys.path set-up above
 from telemetry.demo.faults import Fault  # noqa: E402 - after the sys.path set-up above
 from telemetry.demo.simrun import write_series  # noqa: E402 - after the sys.path set-up above
 from telemetry.demo.simulate import Scenario  # noqa: E402 - after the sys.path set-up above

@@ -1,4 +1,4 @@
-"""Our trace breakdown (``telemetry.analysis.tracebreakdown``) against HolisticTraceAnalysis (HTA
+"""Our trace breakdown (``telemetry.analysis.traces.breakdown``) against HolisticTraceAnalysis (HTA
 0.5.0) itself, side by side: every figure on HTA's sample traces (``tests/data/hta``), and the peak
 memory and time of both on large traces (``bench/big_trace.py``, up to 1 GB and more).
 
@@ -135,7 +135,7 @@ def ours_main(trace: str, rounding: bool) -> int:
     import resource
 
     t0 = time.perf_counter()
-    from telemetry.analysis.tracebreakdown import breakdown
+    from telemetry.analysis.traces.breakdown import breakdown
 
     rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     t1 = time.perf_counter()
@@ -513,7 +513,7 @@ def main() -> int:
                 + (
                     "Flat, the target 'peak memory does not grow with the trace' met (taken as at most 20 MB per "
                     "GB): the events are kept in time buckets, spilled to a temporary file past 262,144 records, "
-                    "and reduced a window of about as many records at a time (telemetry/analysis/tracespill.py); "
+                    "and reduced a window of about as many records at a time (telemetry/analysis/traces/spill.py); "
                     "what still grows is a few numbers per collective kernel and per step, and the bucket index."
                     if grow <= 20
                     else f"It grows ({grow:.0f} MB per GB, over the 20 MB per GB taken as flat): the target 'peak "

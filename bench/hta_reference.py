@@ -1,5 +1,5 @@
 """HolisticTraceAnalysis's (HTA 0.5.0) own figures for one Kineto trace, as JSON on stdout: the
-reference ``bench/hta_compare.py`` sets ``telemetry.analysis.tracebreakdown`` against.
+reference ``bench/hta_compare.py`` sets ``telemetry.analysis.traces.breakdown`` against.
 
 Runs under HTA's venv (``bench/hta_env.py``), one trace per process, so that the peak RSS is this
 trace's alone:

@@ -112,8 +112,9 @@ def main() -> None:
     ap.add_argument("--no-faults", action="store_true", help="the live demo only, not the three faults")
     ap.add_argument("--out", default=None, help="write the section of bench/RESULTS.md")
     args = ap.parse_args()
-    from telemetry.analysis.prometheus.live import analyze_live, open_live
-    from telemetry.analysis.windows import analyze_path
+    from telemetry.analysis.inputs.prometheus.live import open_live
+    from telemetry.analysis import analyze_run
+    from telemetry.analysis.run import analyze_live
 
     timeline = []
     first = {"cli": None, "page": None}
@@ -152,7 +153,7 @@ def main() -> None:
             finally:
                 stop_demo(demo, run_dir)
             end = time.time()
-            store, _, _ = analyze_path(str(run_dir))
+            store = analyze_run(str(run_dir))
             live = analyze_live(open_live(prom.url, JOB, now=end))
     a, b = store.summary.get("goodput") or {}, live.summary.get("goodput") or {}
     rows = [

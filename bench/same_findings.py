@@ -73,6 +73,16 @@ def main() -> int:
         jobs = [["-m", "telemetry", "analyze", p, "--json"] for p in inputs]
         jobs += [["-m", "telemetry", "analyze", p] for p in inputs]
         jobs += [["-m", "telemetry", "diff", a, b, "--json"] for a, b in zip(args.runs, args.runs[1:])]
+        # the options that change what is read or how it is judged, on each run directory
+        for p in args.runs:
+            jobs += [
+                ["-m", "telemetry", "analyze", p, "--json", "--steps", "40:150"],
+                ["-m", "telemetry", "analyze", p, "--json", "--last", "60"],
+                ["-m", "telemetry", "analyze", p, "--json", "--window-rows", "1000"],
+                ["-m", "telemetry", "analyze", p, "--json", "--raw"],
+                ["-m", "telemetry", "analyze", p, "--json", "--busy-bound", "0.95", "--hang-after", "4"],
+            ]
+        jobs += [["-m", "telemetry", "analyze", a, "--json", "--base", b] for a, b in zip(args.runs, args.runs[1:])]
         for job in jobs:
             if run(ROOT, job) != run(args.base, job):
                 different.append(" ".join(job[2:]))
@@ -88,7 +98,8 @@ def main() -> int:
             "Same findings before and after (bench/same_findings.py)",
             f"`python bench/same_findings.py --base <worktree at {base.stdout.strip() or '?'}> --runs ...` at "
             f"{head.stdout.strip() or '?'}: {len(inputs)} inputs ({len(args.runs)} real demo runs, the simulated "
-            f"scenarios, the corpus), {len(jobs)} commands (`analyze --json`, `analyze`, `diff --json`): "
+            f"scenarios, the corpus), {len(jobs)} commands (`analyze --json`, `analyze`, `diff --json`; on each run "
+            "`--steps`, `--last`, `--window-rows`, `--raw`, other bounds, `--base`): "
             + (f"{len(different)} differ: {', '.join(different)}." if different else "every output byte-identical."),
         )
     return 1 if different else 0

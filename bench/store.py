@@ -218,7 +218,7 @@ def simulate(tmp: str, ranks: int, steps: int) -> tuple[str, float]:
 CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from telemetry.analysis.detectors import analyze
 t1 = time.perf_counter()
 run = open_input(sys.argv[1])

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from .analysis_options import AnalysisOptions
 from .config import Config, ConfigError
 from .devices.sampler import build_sampler
 from .flops import peak_flops_for
@@ -169,8 +170,7 @@ class Session:
                         c.online_window,
                         c.online_wait_blocks,
                         c.online_interval_s,
-                        c.busy_bound,
-                        c.busy_warn_bound,
+                        AnalysisOptions.from_config(c),
                         self.run_info.get(TRACE_SAMPLER),
                         captures(store),
                     )

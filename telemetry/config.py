@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from . import plugins
+from .analysis_options import BUSY_WARN_BOUND, AnalysisOptions
 from .flops import DTYPES
 from .metrics.names import LEVELS as METRICS_LEVELS
 
@@ -110,8 +111,10 @@ class Config:
     capture_min_interval_s: float = 600.0  # seconds between two captures at least
     capture_max_mb: float = 256.0  # a rank's trace of one capture at most (gzipped; a larger one is deleted)
     online_interval_s: float = 5.0  # rank 0 analyzes at most this often
-    busy_bound: float = 0.8  # low_utilization: busy share of the job's time under which a stretch is a finding (info)
-    busy_warn_bound: float = 0.6  # low_utilization: busy share under which it is a warning, critical under half (<= busy_bound; 0.6 or busy_bound if lower)
+    busy_bound: float = (
+        AnalysisOptions.busy_bound
+    )  # low_utilization: busy share of the job's time under which a stretch is a finding (info)
+    busy_warn_bound: float = BUSY_WARN_BOUND  # low_utilization: busy share under which it is a warning, critical under half (<= busy_bound; 0.6 or busy_bound if lower)
     # Prometheus endpoint (one per rank on prometheus_port + local rank)
     prometheus_host: str = "127.0.0.1"  # address the /metrics endpoints bind (0.0.0.0: every interface)
     prometheus_port: int = 9464  # first port: a rank serves on this + its local rank (a taken one: the next own port)

@@ -121,7 +121,7 @@ def score_further_rises(scenarios) -> dict:
     """Further rises (online/detector.further_rise): each job-wide finding at warning or above that
     online detection holds at the end of a scenario, searched again from its own first step. Raised
     where a scenario's job slows again inside a change that lasts (a staircase), and nowhere else."""
-    from telemetry.analysis.captures import JOB_WIDE
+    from telemetry.analysis.traces.captures import JOB_WIDE
     from telemetry.demo.simulate import simulate
     from telemetry.online.detector import further_rise
 

@@ -3,7 +3,7 @@
 An export is a plug-in (entry point group ``training_telemetry.exports``, see
 :mod:`telemetry.plugins`) chosen by the output file's suffix; the built-in one is the Perfetto /
 Chrome trace (``telemetry.exporters.perfetto``). The steps table itself (``.csv``, ``.parquet``) is not a
-plug-in: it is the interchange format (:func:`telemetry.analysis.table.write_table`).
+plug-in: it is the interchange format (:func:`telemetry.steptable.table.write_table`).
 
 >>> class Lines(Export):
 ...     suffixes = (".txt",)
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .. import plugins
 
 if TYPE_CHECKING:
-    from .load import RunInput
+    from .inputs.load import RunInput
 
 
 class ExportError(ValueError):

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from ..steptable.matrix import StepMatrix, nanmedian
 from .detectors import Analysis, share_of_run
-from .detectors.matrix import StepMatrix, nanmedian
 from .detectors.utilization import PARTS
 from .findings import Finding
-from .tracebreakdown import breakdown_text, waits_text
+from .traces.waits import breakdown_text, waits_text
 
 MAX_RANK_ROWS = 16
 
@@ -153,7 +153,7 @@ def render(
         out.append(advice)
     tb = s.get("trace_breakdown") or {}
     if tb.get("ranks"):
-        out.append("The traces broken down (the definitions follow HTA's: docs/detectors.md):")
+        out.append("The traces broken down (the definitions follow HTA's: docs/captures.md):")
         out.extend(breakdown_text(part) for part in tb["ranks"].values())
         out.extend(waits_text(tb.get("waits") or {}))
         out.append("")

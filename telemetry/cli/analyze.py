@@ -5,54 +5,39 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, Any
 
-from .common import EXIT_USAGE, exit_code, step_range
+from .common import EXIT_USAGE, exit_code
 
-BUSY_WARN_BOUND = 0.6  # the default of --busy-warn-bound (Config.busy_warn_bound's)
+if TYPE_CHECKING:
+    from ..analysis import Analysis, AnalysisOptions
 
 
 def print_analysis(
-    path: str,
-    as_json: bool,
-    hang_after: float | None,
-    extra: dict | None = None,
-    busy_bound: float = 0.8,
-    steps: tuple[int, int] | None = None,
-    last: int | None = None,
-    window_rows: int | None = None,
-    busy_warn_bound: float | None = None,
-    base: str | None = None,
-    failure_rate_per_hour: float | None = None,
-    raw: bool = False,
-):
-    """Analyze ``path`` (from its blocks, or in windows, when long: analysis.windows.analyze_path; against the baseline run
-    ``base`` when given) and print the report or the findings JSON; returns the analysis."""
-    from ..analysis.windows import analyze_path
+    source: Any, as_json: bool, options: AnalysisOptions, extra: dict[str, Any] | None = None, name: str | None = None
+) -> Analysis:
+    """Analyze ``source`` (any source :func:`telemetry.analysis.analyze_run` takes) with ``options`` and
+    print the report or the findings JSON (``name``: what the report calls the source); returns the
+    analysis."""
+    from ..analysis import PrometheusSource, analyze_run
 
-    result, run, note = analyze_path(
-        path,
-        hang_after,
-        busy_bound=busy_bound,
-        busy_warn_bound=busy_warn_bound,
-        steps=steps,
-        last=last,
-        window_rows=window_rows,
-        base=base,
-        failure_rate_per_hour=failure_rate_per_hour,
-        raw=raw,
-    )
-    if note:
-        print(note, file=sys.stderr)
-    emit(result, run, path, as_json, extra)
+    result = analyze_run(source, options)
+    if result.note:
+        print(result.note, file=sys.stderr)
+    if name is None:
+        run = result.input
+        name = f"{run.source} job {run.meta['job']}" if isinstance(source, PrometheusSource) else str(source)
+    emit(result, name, as_json, extra)
     return result
 
 
-def emit(result, run, source: str, as_json: bool, extra: dict | None = None) -> None:
-    """Print an analysis of ``run`` as the report or the findings JSON."""
+def emit(result: Analysis, source: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
+    """Print an analysis as the report or the findings JSON."""
     from ..analysis.detectors import StragglerParams
     from ..analysis.findings import compare_online
     from ..analysis.report import render
 
+    run = result.input
     online = compare_online(result.findings, run.online_findings) if run.online_findings else None
     if as_json:
         doc = result.to_json()
@@ -68,36 +53,11 @@ def emit(result, run, source: str, as_json: bool, extra: dict | None = None) -> 
         print(render(result, source, StragglerParams().warmup(n), run.warnings, online))
 
 
-def busy_warn_bound(args: argparse.Namespace) -> float:
-    """--busy-warn-bound, or its default: 0.6, or --busy-bound when that is lower. ValueError when it is
-    above --busy-bound."""
-    if args.busy_warn_bound is None:
-        return min(BUSY_WARN_BOUND, args.busy_bound)
-    if args.busy_warn_bound > args.busy_bound:
-        raise ValueError(
-            f"--busy-warn-bound {args.busy_warn_bound} is above --busy-bound {args.busy_bound}; accepted: "
-            "a warning bound at most the info bound (default 0.6 and 0.8)"
-        )
-    return args.busy_warn_bound
-
-
-def last_steps(text: str | None) -> int | None:
-    """--last N for a path: a whole number of steps, 1 or more."""
-    if text is None:
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"--last {text!r}; accepted: a number of steps, 1 or more (a duration goes with --prometheus)")
-    return n
-
-
-def analyze_prometheus(args: argparse.Namespace, warn: float) -> int:
-    """``telemetry analyze --prometheus URL [--job JOB] [--last DURATION]``: the same report and JSON."""
-    from ..analysis.detectors import UtilizationParams
-    from ..analysis.prometheus.live import analyze_live, open_live, parse_duration
+def prometheus_source(args: argparse.Namespace) -> Any:
+    """``--prometheus URL [--job JOB] [--last DURATION]`` as a PrometheusSource; ValueError with a sentence
+    for a flag that goes with a path, or a URL that is none."""
+    from ..analysis import PrometheusSource
+    from ..analysis.inputs.prometheus.live import parse_duration
 
     given = [
         flag
@@ -121,43 +81,28 @@ def analyze_prometheus(args: argparse.Namespace, warn: float) -> int:
             f"--prometheus {args.prometheus!r}; accepted: an http:// or https:// URL, e.g. http://127.0.0.1:9090"
         )
     last_s = parse_duration(args.last) if args.last is not None else None
-    run = open_live(args.prometheus.rstrip("/"), args.job, last_s=last_s)
-    util = UtilizationParams(bound=args.busy_bound, warn_bound=warn)
-    result = analyze_live(run, hang_bound_s=args.hang_after, utilization=util)
-    emit(result, run, f"{run.source} job {run.meta['job']}", args.json)
-    return exit_code((f.severity for f in result.findings), args.fail_on)
+    return PrometheusSource(args.prometheus.rstrip("/"), args.job, last_s)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from ..analysis.table import TableError
+    from ..analysis import AnalysisOptions
+    from ..steptable.table import TableError
 
     try:
-        steps = step_range(args.steps)
-        warn = busy_warn_bound(args)
+        options = AnalysisOptions.from_args(args)
         if args.prometheus is not None:
-            return analyze_prometheus(args, warn)
-        if args.path is None:
-            raise ValueError("give a run directory, a steps table or a trace directory, or --prometheus URL")
-        if args.job is not None:
-            raise ValueError("--job goes with --prometheus URL")
-        last = last_steps(args.last)
+            source: Any = prometheus_source(args)
+        else:
+            if args.path is None:
+                raise ValueError("give a run directory, a steps table or a trace directory, or --prometheus URL")
+            if args.job is not None:
+                raise ValueError("--job goes with --prometheus URL")
+            source = args.path
     except ValueError as exc:  # a TableError too: the server's answer, said as a sentence
         print(f"telemetry analyze: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = print_analysis(
-            args.path,
-            args.json,
-            args.hang_after,
-            busy_bound=args.busy_bound,
-            steps=steps,
-            last=last,
-            window_rows=args.window_rows,
-            busy_warn_bound=warn,
-            base=args.base,
-            failure_rate_per_hour=args.failure_rate_per_hour,
-            raw=args.raw,
-        )
+        result = print_analysis(source, args.json, options)
     except TableError as exc:
         print(f"telemetry analyze: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -32,8 +32,8 @@ def exit_code(severities: Iterable[str], fail_on: str | None) -> int:
 
 
 def step_range(text: str | None) -> tuple[int, int] | None:
-    """``--steps A:B`` of every command, through the one parser (analysis.windows.parse_steps)."""
-    from ..analysis.windows import parse_steps
+    """``--steps A:B`` of every command, through the one parser (analysis_options.parse_steps)."""
+    from ..analysis_options import parse_steps
 
     return parse_steps(text) if text else None
 

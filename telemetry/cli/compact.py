@@ -67,10 +67,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
     for line in failed:
         print(f"telemetry compact: left as it was: {line}", file=sys.stderr)
     if not busy and not failed:  # a long run's analysis from its blocks, kept: read in a second from now on
-        from ..analysis import keep
+        from ..analysis.longrun.blockrun import keep
 
         t1 = time.monotonic()
-        print(f"{args.run_dir}: {keep.write(args.run_dir)} ({time.monotonic() - t1:.1f} s)")
+        print(f"{args.run_dir}: {keep(args.run_dir)} ({time.monotonic() - t1:.1f} s)")
     return EXIT_OUTPUT if failed else 0
 
 

@@ -42,6 +42,18 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     elif args.job:
         print("telemetry dashboard: --job goes with --prometheus URL", file=sys.stderr)
         return EXIT_USAGE
+    from ..analysis_options import DASHBOARD, AnalysisOptions
+
+    try:
+        options = AnalysisOptions.from_args(args, DASHBOARD)
+    except ValueError as exc:
+        print(f"telemetry dashboard: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    given = {n: getattr(options, n) for n in DASHBOARD if getattr(args, n, None) is not None}
+    if given:  # the page's analyses run with them (dashboards.source.options)
+        import json
+
+        env["TELEMETRY_DASHBOARD_OPTIONS"] = json.dumps(given)
     if args.trace_ui_url:
         from ..config import ConfigError, check_trace_ui_url
 
@@ -61,7 +73,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         env[name] = os.path.abspath(given)
     if args.history:
-        from ..analysis.history import find_runs
+        from ..analysis.history.runs import find_runs
 
         for given in args.history:
             if not os.path.isdir(given):

@@ -7,18 +7,19 @@ import os
 import sys
 import time
 
-from .analyze import busy_warn_bound, print_analysis
+from .analyze import print_analysis
 from .common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_JOB_HUNG, EXIT_OK, EXIT_USAGE
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from ..analysis_options import DEMO, AnalysisOptions
     from ..demo.faults import InjectError, check_against_job, parse_inject
     from ..demo.launcher import DemoError, log_tail, run_demo
 
     try:
         faults = [parse_inject(s) for s in args.inject]
         check_against_job(faults, args.ranks, args.steps)
-        warn = busy_warn_bound(args)
+        options = AnalysisOptions.from_args(args, DEMO)
     except (InjectError, ValueError) as exc:
         print(f"telemetry demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -40,7 +41,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             faults,
             overwrite=args.overwrite,
             out=out,
-            hang_after_s=args.hang_after,
+            hang_after_s=args.hang_after_s,
             extra_args={**({"checkpoint_every": every} if every else {}), **({"job": args.job} if args.job else {})},
         )
     except DemoError as exc:
@@ -62,10 +63,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print_analysis(
         run_dir,
         args.json,
-        result.hang_bound_s or args.hang_after,
+        options.replace(hang_after_s=result.hang_bound_s or args.hang_after_s),
         extra={"demo": {"outcome": result.outcome, "injected": args.inject, "run_dir": run_dir}},
-        busy_bound=args.busy_bound,
-        busy_warn_bound=warn,
     )
     code = {"failed": EXIT_JOB_FAILED, "hang": EXIT_JOB_HUNG}.get(result.outcome, EXIT_OK)
     if code:

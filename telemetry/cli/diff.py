@@ -13,9 +13,9 @@ from .common import EXIT_USAGE, exit_code, step_range
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from ..analysis.detectors.diff import DiffParams, diff
-    from ..analysis.kineto import looks_like_trace
-    from ..analysis.load import open_input
-    from ..analysis.table import TableError
+    from ..analysis.inputs.kineto import looks_like_trace
+    from ..analysis.inputs.load import open_input
+    from ..steptable.table import TableError
 
     if all(os.path.isfile(p) and looks_like_trace(p) for p in (args.base, args.new)):
         return _trace_diff(args)
@@ -68,8 +68,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _trace_diff(args: argparse.Namespace) -> int:
     """Two profiler traces: NEW (the slow rank's) against BASE (a peer's), by self time per step."""
-    from ..analysis.table import TableError
-    from ..analysis.tracediff import diff_text, profile, trace_diff
+    from ..analysis.traces.diff import diff_text, profile, trace_diff
+    from ..steptable.table import TableError
 
     if args.steps:
         print("telemetry diff: --steps compares runs; two traces are compared whole, per step", file=sys.stderr)

@@ -10,8 +10,8 @@ from .common import EXIT_USAGE, step_range
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ..analysis.exports import ExportError, export_for, export_suffixes
-    from ..analysis.load import KINETO_TRACES, RUN_DIR, open_input
-    from ..analysis.table import TABLE_OUTPUTS, TableError, write_table
+    from ..analysis.inputs.load import KINETO_TRACES, RUN_DIR, open_input
+    from ..steptable.table import TABLE_OUTPUTS, TableError, write_table
 
     try:
         first, last = step_range(args.steps) or (None, None)
@@ -59,7 +59,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _check_steps_in_run(table, text: str | None, first: int | None, last: int | None) -> None:
     """--steps that select no step of the run is an error, not an empty trace."""
-    from ..analysis.table import TableError
+    from ..steptable.table import TableError
 
     if text is None:
         return

@@ -16,8 +16,8 @@ def _ms(x: float | None) -> str:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from ..analysis.history import HistoryParams, find_runs, history, run_summary
-    from ..analysis.historydiff import explain_changes
+    from ..analysis.history.explain import explain_changes
+    from ..analysis.history.runs import HistoryParams, find_runs, history, run_summary
 
     runs = find_runs(args.paths)
     if not runs:
@@ -85,7 +85,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def _print_either_side(d: dict) -> None:
     """What moved across a change: the series over the runs either side, the two runs' steps compared,
     their captures of a common rank compared, and the command that compares the two runs."""
-    from ..analysis.historydiff import slower_and_faster
+    from ..analysis.history.explain import slower_and_faster
 
     moved = ", ".join(f"{r['metric']} {r['change']:+.1%}" for r in d.get("series", [])[:4])
     print(f"      runs {len(d.get('before_runs', []))} before -> {len(d.get('after_runs', []))} after: {moved}")

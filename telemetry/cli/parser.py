@@ -6,6 +6,7 @@ import argparse
 import textwrap
 
 from ..analysis.findings import SEVERITIES
+from ..analysis_options import ANALYZE, DASHBOARD, DEMO, flags
 from ..demo.faults import SIMULATED, spec_help
 from ..version import __version__
 from .common import EXIT_CODES
@@ -77,6 +78,24 @@ def _at_least_two(text: str) -> int:
     return n
 
 
+def _option_flags(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """One flag per field of AnalysisOptions in ``names``: its flag, help and value kind from the field."""
+    types = {
+        "seconds": _seconds,
+        "fraction": _fraction,
+        "rate": _rate,
+        "rows": _positive_int(1000, 10**10),
+    }
+    for f in flags(names):
+        meta = f.metadata
+        if meta["kind"] == "switch":
+            p.add_argument(meta["flag"], dest=f.name, action="store_true", help=meta["help"])
+            continue
+        p.add_argument(
+            meta["flag"], dest=f.name, type=types.get(meta["kind"]), metavar=meta["metavar"], help=meta["help"]
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="telemetry",
@@ -116,27 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         "`telemetry history` compares them (it groups by the job name, world size, phases and tags)",
     )
     d.add_argument("--overwrite", action="store_true", help="replace an existing --run-dir")
-    d.add_argument(
-        "--hang-after",
-        type=_seconds,
-        help="seconds without a finished step that count as a hang (default: 30x the median step, at least 10)",
-    )
     d.add_argument("--json", action="store_true", help="print the findings JSON instead of the report")
-    d.add_argument(
-        "--busy-bound",
-        type=_fraction,
-        default=0.8,
-        metavar="FRACTION",
-        help="low_utilization: the busy share of the job's time under which a sustained stretch is "
-        "a finding, at info (default 0.8)",
-    )
-    d.add_argument(
-        "--busy-warn-bound",
-        type=_fraction,
-        metavar="FRACTION",
-        help="low_utilization: the busy share under which it is a warning, critical under half of it "
-        "(default 0.6, or --busy-bound when lower; at most --busy-bound)",
-    )
+    _option_flags(d, DEMO)
 
     a = sub.add_parser(
         "analyze",
@@ -165,58 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--job", help="with --prometheus: the training job (default: the only one on the server)")
     a.add_argument("--json", action="store_true", help="print the findings JSON")
-    a.add_argument("--hang-after", type=_seconds, help="hang bound in seconds (default: learned)")
     a.add_argument("--fail-on", choices=SEVERITIES, help="exit 3 when a finding reaches this severity")
-    a.add_argument("--steps", metavar="A:B", help="analyze steps A to B only (inclusive; either may be empty)")
-    a.add_argument(
-        "--last",
-        metavar="N",
-        help="analyze the last N steps only; with --prometheus a duration (30m, 2h; default: the whole "
-        "job, at most 24h)",
-    )
-    a.add_argument(
-        "--window-rows",
-        type=_positive_int(1000, 10**10),
-        metavar="ROWS",
-        help="a run directory larger than this many rows (ranks x steps) is analyzed in windows of "
-        "steps and the findings merged (default 12,000,000: about 3.5 GiB at its peak)",
-    )
-    a.add_argument(
-        "--raw",
-        action="store_true",
-        help="read every step row of a long run (in windows) instead of its blocks: a run directory of more "
-        "than 4,000,000 rows analyzed whole is otherwise read from the medians of its 64-step blocks, and "
-        "findings with ranks measured again on raw rows",
-    )
-    a.add_argument(
-        "--busy-bound",
-        type=_fraction,
-        default=0.8,
-        metavar="FRACTION",
-        help="low_utilization: the busy share of the job's time (compute, device-timed or wall) under "
-        "which a sustained stretch is a finding, at info (default 0.8)",
-    )
-    a.add_argument(
-        "--busy-warn-bound",
-        type=_fraction,
-        metavar="FRACTION",
-        help="low_utilization: the busy share under which it is a warning, critical under half of it "
-        "(default 0.6, or --busy-bound when lower; at most --busy-bound)",
-    )
-    a.add_argument(
-        "--failure-rate-per-hour",
-        type=_rate,
-        default=0.05,
-        metavar="RATE",
-        help="checkpoint advice: the job's failures per hour, used when the run has seen none (restarts, "
-        "lost ranks) (default 0.05: one in 20 hours)",
-    )
-    a.add_argument(
-        "--base",
-        metavar="BASE",
-        help="a baseline run (run directory or steps table) of the same job: a busy share, MFU, GPU "
-        "utilization or SM activity lower here than there is a utilization_regression",
-    )
+    _option_flags(a, ANALYZE)
 
     df = sub.add_parser(
         "diff",
@@ -275,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of a run directory (e.g. http://127.0.0.1:9090)",
     )
     ds.add_argument("--job", help="with --prometheus: the training job (default: choose in the page)")
+    _option_flags(ds, DASHBOARD)
     ds.add_argument(
         "--trace-ui-url",
         metavar="URL",

@@ -15,7 +15,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from telemetry.analysis.load import RunInput
+from telemetry.analysis.inputs.load import RunInput
 
 from .grid import MAX_LINE_POINTS, _blocks
 

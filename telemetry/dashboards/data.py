@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from telemetry.analysis.detectors import StragglerParams
-from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian, nanpercentile
 from telemetry.config import ConfigError, check_trace_ui_url
+from telemetry.steptable.matrix import StepMatrix, nanmedian, nanpercentile
 
 from .grid import MAX_HEATMAP_COLUMNS, MAX_LINE_POINTS, _blocks, grid_cells, step_columns
 from .source import RunView, ViewError

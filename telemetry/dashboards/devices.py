@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from telemetry.analysis.detectors.matrix import StepMatrix, nanmedian, nanpercentile
+from telemetry.steptable.matrix import StepMatrix, nanmedian, nanpercentile
 
 from .grid import step_columns
 

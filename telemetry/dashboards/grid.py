@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from telemetry.analysis.detectors.matrix import StepMatrix, nanmax_runs, nanmedian
+from telemetry.steptable.matrix import StepMatrix, nanmax_runs, nanmedian
 
 MAX_HEATMAP_COLUMNS = 400  # steps are grouped into at most this many blocks (block medians)
 MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps are grouped
@@ -51,7 +51,7 @@ def grid_cells(
     (at most ``max_rows``, fewer where the cells would pass ``MAX_HEATMAP_CELLS``, but at least
     ``MIN_HEATMAP_BANDS``) and each cell is the band's highest (``rank``: the band's first rank, ``last_rank`` its last), so
     one slow rank still stands out at 10,000 ranks. ``last``: ``m``'s rows are already such bands (a long
-    run's picture, telemetry.analysis.picture), each ending at this rank; they are grouped further, a
+    run's picture, telemetry.analysis.longrun.kept_picture), each ending at this rank; they are grouped further, a
     whole number of them to a band, where there are more than the cells allow."""
     cols = step_columns(m, steps)
     rows = np.ones(m.n_ranks, dtype=bool) if ranks is None or last is not None else np.isin(m.ranks, ranks)

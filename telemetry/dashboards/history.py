@@ -1,5 +1,5 @@
 """The History view's tables (no Streamlit): many runs of the job in time order and the runs after which
-something changed, as ``telemetry history`` finds them (telemetry/analysis/history.py).
+something changed, as ``telemetry history`` finds them (telemetry/analysis/history/runs.py).
 
 The source is ``telemetry dashboard RUN --history DIR_OR_RUN...`` (``TELEMETRY_DASHBOARD_HISTORY``: the
 paths joined by ``os.pathsep``): each path a run directory or a folder of run directories. Each run's
@@ -16,7 +16,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from telemetry.analysis.history import KEY_METRICS, RATES, content_key, find_runs, history, run_summary
+from telemetry.analysis.history.runs import KEY_METRICS, RATES, content_key, find_runs, history, run_summary
 
 ENV = "TELEMETRY_DASHBOARD_HISTORY"
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from telemetry.analysis.detectors.matrix import StepMatrix, nan_to_zero, nanmedian
+from telemetry.steptable.matrix import StepMatrix, nan_to_zero, nanmedian
 
 from .grid import step_columns
 

@@ -1,4 +1,4 @@
-"""The Kernels view's tables: profiler traces broken down per rank (telemetry/analysis/tracebreakdown.py),
+"""The Kernels view's tables: profiler traces broken down per rank (telemetry/analysis/traces/breakdown.py),
 from the run's captures or from a directory of Kineto traces. No Streamlit here.
 
 A source is one capture (``captures/<id>/``, its manifest naming the ranks and their roles) or, when
@@ -15,10 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from telemetry.analysis.captures import read_manifests, trace_path
-from telemetry.analysis.load import KINETO_TRACES, RunInput
-from telemetry.analysis.table import TableError
-from telemetry.analysis.tracebreakdown import breakdown, summarize
+from telemetry.analysis.inputs.load import KINETO_TRACES, RunInput
+from telemetry.analysis.traces.breakdown import breakdown
+from telemetry.analysis.traces.waits import summarize
+from telemetry.analysis.traces.captures import read_manifests, trace_path
+from telemetry.steptable.table import TableError
 
 PERFETTO = "https://ui.perfetto.dev"
 

@@ -14,14 +14,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from telemetry.analysis.captures import with_captures
-from telemetry.analysis.detectors import Analysis, analyze
-from telemetry.analysis.detectors.matrix import StepMatrix
+from telemetry.analysis import AnalysisOptions, analyze_run
+from telemetry.analysis.detectors import Analysis
 from telemetry.analysis.findings import compare_online
-from telemetry.analysis.load import RunInput, open_input
-from telemetry.analysis.picture import Picture
-from telemetry.analysis.table import TableError
-from telemetry.analysis.tracelinks import with_trace_ids
+from telemetry.analysis.inputs.load import RunInput, open_input
+from telemetry.analysis.longrun.kept_picture import Picture
+from telemetry.steptable.matrix import StepMatrix
+from telemetry.steptable.table import TableError
 
 ZOOM_ROWS = 2_000_000  # a long run's chosen steps x ranks of at most this many rows are read row by row
 # a long run's steps of every rank, at most this many, are drawn from its kept picture (load_picture): 4,096
@@ -34,6 +33,30 @@ LIVE_REFRESH_S = 5.0  # a run directory still being written is checked for new s
 PROMETHEUS_REFRESH_S = 15.0  # a Prometheus job is queried again this often
 
 
+OPTIONS_ENV = "TELEMETRY_DASHBOARD_OPTIONS"  # the page's analysis options, JSON (telemetry dashboard's flags)
+
+
+def options(environ: dict[str, str] | None = None) -> AnalysisOptions:
+    """The options every analysis the page shows runs with: ``telemetry dashboard``'s flags (``--busy-bound``,
+    ``--hang-after``, ...: :data:`OPTIONS_ENV`), over the settings of the environment the job's own runs read
+    (``TELEMETRY_BUSY_BOUND``, ``TELEMETRY_BUSY_WARN_BOUND``), over the defaults. ViewError for a bad one."""
+    import json
+
+    from telemetry.config import ENV_PREFIX, Config, ConfigError
+
+    env = os.environ if environ is None else environ
+    names = [f for f in ("busy_bound", "busy_warn_bound") if ENV_PREFIX + f.upper() in env]
+    try:
+        given = {}
+        if names:
+            cfg = Config.resolve({}, {ENV_PREFIX + f.upper(): env[ENV_PREFIX + f.upper()] for f in names})
+            given = {f: getattr(cfg, f) for f in names}
+        given.update(json.loads(env.get(OPTIONS_ENV) or "{}"))
+        return AnalysisOptions(**given)
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise ViewError(f"the analysis options: {exc}") from None
+
+
 class ViewError(ValueError):
     """The input cannot be shown; the message says why, for the page."""
 
@@ -41,7 +64,7 @@ class ViewError(ValueError):
 @dataclass(frozen=True)
 class Blocks:
     """A long run drawn from its blocks of steps (the run store's coarse level: the table's rows are
-    blocks, numbered by their first step; telemetry.analysis.coarse)."""
+    blocks, numbered by their first step; telemetry.analysis.longrun.coarse)."""
 
     path: str
     steps: int  # steps per block
@@ -49,7 +72,7 @@ class Blocks:
     last: int
     ranks: int
     note: str  # how it was analyzed (telemetry analyze's line)
-    kept: bool = False  # its analysis read from what telemetry compact kept (analysis/runsummary.py)
+    kept: bool = False  # its analysis read from what telemetry compact kept (analysis/longrun/kept.py)
 
 
 @dataclass
@@ -146,19 +169,18 @@ def _from_blocks(path: str) -> RunView | None:
     """A run directory of more than ``coarse.COARSE_ROWS`` rows, as ``telemetry analyze`` reads it:
     its blocks' medians, analyzed from them (the ranked findings measured again on raw rows); the
     views draw the blocks. None for a shorter run (read row by row)."""
-    from telemetry.analysis.runsummary import KEPT
-    from telemetry.analysis.windows import coarse_analysis
+    from telemetry.analysis.longrun.blockrun import coarse_analysis
+    from telemetry.analysis.longrun.kept import KEPT
     from telemetry.store.aggregates import BLOCK
 
     try:
-        got = coarse_analysis(path)
+        result = coarse_analysis(path, options())
     except (TableError, OSError) as exc:
         raise ViewError(str(exc)) from None
-    if got is None:
+    if result is None or result.blocks is None:
         return None
-    result, run, note, table = got
-    s = result.summary
-    view = _analyzed(replace(run, table=table, records=[]), result)  # records: read for a zoom (load_zoom)
+    table, note, s = result.blocks, result.note or "", result.summary
+    view = _analyzed(replace(result.input, table=table, records=[]), result)  # records: read for a zoom (load_zoom)
     view.blocks = Blocks(path, BLOCK, s["first_step"], s["last_step"], int(table["rank"].nunique()), note, KEPT in note)
     return view
 
@@ -172,7 +194,7 @@ def load_zoom(blocks: Blocks, steps: tuple[int, int], ranks: tuple[int, ...]) ->
     """Steps ``steps`` of a run drawn from its blocks, of ``ranks`` only (all when empty), read row by
     row (only those ranks' files, and only the segments that hold the steps, are opened) and analyzed
     as a run of those steps."""
-    from telemetry.analysis.table import columns_to_table
+    from telemetry.steptable.table import columns_to_table
     from telemetry.store.reader import LazyRecords
     from telemetry.store.segments import read_records, read_step_columns
 
@@ -193,13 +215,13 @@ def load_zoom(blocks: Blocks, steps: tuple[int, int], ranks: tuple[int, ...]) ->
 
 def load_picture(view: RunView, steps: tuple[int, int]) -> RunView | None:
     """``view`` (a long run drawn from its blocks) with steps ``steps`` of every rank drawn from the
-    run's picture kept by ``telemetry compact`` (telemetry.analysis.picture: per step, each band of ranks'
+    run's picture kept by ``telemetry compact`` (telemetry.analysis.longrun.kept_picture: per step, each band of ranks'
     highest, and the step time's percentiles over every rank): its rank x step charts and the step time's
     line draw every step of those; its findings, tables and other charts stay the whole run's, from its
     blocks. None when the run has no current picture (then the steps are read row by row)."""
-    from telemetry.analysis.runsummary import read_picture
+    from telemetry.analysis.longrun.kept_picture import read_kept
 
-    got = read_picture(view.blocks.path, steps) if view.blocks is not None else None
+    got = read_kept(view.blocks.path, steps) if view.blocks is not None else None
     return None if got is None else replace(view, picture=got)
 
 
@@ -221,18 +243,14 @@ def _analyzed(run: RunInput, result: Analysis | None = None) -> RunView:
     """``run`` with its analysis (``result``, or the library's default one) and what online detection
     said beside it."""
     if result is None:
-        result = analyze(run.table, run.progress, run.world_size, ops=run.ops)
-        result.findings = with_trace_ids(result.findings, run.meta, run.table)
-        if os.path.isdir(run.source):
-            last = int(run.table["step"].max()) if len(run.table) else None
-            result.findings = with_captures(result.findings, run.source, run.warnings, last)
+        result = analyze_run(run, options())
     online = compare_online(result.findings, run.online_findings) if run.online_findings else []
     return RunView(run, result, online)
 
 
 def prometheus_jobs(url: str) -> list[str]:
     """The training jobs a Prometheus server holds; ViewError when it cannot be read."""
-    from telemetry.analysis.prometheus import list_jobs
+    from telemetry.analysis.inputs.prometheus import list_jobs
 
     try:
         return list_jobs(url)
@@ -246,20 +264,22 @@ class Collecting(ViewError):
 
 def load_prometheus(url: str, job: str | None, minutes: float | None) -> RunView:
     """The last ``minutes`` (None: the whole job, at most 24 h) of a live job from a Prometheus server's
-    HTTP API, as a run (a column is a window of time: see telemetry.analysis.prometheus), analyzed as
+    HTTP API, as a run (a column is a window of time: see telemetry.analysis.inputs.prometheus), analyzed as
     ``telemetry analyze --prometheus`` does (analysis.prometheus.live: collecting until there is enough)."""
-    from telemetry.analysis.prometheus.live import analyze_live, collecting, open_live
+    from telemetry.analysis import PrometheusSource
+    from telemetry.analysis.inputs.prometheus.live import collecting
     from telemetry.analysis.report import collecting_line
 
     try:
-        run = open_live(url, job, last_s=minutes * 60.0 if minutes else None)
+        result = analyze_run(PrometheusSource(url, job, minutes * 60.0 if minutes else None), options())
     except TableError as exc:
         raise ViewError(str(exc)) from None
+    run = result.input
     if not len(run.table):
         if minutes:
             raise ViewError(f"job {job!r} made no step in the last {minutes:.0f} min")
         raise Collecting(collecting_line(collecting(run)))
-    return _analyzed(run, analyze_live(run))
+    return _analyzed(run, result)
 
 
 def list_runs(root: str) -> list[str]:

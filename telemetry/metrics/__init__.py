@@ -1,2 +1,1 @@
-"""What the package exports, named once: Prometheus metrics (:mod:`telemetry.metrics.names`) and the
-steps table's column families (:mod:`telemetry.metrics.steps`)."""
+"""What the package exports, named once: Prometheus metrics (:mod:`telemetry.metrics.names`)."""

@@ -1,7 +1,7 @@
 """Every Prometheus metric the package exports: its name, type, help text and labels, in one place.
 
 The Prometheus sink (:mod:`telemetry.exporters.prometheus`, :mod:`telemetry.exporters.device_metrics`)
-declares its metrics from these records; the Prometheus reader (:mod:`telemetry.analysis.prometheus`)
+declares its metrics from these records; the Prometheus reader (:mod:`telemetry.analysis.inputs.prometheus`)
 builds its PromQL from them; the tests of the alert and recording rules and of the Grafana dashboards
 check every name they use against :data:`ALL`; the reference page of the manual is generated from
 them. A name written by hand anywhere else is a name that can drift.

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..analysis.detectors.blocks import analyze_blocks
+from ..analysis_options import AnalysisOptions
 from ..logonce import LogOnce
 from ..pipeline.records import OnlineResult, StepRecord, TraceRoots
 from .reads import StoreReads
@@ -80,8 +81,8 @@ def further_rise(table: Any, f: Finding, since: int = -1, utilization: Any = Non
     ``since``, the latest rise found in it) is searched again with its level as the base: the costliest
     job-wide finding there at warning or above that begins after that step is the rise, a new finding
     (``details['within']`` names ``f``; the evidence says so), captured as one."""
-    from ..analysis.captures import JOB_WIDE
-    from ..analysis.detectors.matrix import MIN_WINDOWS
+    from ..analysis.traces.captures import JOB_WIDE
+    from ..steptable.matrix import MIN_WINDOWS
 
     if f.ranks or f.kind not in JOB_WIDE or f.first_step is None:
         return None
@@ -122,15 +123,13 @@ class OnlineDetector:
         window: int | str,
         wait_blocks: int,
         min_interval_s: float = 5.0,
-        busy_bound: float = 0.8,
-        busy_warn_bound: float = 0.6,
+        options: AnalysisOptions | None = None,
         trace_sampler: Callable[[], Callable[[StepRecord], bool]] | None = None,
         captures: Any = None,
     ) -> None:
         self.store = store
         self.captures = captures  # online/capture.py's Captures: profiler captures on findings
-        self.busy_bound = busy_bound
-        self.busy_warn_bound = min(busy_warn_bound, busy_bound)
+        self.options = options or AnalysisOptions()  # the settings the analysis of each window runs with
         self.rank = rank
         self.world = world
         self.every = every
@@ -346,7 +345,7 @@ class OnlineDetector:
 
     def _analyze(self) -> bool:
         """One analysis of the window; False when there were too few blocks to analyze."""
-        from ..analysis.detectors import UtilizationParams
+        from ..analysis.detectors import settings
         from ..analysis.detectors.lost import lost_rank_of_blocks, missing_streaks
 
         t0 = time.perf_counter()
@@ -354,7 +353,7 @@ class OnlineDetector:
             table = self._table()
             if table.empty or table["step"].nunique() < 4:
                 return False
-            util = UtilizationParams(bound=self.busy_bound, warn_bound=self.busy_warn_bound)
+            util = settings(self.options)["utilization"]
             result = analyze_blocks(table, util)
             self.analyses += 1
             took = time.perf_counter() - t0

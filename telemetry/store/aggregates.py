@@ -26,7 +26,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pyarrow as pa
 
-from ..metrics.steps import zero_when_absent
+from ..steptable.table import zero_when_absent
 from . import layout
 
 BLOCK = 64  # steps per block

@@ -9,7 +9,7 @@ columns are read eagerly; records with their spans (format 1's dicts) only when 
 >>> run = read_run("runs/exp1")        # doctest: +SKIP
 >>> run.steps[0]["duration_s"]         # doctest: +SKIP
 
-The steps table of a run is opened by the one loader, :func:`telemetry.analysis.load.open_input`.
+The steps table of a run is opened by the one loader, :func:`telemetry.analysis.inputs.load.open_input`.
 """
 
 from __future__ import annotations

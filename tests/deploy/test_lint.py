@@ -52,10 +52,10 @@ def test_an_import_against_the_flow_breaks_the_contracts(tmp_path):
     )
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
     with open(tmp_path / "telemetry" / "store" / "layout.py", "a", encoding="utf-8") as f:
-        f.write("\nfrom telemetry.analysis import table as _upward  # planted by the test\n")
+        f.write("\nfrom telemetry.analysis import findings as _upward  # planted by the test\n")
     p = run(tool("lint-imports"), cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert p.returncode != 0, p.stdout[-3000:]
-    assert "telemetry.store.layout -> telemetry.analysis.table" in p.stdout
+    assert "telemetry.store.layout -> telemetry.analysis.findings" in p.stdout
 
 
 def noqa_without_reason(text: str) -> list[int]:

@@ -112,7 +112,7 @@ def test_a_dead_otlp_collector_costs_only_its_spans(tmp_path, healthy_job, fault
             f"{why['closed_before_delivery']} still queued at shutdown; {int(scraped[rank])} already in "
             f'train_telemetry_dropped_total{{sink="otlp"}} at step {HOLD})'
         )
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     steps = open_input(result.run_dir).table
     assert steps.groupby("rank")["step"].nunique().tolist() == [200, 200]  # the store has every step

@@ -179,7 +179,7 @@ def test_accepted_settings_run_a_job_with_no_pipeline_or_sink_error(kwargs, dir_
         assert stats["pipeline_errors"] == 0, stats
         store = stats["sinks"]["store"]
         assert store["failures"] == 0 and store["dropped"] == 0 and store["written"] == 3, (kwargs, stats)
-        from telemetry.analysis.load import open_input
+        from telemetry.analysis.inputs.load import open_input
 
         table = open_input(run_dir).table
         assert table["step"].tolist() == [first, first + 1, first + 2], (kwargs, table)
@@ -271,7 +271,7 @@ def sim_run(tmp_path_factory):
 
 def _analyze(path):
     from telemetry.analysis.detectors import analyze
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     run = open_input(path)
     return run, analyze(run.table, run.progress, run.world_size)
@@ -646,7 +646,7 @@ def test_a_damaged_format1_file_is_said_and_skipped_never_a_finding(damage, sim_
 
 @pytest.fixture(scope="module")
 def clean_table(sim_run):
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     return open_input(sim_run).table.drop(columns="node")
 
@@ -872,7 +872,7 @@ def test_nan_and_infinity_are_counted_said_once_and_exported_as_what_they_are(tm
     which Prometheus and promtool read."""
     import pyarrow.parquet as pq
 
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
     from telemetry.store.segreads import read_records
 
     port = free_port_range(1)
@@ -954,7 +954,7 @@ class _Huge:
 def test_a_number_too_large_for_a_float_is_an_infinity_not_a_lost_batch(value, stored, tmp_path, fault_table):
     import fractions
 
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     run_dir = str(tmp_path / "run")
     telemetry.init(run_dir=run_dir, sinks=["store"], announce=False, online=False, handle_sigterm=False)
@@ -983,7 +983,7 @@ def test_a_value_that_is_not_a_real_number_is_refused_and_counted(value, tmp_pat
     with telemetry.step():
         telemetry.log(bad=value, good=1.0)
     stats = telemetry.shutdown()
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     table = open_input(run_dir).table
     assert "log.bad" not in table.columns and table["log.good"].tolist() == [1.0]
@@ -1000,7 +1000,7 @@ def test_a_complex_tensor_is_refused_not_a_failed_seal(tmp_path):
         telemetry.log(z=torch.tensor(1 + 2j), t=torch.tensor(float("nan")), b=torch.tensor(True))
     stats = telemetry.shutdown()
     assert stats["sinks"]["store"]["failures"] == 0 and stats["nonfinite_values"] == 1, stats
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     table = open_input(run_dir).table
     assert "log.z" not in table.columns and table["log.t"].isna().all() and table["log.b"].tolist() == [1.0]

@@ -176,7 +176,7 @@ def test_a_run_cut_while_the_page_is_open_shows_what_is_readable_and_warns(
 def _a_tail_cut_in_half(monkeypatch, tmp_path) -> tuple[str, int, int]:
     """A run left by a crash (a live tail, no segment), its tail then cut in half under the page."""
     import telemetry
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     live, crashed = str(tmp_path / "live"), str(tmp_path / "crashed")
     telemetry.init(run_dir=live, job="tail", sinks=["store"], flush_interval_s=0.05, announce=False)
@@ -205,7 +205,7 @@ def _a_tail_cut_in_half(monkeypatch, tmp_path) -> tuple[str, int, int]:
 
 
 def _steps_of(run: str, rank: int) -> int:
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     t = open_input(run).table
     return int((t["rank"] == rank).sum())
@@ -358,9 +358,9 @@ def test_a_prometheus_that_stops_answering_mid_load_is_a_message_within_a_bound(
     fault_table,
     monkeypatch,
 ):
-    from telemetry.analysis.prometheus import open_prometheus
-    from telemetry.analysis.prometheus.queries import queries
-    from telemetry.analysis.table import TableError
+    from telemetry.analysis.inputs.prometheus import open_prometheus
+    from telemetry.analysis.inputs.prometheus.queries import queries
+    from telemetry.steptable.table import TableError
 
     url, _ = backfilled
     with _Proxy(url, "hang") as proxy:

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from telemetry.analysis.detectors.lost import LOST_AFTER_S
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.faults.gloo_job import ROOT, GlooJob
 from tests.helpers.servers import free_port_range
 

@@ -391,7 +391,7 @@ def test_a_parquet_file_that_carries_a_pickle_runs_no_code(tmp_path, fault_table
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     canary = tmp_path / "ran"
 

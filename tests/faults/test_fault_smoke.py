@@ -2,7 +2,7 @@
 
 import pytest
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.faults.gloo_job import NOT_SLOWED, ROOT, GlooJob
 
 pytestmark = pytest.mark.slow

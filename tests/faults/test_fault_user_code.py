@@ -19,7 +19,7 @@ import torch
 
 import telemetry
 from telemetry import plugins
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from telemetry.pipeline.sinks import Sink
 from tests.helpers.servers import free_port, http_get
 

@@ -42,7 +42,7 @@ class SleepyStream(torch.utils.data.IterableDataset):
 def watched(run_dir, loader, epochs=1, **watch_kw):
     """Every batch of `loader` (for `epochs`) through telemetry.watch, one empty step each: the table."""
     import telemetry
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     telemetry.init(run_dir=run_dir, job="dl", sinks=["store"], strict=True)
     for _ in range(epochs):

@@ -53,11 +53,12 @@ def scraped_demo(tmp_path, *inject: str, ranks: int = 4, steps: int = 400, name:
 
 def both_ways(url: str, run_dir, end: float, window_s: float) -> tuple[Any, Any, Any]:
     """(the run store's analysis, the Prometheus analysis, the Prometheus RunInput) of one job."""
-    from telemetry.analysis.load import open_input
-    from telemetry.analysis.prometheus.live import analyze_live, open_live
-    from telemetry.analysis.windows import analyze_path
+    from telemetry.analysis.inputs.load import open_input
+    from telemetry.analysis.inputs.prometheus.live import open_live
+    from telemetry.analysis import analyze_run
+    from telemetry.analysis.run import analyze_live
 
-    store, _, _ = analyze_path(str(run_dir))
+    store = analyze_run(str(run_dir))
     run = open_live(url, os.path.basename(str(run_dir)), window_s=window_s, now=end)
     assert len(open_input(str(run_dir)).table)
     return store, analyze_live(run), run

@@ -148,7 +148,7 @@ def test_a_plugin_sink_that_never_returns_leaves_the_store_and_metrics_whole(tmp
     sinks = result["stats"]["sinks"]
     assert sinks["store"]["written"] == STEPS and sinks["store"]["dropped"] == 0
     assert sinks["blocking"]["dropped"] > 0
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     table = open_input(run_dir).table
     assert sorted(table["step"]) == list(range(STEPS))  # the store kept every step

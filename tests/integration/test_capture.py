@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from telemetry.analysis.captures import JOB_WIDE
+from telemetry.analysis.traces.captures import JOB_WIDE
 from tests.helpers.paths import ROOT
 
 

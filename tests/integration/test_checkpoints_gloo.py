@@ -9,7 +9,7 @@ import os
 import pytest
 import torch.multiprocessing as mp
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers import dist_cases
 from tests.helpers.servers import free_port
 
@@ -51,13 +51,13 @@ def test_dcp_saves_and_loads_are_timed_with_the_bytes_written(tmp_path, world):
 
 @pytest.mark.parametrize("world,slow", [(2, 1), pytest.param(4, 2, marks=pytest.mark.alone)])
 def test_a_rank_whose_checkpoint_writes_are_throttled_is_named_slow_checkpoint(tmp_path, world, slow):
-    from telemetry.analysis.windows import analyze_path
+    from telemetry.analysis import analyze_run
 
     run = str(tmp_path / "run")
     mp.start_processes(
         dist_cases.slow_checkpoints, args=(world, free_port(), run, slow), nprocs=world, start_method="spawn", join=True
     )
-    result, _, _ = analyze_path(run)
+    result = analyze_run(run)
     named = [f for f in result.findings if f.kind == "slow_checkpoint" and f.ranks]
     assert [f.ranks for f in named] == [[slow]], [(f.kind, f.ranks, f.evidence) for f in result.findings]
     bw = named[0].details["bandwidth_Bps"][str(slow)]

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers.paths import ROOT
 
 

@@ -6,7 +6,7 @@ its storage as the first cause with the bytes per second, and the bytes the work
 import pytest
 import torch.multiprocessing as mp
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers import dist_cases
 from tests.helpers.servers import free_port
 
@@ -16,7 +16,7 @@ from tests.helpers.servers import free_port
 @pytest.mark.alone
 @pytest.mark.parametrize("world,slow", [(2, 1), (4, 2)])
 def test_a_rank_whose_reads_are_throttled_is_named_input_bound_with_its_storage(tmp_path, world, slow):
-    from telemetry.analysis.windows import analyze_path
+    from telemetry.analysis import analyze_run
 
     run = str(tmp_path / "run")
     mp.start_processes(
@@ -31,7 +31,7 @@ def test_a_rank_whose_reads_are_throttled_is_named_input_bound_with_its_storage(
     # the throttled rank's batch was never waiting (one worker: its batches come one by one, each ~130 ms
     # after the last); its peers' were, every step they spent waiting for it in the all-reduce
     assert ready[slow] < 0.2 and (ready.drop(slow) >= 0.8).all(), ready.to_dict()
-    result, _, _ = analyze_path(run)
+    result = analyze_run(run)
     named = [f for f in result.findings if f.kind in ("input_bound", "data_stall") and f.ranks]
     assert [(f.kind, f.ranks) for f in named] == [("input_bound", [slow])], [
         (f.kind, f.ranks, f.evidence) for f in result.findings

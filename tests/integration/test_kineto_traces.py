@@ -1,4 +1,4 @@
-"""Real PyTorch profiler traces of spawned gloo ranks as analysis input (telemetry/analysis/kineto.py):
+"""Real PyTorch profiler traces of spawned gloo ranks as analysis input (telemetry/analysis/inputs/kineto.py):
 the run store's steps, the slow rank named, exported."""
 
 import json
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch.multiprocessing as mp
 
-from telemetry.analysis.load import KINETO_TRACES, open_input
+from telemetry.analysis.inputs.load import KINETO_TRACES, open_input
 from telemetry.cli import main as cli
 from tests.helpers import kineto_traces as kt
 from tests.helpers.servers import free_port

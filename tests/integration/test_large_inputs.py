@@ -1,4 +1,4 @@
-"""Large inputs, in bounded memory: a 35 MB profiler trace streamed (telemetry/analysis/tracefile.py).
+"""Large inputs, in bounded memory: a 35 MB profiler trace streamed (telemetry/analysis/inputs/tracefile.py).
 Here, not under tests/unit/, for its cost (seconds of CPU), as a slow test."""
 
 import os
@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers import kineto_traces as kt
 
 US = 1e-6

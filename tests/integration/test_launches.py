@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers.paths import ROOT
 from tests.helpers.servers import free_port
 

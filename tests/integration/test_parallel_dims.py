@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from telemetry.analysis.detectors import analyze
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers.paths import ROOT
 
 pytest.importorskip("torch.distributed.tensor.parallel")

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from telemetry.analysis.prometheus import list_jobs, open_prometheus
+from telemetry.analysis.inputs.prometheus import list_jobs, open_prometheus
 from tests.helpers.paths import ROOT
 from tests.helpers.runs import stop_demo
 from tests.helpers.servers import (

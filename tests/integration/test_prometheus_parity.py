@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from telemetry.analysis.detectors import WAITS
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers.prometheus_parity import both_ways, parity, scraped_demo, window_of
 from tests.helpers.servers import Prometheus
 

@@ -1,4 +1,4 @@
-"""telemetry.analysis.prometheus (the package): a job read back from a real Prometheus server's HTTP API.
+"""telemetry.analysis.inputs.prometheus (the package): a job read back from a real Prometheus server's HTTP API.
 
 The deterministic tests read the two jobs tests/helpers/prometheus_backfill.py backfills into a real
 Prometheus; the live test scrapes a real ``telemetry demo`` job."""
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from telemetry.analysis.detectors import analyze
-from telemetry.analysis.prometheus import PROMETHEUS, list_jobs, open_prometheus
-from telemetry.analysis.table import TableError
+from telemetry.analysis.inputs.prometheus import PROMETHEUS, list_jobs, open_prometheus
+from telemetry.steptable.table import TableError
 from tests.helpers import prometheus_backfill
 from tests.helpers.paths import ROOT
 from tests.helpers.prometheus_backfill import (

@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers.paths import ROOT
 
 

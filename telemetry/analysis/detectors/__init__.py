@@ -1,13 +1,10 @@
 """Detectors: pure functions from the steps table (and, for hangs, progress heartbeats) to findings.
 
-Order matters, because each stage explains part of the time and passes on what is left: stragglers
-first, then ranks stalled on data, then stage imbalance and moving imbalance, then lasting
-changes (regression, slow communication, data stalls that begin), memory growth, low utilization (with
-what the findings before it explain), utilization regressions (a drop within the run, or against a
-baseline run), lost ranks, hangs
-(a hang whose culprits are all lost ranks is the lost ranks' finding, not a second one). Every
-finding's ``slowdown`` is a what-if over the steps it covers; the summary's is for all findings
-together, with a goodput split of the run's time.
+Each detector is one line of :data:`DETECTORS`, called the same way (``detect(matrix, ctx)``, see
+:mod:`.context`), in order: each explains part of the time and passes on what is left (stragglers,
+then data stalls, stage and moving imbalance, lasting changes, memory growth, low utilization,
+utilization regressions; lost ranks and hangs from the heartbeats; slow checkpoints and the checkpoint
+budget). A new detector is one module with a ``detect`` function and one line in the table.
 
 >>> from telemetry.analysis.detectors import analyze
 >>> result = analyze(table)                   # doctest: +SKIP
@@ -18,41 +15,79 @@ together, with a goodput split of the run's time.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from ..findings import SEVERITIES, Finding, severity_for, tally
+from ...analysis_options import AnalysisOptions
+from ...steptable.matrix import StepMatrix, from_table
+from ..findings import SEVERITIES, Finding, severity_for
+from . import checkpoint, hang, imbalance, lost, memory, regression, stall, straggler, utilization, utilization_drop
 from .causes import attach_causes
-from .checkpoint import CheckpointParams, checkpoint_advice, detect_checkpoint_budget, detect_slow_checkpoints
-from .hang import detect_hang
-from .imbalance import ImbalanceParams, detect_moving_imbalance, detect_stage_imbalance
-from .lost import detect_lost_ranks
-from .matrix import StepMatrix, from_table, gaps_after, nan_to_zero, nanmedian, rank_median
-from .memory import detect_memory_growth
-from .regression import RegressionParams, detect_regressions
+from .checkpoint import CheckpointParams
+from .context import Context, Detector, Found, Params
+from .imbalance import ImbalanceParams
+from .regression import RegressionParams
 from .replay import reprice
-from .stall import detect_data_stalls
 from .straggler import StragglerParams, detect_stragglers, straggler_scores
-from .utilization import UtilizationParams, detect_low_utilization, parts_per_step
-from .utilization_drop import detect_utilization_regression
-from .whatif import slowdown, step_savings
+from .summary import WAITS, covered_seconds, goodput_split, settle_ended, share_of_run, summarize, uptime
+from .utilization import UtilizationParams
 
 log = logging.getLogger("telemetry")
 
 
+# The detectors, in the order they run: each reads the shift and findings of those before it.
+DETECTORS: tuple[Detector, ...] = (
+    Detector("straggler", straggler.detect),
+    Detector("data_stall", stall.detect),
+    Detector("stage_imbalance", imbalance.detect_stage),
+    Detector("imbalance", imbalance.detect_moving),
+    Detector("regression", regression.detect),
+    Detector("memory_growth", memory.detect),
+    Detector("low_utilization", utilization.detect),
+    Detector("utilization_regression", utilization_drop.detect),
+    Detector("rank_lost", lost.detect, reads="heartbeats"),
+    Detector("hang", hang.detect, reads="heartbeats"),
+    Detector("slow_checkpoint", checkpoint.detect_slow),
+    Detector("checkpoint_budget", checkpoint.detect_budget),
+)
+
+
 @dataclass
 class Analysis:
+    """An analysis: its findings and summary (:meth:`to_json`: the findings JSON), and what else the
+    front door kept that is not in the JSON: the (rank x step) matrix and the what-if's shift, the input
+    read (the last window's, for a run read in windows), the line saying how a long run was read, and the
+    block table a long run was analyzed from."""
+
     findings: list[Finding]
     summary: dict[str, Any]
     matrix: StepMatrix | None = field(default=None, repr=False)
     # (ranks x steps) what healing the findings' culprits would save: the what-if's own (not in the JSON)
     shift: np.ndarray | None = field(default=None, repr=False)
+    input: Any = field(default=None, repr=False)  # the RunInput read (telemetry.analysis.inputs.load)
+    note: str | None = None  # how a long run was read: windows, blocks, a kept summary
+    blocks: pd.DataFrame | None = field(default=None, repr=False)  # the block table of a long run
+
+    @property
+    def warnings(self) -> list[str]:
+        """What reading the input skipped or lacks (the report's warnings)."""
+        return self.input.warnings if self.input is not None else []
 
     def to_json(self) -> dict[str, Any]:
         return {"findings": [f.to_dict() for f in self.findings], "summary": self.summary}
+
+
+def settings(options: AnalysisOptions) -> dict[str, Any]:
+    """The keyword arguments of :func:`analyze` that an AnalysisOptions sets: the hang bound, the
+    utilization bounds, the checkpoint advice's failure rate."""
+    return {
+        "hang_bound_s": options.hang_after_s,
+        "utilization": UtilizationParams(bound=options.busy_bound, warn_bound=options.warn_bound),
+        "checkpoint": CheckpointParams(failure_rate_per_hour=options.failure_rate_per_hour),
+    }
 
 
 def analyze(
@@ -71,7 +106,10 @@ def analyze(
     gaps: bool | None = None,
     checkpoint: CheckpointParams | None = None,
 ) -> Analysis:
-    """``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
+    """Every detector of :data:`DETECTORS` over ``table`` (and the heartbeats ``progress``), then the
+    causes, the summary and, with ``ops``, the what-ifs repriced on the trace.
+
+    ``step_resolution=False`` for tables whose rows summarize blocks of steps (online detection):
     moving imbalance is then not looked for, since a block's median averages away the work that
     moves from step to step and what is left between blocks is noise, not imbalance; nor are the
     gaps between steps (a block's rows carry no start time). ``ops``: the per-operation trace the
@@ -82,54 +120,33 @@ def analyze(
     from Prometheus are blocks of steps whose start times say it."""
     gaps = step_resolution if gaps is None else gaps
     m = from_table(table) if len(table) else None
-    findings: list[Finding] = []
-    shift = None
+    sp = straggler or StragglerParams()
+    ctx = Context(
+        Params(sp, imbalance, regression, utilization, checkpoint, hang_bound_s),
+        progress=progress,
+        world_size=world_size,
+        first_start_s=float(table["start_s"].min()) if len(table) else None,
+        step_resolution=step_resolution,
+        gaps=gaps,
+        base_name=base_name,
+        ops=ops,
+    )
     if m is not None and m.n_steps:
-        sp = straggler or StragglerParams()
-        live = np.zeros(m.n_steps, dtype=bool)
-        live[sp.warmup(m.n_steps) :] = True
-        found, shift = detect_stragglers(m, sp)
-        findings += found
-        found, more = detect_data_stalls(m, live, shift, sp)
-        findings += found
-        shift = shift + more
-        found, more = detect_stage_imbalance(m, live, shift, imbalance)
-        findings += found
-        shift = shift + more
-        found, more = detect_moving_imbalance(m, live, shift, imbalance) if step_resolution else ([], None)
-        if found:
-            findings += found
-            shift = shift + more
-        findings += detect_regressions(m, live, shift, regression)
-        findings += detect_memory_growth(m, live)
-        findings += detect_low_utilization(m, live, shift, utilization, gaps=gaps)
+        ctx.live = _after_warmup(m, sp)
         mb = from_table(base) if base is not None and len(base) else None
-        b_live = None
         if mb is not None:
-            b_live = np.zeros(mb.n_steps, dtype=bool)
-            b_live[sp.warmup(mb.n_steps) :] = True
-        findings += detect_utilization_regression(
-            m, live, shift, findings, utilization, gaps=gaps, base=mb, base_live=b_live, base_name=base_name
-        )
-    if progress:
-        first = float(table["start_s"].min()) if len(table) else None
-        lost = detect_lost_ranks(progress, first)
-        findings.extend(lost)
-        findings.extend(
-            detect_hang(progress, m, world_size, hang_bound_s, explained={r for f in lost for r in f.ranks})
-        )
-    advice = up = None
+            ctx.base, ctx.base_live = mb, _after_warmup(mb, sp)
+        ctx.uptime = uptime(m)  # the checkpoint advice's failures and wall time, and the summary's uptime
+    for d in DETECTORS:
+        if d.applies(m, ctx):
+            ctx.add(d.detect(m, ctx))
+    findings = ctx.findings
     if m is not None and m.n_steps:
         findings = [settle_ended(m, f) for f in findings]
-        cp = checkpoint or CheckpointParams()
-        findings += detect_slow_checkpoints(m, cp)
-        up = uptime(m)  # the advice's failures and wall time, and the summary's uptime
-        advice = checkpoint_advice(m, up, findings, cp)
-        findings += detect_checkpoint_budget(m, advice, cp)
     failed_causes = attach_causes(m, findings) if m is not None and m.n_steps else (0, None)
-    summary = _summary(m, findings, shift, utilization, gaps, up)
-    if advice:
-        summary["checkpoint_advice"] = advice
+    summary = summarize(m, findings, ctx.shift, utilization, gaps, ctx.uptime)
+    if ctx.advice:
+        summary["checkpoint_advice"] = ctx.advice
     if failed_causes[0]:  # counted in the summary, said once per analysis; never silently "no causes"
         summary["cause_failures"] = {"findings": failed_causes[0], "first": failed_causes[1]}
         log.warning(
@@ -138,233 +155,23 @@ def analyze(
             *failed_causes,
         )
     if ops is not None:
-        findings = reprice(findings, summary, ops, m, shift)
+        findings = reprice(findings, summary, ops, m, ctx.shift)
     findings.sort(key=lambda f: (-SEVERITIES.index(f.severity), -f.slowdown))
-    return Analysis(findings, summary, m, shift)
+    return Analysis(findings, summary, m, ctx.shift)
 
 
-def _summary(
-    m: StepMatrix | None,
-    findings: list[Finding],
-    shift: np.ndarray | None,
-    utilization: UtilizationParams | None = None,
-    gaps: bool = True,
-    up: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    if m is None or m.n_steps == 0:
-        return {"ranks": 0, "steps": 0, "findings": 0, "slowdown": 0.0, "severity": None}
-    t = m.step_time()
-    total = slowdown(m, shift) if shift is not None else 0.0
-    regressed = sum(
-        f.slowdown * covered_seconds(m, f)
-        for f in findings
-        if f.kind in ("regression", "slow_comm")
-        or (f.kind == "data_stall" and not f.ranks and f.details.get("before_s") is not None)
-        or (f.kind == "slow_checkpoint" and f.ranks)  # the job's wait for a slow rank's storage
-    )
-    total = min(1.0, total + (regressed + _dropped_seconds(m, findings)) / max(float(np.nansum(t)), 1e-12))
-    up = up if up is not None else uptime(m)
-    out: dict[str, Any] = {
-        "ranks": m.n_ranks,
-        "steps": m.n_steps,
-        "first_step": int(m.steps[0]),
-        "last_step": int(m.steps[-1]),
-        "step_time_s": float(nanmedian(t)),
-        "slowdown": round(total, 6),
-        **tally(findings),
-        "goodput": goodput_split(m, shift, up),
-        "uptime": up,
-        "straggler_score": straggler_scores(m),
-    }
-    busy = _busy(m, shift, utilization or UtilizationParams(), gaps)
-    if busy:
-        out["utilization"] = busy
-    if m.has_layout:
-        out["stages"] = int(len(np.unique(m.groups)))
-    if m.tokens is not None:
-        secs = np.nansum(t)
-        if secs > 0 and m.tokens.sum() > 0:
-            out["tokens_per_s"] = float(m.tokens.sum() / secs)
-    if "mfu" in m.columns:
-        out["mfu"] = float(nanmedian(m.columns["mfu"]))
-    if any(f.kind == "hang" for f in findings):
-        out["slowdown"] = 1.0
-    return out
-
-
-def _dropped_seconds(m: StepMatrix, findings: list[Finding]) -> float:
-    """Seconds the utilization regressions that no other finding accounts for (warnings) would give
-    back. Their grown idle part is none of the other findings' own (else they would be info), so their
-    time adds to the others'; a drop within the run and one against the baseline on the same steps
-    count once, the larger. A low_utilization finding is not in the total: its slowdown is the share of
-    an idle part the job spends as it is built, not a culprit to heal."""
-    drops = [f for f in findings if f.kind == "utilization_regression" and f.severity != "info"]
-    if not drops:
-        return 0.0
-    t = nan_to_zero(m.step_time())
-    saved = np.zeros(m.n_steps)
-    for f in drops:
-        mask = (m.steps >= f.first_step) & (m.steps <= f.last_step)
-        saved = np.where(mask, np.maximum(saved, f.slowdown * t), saved)
-    return float(saved.sum())
-
-
-def _busy(m: StepMatrix, shift: np.ndarray | None, p: UtilizationParams, gaps: bool) -> dict[str, Any]:
-    """The run's busy share after warm-up (low_utilization's measure), its bounds and its idle parts:
-    the summary's ``utilization``, shown whether or not it is a finding."""
-    if not np.isfinite(m.compute).any():
-        return {}
-    wall, parts = parts_per_step(m, shift, gaps)
-    live = slice(StragglerParams().warmup(m.n_steps), None)
-    w = m.steps_per_column()[live]  # per-step parts, each column as many times as the steps it holds
-    total = float(np.nansum(wall[live] * w))
-    if total <= 0:
-        return {}
-    shares = {k: float(np.nansum(v[live] * w)) / total for k, v in parts.items()}
-    busy = shares.pop("busy")
-    idle = {k: round(v, 4) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > 0}
-    band = "ok" if busy >= p.bound else "info" if busy >= p.warn_bound else "warning"
-    band = "critical" if busy < p.warn_bound / 2 else band
-    return {"busy_fraction": round(busy, 4), "bound": p.bound, "warn_bound": p.warn_bound, "band": band, "idle": idle}
-
-
-TIME_KINDS = ("straggler", "data_stall", "input_bound", "stage_imbalance", "imbalance", "regression", "slow_comm")
-
-
-def share_of_run(m: StepMatrix, f: Finding) -> float:
-    """A finding's what-if as a fraction of the whole run's step time (it is over its own steps)."""
-    total = float(np.nansum(m.step_time()))
-    return f.slowdown * covered_seconds(m, f) / total if total > 0 else 0.0
-
-
-def settle_ended(m: StepMatrix, f: Finding) -> Finding:
-    """A slowdown that is over and cost the run little is info: a stretch that ended at least as many
-    steps before the run's last as it lasted (and 10 or more), whose cost is under 1% of the whole
-    run's time however much it slowed its own steps (six steps of a rank held back by the scheduler
-    right after warm-up). A stretch still going at the run's end keeps its severity: it goes on
-    costing."""
-    if f.kind not in TIME_KINDS or f.severity == "info" or f.first_step is None or f.last_step is None:
-        return f
-    lasted = f.last_step - f.first_step + 1
-    since = int(m.steps[-1]) - f.last_step
-    share = share_of_run(m, f)
-    if since < max(10, lasted) or share >= 0.01:
-        return f
-    return replace(
-        f,
-        severity="info",
-        evidence=f.evidence + f"; it ended {since} steps before the run's last and cost {share:.1%} of the whole "
-        "run: info, nothing to act on unless it comes back",
-        details={**f.details, "run_share": share},
-    )
-
-
-def covered_seconds(m: StepMatrix, f: Finding) -> float:
-    """Seconds of job time in the steps a finding covers."""
-    t = m.step_time()
-    mask = (m.steps >= (f.first_step if f.first_step is not None else m.steps[0])) & (
-        m.steps <= (f.last_step if f.last_step is not None else m.steps[-1])
-    )
-    return float(np.nansum(t[mask]))
-
-
-def uptime(m: StepMatrix) -> dict[str, Any]:
-    """The run's wall time from its first step's start to its last step's end, split into time in
-    steps, short gaps between steps (work outside ``telemetry.step``: logging, evaluation, host
-    overhead) and long gaps (over ``RESTART_GAP_S`` and 30 median steps: a restart, with the steps
-    re-run after it, or an outage): the lost time. Steps in order of their number; a restarted
-    job's re-run steps replace the first session's (last wins), so the gap before the first
-    re-run step holds the wasted work too."""
-    w = m.steps_per_column()
-    t = nan_to_zero(m.step_time())
-    in_steps = float((t * w).sum())
-    out: dict[str, Any] = {"in_steps_s": round(in_steps, 3)}
-    if m.step_start is None or not np.isfinite(m.step_start).any():
-        return out
-    start = m.step_start
-    ok = np.isfinite(start)
-    first = float(start[ok][0])
-    last_i = np.flatnonzero(ok)[-1]
-    wall = float(start[last_i] + t[last_i] * w[last_i] - first)
-    gaps, long = gaps_after(m)
-    out.update(
-        wall_s=round(max(wall, in_steps), 3),
-        between_steps_s=round(float(gaps[~long].sum()), 3),
-        lost_s=round(float(gaps[long].sum()), 3),
-        restarts=int(long.sum()),
-        restarted_at_steps=[int(s) for s in m.steps[1:][long[:-1]]][:20],
-    )
-    return out
-
-
-def goodput_split(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | None = None) -> dict[str, float]:
-    """Where the run's time went, as fractions of its wall time (first step start to last step end).
-
-    compute: the typical rank's own work; data_wait: the typical rank's wait for input;
-    straggler_wait: time the job waited for the culprits of the findings (the what-if);
-    checkpoint: the time the typical rank was blocked in checkpoint saves and loads where measured
-    (``io.checkpoint_s``), else the excess of steps that hit every rank at once (over 3x the median step);
-    communication: the collectives' own time (the last rank to arrive does not wait);
-    between_steps: short gaps between steps (work outside telemetry.step); lost: long gaps (a
-    restart and the work it re-ran, an outage; see :func:`uptime`); other: the rest of the steps.
-    Windows of several steps (a live job from Prometheus): straggler_wait, checkpoint, communication
-    and other are one part, :data:`WAITS`.
-    """
-    t = nan_to_zero(m.step_time())
-    w = m.steps_per_column()  # each column's per-step times count as many times as the steps it holds
-    total = float((t * w).sum())
-    if total <= 0:
-        return {}
-    up = up or {}
-    between, lost = float(up.get("between_steps_s", 0.0)), float(up.get("lost_s", 0.0))
-    wall = total + between + lost
-    med = float(np.median(t))
-    spikes = t > 3 * med
-    checkpoint = float(((t - med) * w)[spikes].sum())
-    measured = m.extra("io.checkpoint_s")
-    if measured is not None and np.nansum(measured) > 0:
-        # measured (io.checkpoint_s: the time ranks were blocked in saves and loads), per step the
-        # typical rank's, in place of the spikes; the spikes' compute counts as compute again
-        checkpoint = float((np.median(nan_to_zero(measured), axis=0) * w).sum())
-        spikes = np.zeros_like(spikes)
-    culprit = float((step_savings(m, shift) * w).sum()) if shift is not None else 0.0
-    compute = float(np.nansum((rank_median(m.compute) * w)[~spikes]))
-    data = float(np.nansum((rank_median(m.data) * w)[~spikes]))
-    comm = 0.0
-    if m.comm is not None:
-        comm = float(np.nansum((m.comm_own() * w)[~spikes]))
-        comm = comm if np.isfinite(comm) else 0.0
-    parts = {
-        "compute": compute,
-        "data_wait": data,
-        "straggler_wait": culprit,
-        "checkpoint": checkpoint,
-        "communication": comm,
-    }
-    scale = min(1.0, total / max(sum(parts.values()), 1e-12))  # overlapping estimates never exceed 100%
-    out = {k: round(v * scale / wall, 4) for k, v in parts.items()}
-    out["other"] = round(max(0.0, total / wall - sum(out.values())), 4)
-    if m.weight is not None:
-        # Windows of a live job read from Prometheus: a window's per-step means cannot say which rank
-        # arrived last at each step, nor which step spiked. The collectives' own time (the last rank's
-        # blocked time, step by step), the waits for late ranks and the spikes are one part here, as
-        # the run store's communication + straggler_wait + checkpoint + other (bench/RESULTS.md: split,
-        # they read 13 and 18 points apart; together, 2).
-        out[WAITS] = round(sum(out.pop(k) for k in (*_MERGED_FROM_WINDOWS, "other")), 4)
-    if between > 0:
-        out["between_steps"] = round(between / wall, 4)
-    if lost > 0:
-        out["lost"] = round(lost / wall, 4)
-    return out
-
-
-# the goodput part windows of several steps give for straggler_wait, checkpoint, communication and other
-WAITS = "communication_and_waits"
-_MERGED_FROM_WINDOWS = ("straggler_wait", "checkpoint", "communication")
+def _after_warmup(m: StepMatrix, sp: StragglerParams) -> np.ndarray:
+    live = np.zeros(m.n_steps, dtype=bool)
+    live[sp.warmup(m.n_steps) :] = True
+    return live
 
 
 __all__ = [
+    "DETECTORS",
     "Analysis",
+    "Context",
+    "Detector",
+    "Found",
     "CheckpointParams",
     "Finding",
     "ImbalanceParams",
@@ -378,6 +185,11 @@ __all__ = [
     "detect_hang",
     "detect_stragglers",
     "from_table",
+    "goodput_split",
+    "settings",
+    "settle_ended",
+    "share_of_run",
+    "uptime",
     "severity_for",
     "straggler_scores",
 ]

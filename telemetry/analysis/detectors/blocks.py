@@ -1,6 +1,6 @@
 """Analysis of a steps table whose rows are blocks of steps: a row per rank and block of K steps, its
 values the block's medians (online detection's window, and the run store's coarse level read by
-:mod:`telemetry.analysis.coarse`)."""
+:mod:`telemetry.analysis.longrun.coarse`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ def analyze_blocks(table: Any, utilization: Any = None, warm_up: bool = True, **
     windows to (segments of 5 blocks, z 3.5), not a single step's (8 rows, z 6, which a change 15
     blocks into the window could never reach); moving imbalance and the gaps between steps are not
     looked for (``step_resolution=False``). ``more``: the rest of :func:`~.analyze`'s arguments."""
+    from ...steptable.matrix import MIN_WINDOWS
     from . import analyze
-    from .matrix import MIN_WINDOWS
     from .regression import RegressionParams
     from .straggler import StragglerParams
 

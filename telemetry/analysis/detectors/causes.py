@@ -65,9 +65,9 @@ import warnings
 
 import numpy as np
 
+from ...steptable.matrix import StepMatrix, even_sample, nanmedian
 from ..findings import Finding
 from . import inputs
-from .matrix import StepMatrix, even_sample, nanmedian
 from .stall import DataWait
 
 THERMAL = ("HwThermalSlowdown", "SwThermalSlowdown")

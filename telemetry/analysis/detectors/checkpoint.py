@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from ...analysis_options import AnalysisOptions
+from ...steptable.matrix import StepMatrix, nan_to_zero
 from ..findings import Finding, severity_for
-from .matrix import StepMatrix, nan_to_zero
+from .context import Context, Found
 
 BYTES, IO_S, BLOCKED_S, ASYNC_S, SAVES = (
     "io.checkpoint_bytes",
@@ -49,7 +51,9 @@ class CheckpointParams:
     slow_ratio: float = 0.5  # a rank's bandwidth under this share of the other ranks' median
     min_extra_s: float = 0.05  # ... and at least this much longer per checkpoint than at their bandwidth
     budget: float = 0.05  # the typical rank's time blocked in checkpoints over this share of the run's
-    failure_rate_per_hour: float = 0.05  # failures of the job per hour, when the run has seen none
+    failure_rate_per_hour: float = (
+        AnalysisOptions.failure_rate_per_hour
+    )  # failures of the job per hour, when the run has seen none
 
 
 def _grid(m: StepMatrix, name: str) -> np.ndarray | None:
@@ -229,3 +233,19 @@ def detect_checkpoint_budget(
             details={"share": round(share, 4), "budget": p.budget},
         )
     ]
+
+
+def detect_slow(m: StepMatrix | None, ctx: Context) -> Found:
+    """Ranks whose checkpoint writes or reads are slow against their peers (the detectors' table)."""
+    if m is None:
+        return Found()
+    return Found(detect_slow_checkpoints(m, ctx.params.checkpoint or CheckpointParams()))
+
+
+def detect_budget(m: StepMatrix | None, ctx: Context) -> Found:
+    """Checkpoints that block training beyond the budget; leaves the interval advice for the summary."""
+    if m is None or ctx.uptime is None:
+        return Found()
+    cp = ctx.params.checkpoint or CheckpointParams()
+    ctx.advice = checkpoint_advice(m, ctx.uptime, ctx.findings, cp)
+    return Found(detect_checkpoint_budget(m, ctx.advice, cp))

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...steptable.matrix import COMM, DATA, StepMatrix, from_table, job_components, nanmedian
 from ..findings import Finding, severity_for
-from .matrix import COMM, DATA, StepMatrix, from_table, job_components, nanmedian
 from .ranktest import mann_whitney_p
 from .straggler import StragglerParams
 

@@ -12,8 +12,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ...steptable.matrix import StepMatrix, nanmedian
 from ..findings import Finding
-from .matrix import StepMatrix, nanmedian
+from .context import Context, Found
 
 MIN_BOUND_S = 10.0
 BOUND_STEPS = 30.0
@@ -106,3 +107,10 @@ def detect_hang(
 def _in_phase(progress: dict) -> str:
     """`` phase forward``, or nothing when the heartbeat does not say (e.g. read from Prometheus)."""
     return f" phase {progress['phase']}" if progress.get("phase") else ""
+
+
+def detect(m: StepMatrix | None, ctx: Context) -> Found:
+    """A job that stopped making steps, from the heartbeats; a stall that only ranks found lost caused
+    is theirs (the detectors' table runs lost ranks first)."""
+    lost = {r for f in ctx.findings if f.kind == "rank_lost" for r in f.ranks}
+    return Found(detect_hang(ctx.progress or {}, m, ctx.world_size, ctx.params.hang_bound_s, explained=lost))

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...steptable.matrix import StepMatrix, even_sample, every_kth_step, nanmedian, rank_median
 from ..findings import Finding, severity_for
-from .matrix import StepMatrix, even_sample, every_kth_step, nanmedian, rank_median
+from .context import Context, Found
 from .whatif import slowdown
 
 
@@ -171,3 +172,20 @@ def _phase_correlation(m: StepMatrix, live: np.ndarray) -> float | None:
     if ok.sum() < 10 or np.std(x[ok]) == 0 or np.std(y[ok]) == 0:
         return None
     return float(np.corrcoef(x[ok], y[ok])[0, 1])
+
+
+def detect_stage(m: StepMatrix | None, ctx: Context) -> Found:
+    """Pipeline stages that hold the others back (the detectors' table)."""
+    if m is None or ctx.live is None or ctx.shift is None:
+        return Found()
+    found, more = detect_stage_imbalance(m, ctx.live, ctx.shift, ctx.params.imbalance)
+    return Found(found, more)
+
+
+def detect_moving(m: StepMatrix | None, ctx: Context) -> Found:
+    """Work that moves between ranks from step to step; only on rows of single steps (a block's median
+    averages it away, and what is left between blocks is noise)."""
+    if m is None or ctx.live is None or ctx.shift is None or not ctx.step_resolution:
+        return Found()
+    found, more = detect_moving_imbalance(m, ctx.live, ctx.shift, ctx.params.imbalance)
+    return Found(found, more) if found else Found()

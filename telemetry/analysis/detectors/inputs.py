@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .matrix import StepMatrix
+from ...steptable.matrix import StepMatrix
 
 SLOW_STORAGE = 0.5  # a rank reading at most this share of its peers' bytes per second of fetching
 MIN_BYTES = 256 << 10  # ... and at least this much over the steps (a few stray reads say nothing)

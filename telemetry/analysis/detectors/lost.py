@@ -35,6 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..findings import Finding, severity_for
+from .context import Context, Found
 
 LOST_AFTER_S = 5.0
 
@@ -183,3 +184,8 @@ def lost_rank_of_blocks(rank: int, first_block: int, latest_block: int, every: i
         ),
         details={"missing_blocks": latest_block - first_block + 1},
     )
+
+
+def detect(m: object, ctx: Context) -> Found:
+    """Ranks that stopped reporting while others went on, from the heartbeats (the detectors' table)."""
+    return Found(detect_lost_ranks(ctx.progress or {}, ctx.first_start_s))

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...steptable.matrix import StepMatrix, nanmedian
 from ..findings import Finding
-from .matrix import StepMatrix, nanmedian
+from .context import Context, Found
 
 
 @dataclass(frozen=True)
@@ -96,3 +97,10 @@ def detect_memory_growth(m: StepMatrix, live: np.ndarray, p: MemoryParams | None
             details={"series": what, "bytes_per_step": rate},
         )
     ]
+
+
+def detect(m: StepMatrix | None, ctx: Context) -> Found:
+    """Memory that keeps growing (the detectors' table)."""
+    if m is None or ctx.live is None:
+        return Found()
+    return Found(detect_memory_growth(m, ctx.live))

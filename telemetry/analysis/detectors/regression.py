@@ -30,8 +30,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ...steptable.matrix import COMM, DATA, StepMatrix, columns_for, job_components, nanmedian
 from ..findings import Finding, severity_for
-from .matrix import COMM, DATA, StepMatrix, columns_for, job_components, nanmedian
+from .context import Context, Found
 from .ranktest import split_z
 from .whatif import step_savings
 
@@ -320,3 +321,10 @@ def _before_after_text(ba: dict[str, list[float]]) -> str:
     if "busy_fraction" in ba:
         parts.append("busy {:.0%} -> {:.0%} of the step".format(*ba["busy_fraction"]))
     return f" ({', '.join(parts)})" if parts else ""
+
+
+def detect(m: StepMatrix | None, ctx: Context) -> Found:
+    """Lasting changes of the job's step, phase or collectives (the detectors' table)."""
+    if m is None or ctx.live is None or ctx.shift is None:
+        return Found()
+    return Found(detect_regressions(m, ctx.live, ctx.shift, ctx.params.regression))

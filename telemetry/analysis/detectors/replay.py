@@ -61,7 +61,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import SEVERITIES, Finding, severity_for
-from ..formats import is_comm, phase_of
+from ..inputs.formats import is_comm, phase_of
 
 log = logging.getLogger("telemetry")
 

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...steptable.matrix import StepMatrix, even_sample, nanmedian, rank_median
 from ..findings import Finding, severity_for
 from . import inputs
-from .matrix import StepMatrix, even_sample, nanmedian, rank_median
+from .context import Context, Found
 from .straggler import StragglerParams, scan
 from .whatif import slowdown
 
@@ -203,3 +204,11 @@ def detect_data_stalls(
                 )
             )
     return findings, out_shift
+
+
+def detect(m: StepMatrix | None, ctx: Context) -> Found:
+    """Ranks stalled on data, on what the stragglers leave (the detectors' table)."""
+    if m is None or ctx.live is None or ctx.shift is None:
+        return Found()
+    found, more = detect_data_stalls(m, ctx.live, ctx.shift, ctx.params.straggler)
+    return Found(found, more)

@@ -41,8 +41,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...steptable.matrix import StepMatrix, even_sample, every_kth_step, nanmedian
 from ..findings import Finding, severity_for
-from .matrix import StepMatrix, even_sample, every_kth_step, nanmedian
+from .context import Context, Found
 from .whatif import slowdown
 
 TOTAL = "__compute__"
@@ -617,3 +618,12 @@ def straggler_scores(m: StepMatrix, params: StragglerParams | None = None) -> di
     with np.errstate(all="ignore"):
         rel = nanmedian((a - peers) / peers, axis=1)
     return {int(r): float(v) for r, v in zip(m.ranks, rel) if np.isfinite(v)}
+
+
+def detect(m: StepMatrix | None, ctx: Context) -> Found:
+    """Stragglers, from the warm-up on (the detectors' table): their findings, and the shift their
+    culprits' healing gives, which every detector after them starts from."""
+    if m is None:
+        return Found()
+    found, shift = detect_stragglers(m, ctx.params.straggler)
+    return Found(found, shift)

@@ -46,16 +46,20 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ...analysis_options import BUSY_WARN_BOUND, AnalysisOptions
+from ...steptable.matrix import StepMatrix, columns_for, gaps_after, nan_to_zero, rank_median
 from ..findings import Finding
-from .matrix import StepMatrix, columns_for, gaps_after, nan_to_zero, rank_median
+from .context import Context, Found
 from .straggler import hot_mask
 from .whatif import step_savings
 
 
 @dataclass(frozen=True)
 class UtilizationParams:
-    bound: float = 0.8  # busy share of the job's time under which a sustained stretch is a finding (info)
-    warn_bound: float = 0.6  # ... under which it is a warning (critical under half of it)
+    bound: float = (
+        AnalysisOptions.busy_bound
+    )  # busy share of the job's time under which a sustained stretch is a finding (info)
+    warn_bound: float = BUSY_WARN_BOUND  # ... under which it is a warning (critical under half of it)
     window: int = 51  # steps in the running window (at most half the shortest stretch)
     min_fraction: float = 0.25  # a stretch covers at least this share of the steps after warm-up ...
     min_steps: int = 20  # ... and at least this many steps
@@ -338,3 +342,10 @@ def _told(
         evidence=evidence,
         details=details,
     )
+
+
+def detect(m: StepMatrix | None, ctx: Context) -> Found:
+    """A sustained low busy share, with what the findings before it explain (the detectors' table)."""
+    if m is None or ctx.live is None:
+        return Found()
+    return Found(detect_low_utilization(m, ctx.live, ctx.shift, ctx.params.utilization, gaps=ctx.gaps))

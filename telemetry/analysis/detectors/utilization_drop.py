@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...steptable.matrix import StepMatrix, even_sample, nanmedian, rank_median
 from ..findings import Finding
-from .matrix import StepMatrix, even_sample, nanmedian, rank_median
+from .context import Context, Found
 from .ranktest import mann_whitney_p
 from .regression import Change, RegressionParams, find_change, for_columns
 from .utilization import PARTS, SIGNALS, UtilizationParams, parts_per_step
@@ -351,3 +352,22 @@ def _against_base(m: StepMatrix, s: Series, b: Series, p: UtilizationParams, bas
 
 
 __all__ = ["UtilizationParams", "detect_utilization_regression", "series"]
+
+
+def detect(m: StepMatrix | None, ctx: Context) -> Found:
+    """A utilization drop within the run or against the base run; the findings so far may explain it."""
+    if m is None or ctx.live is None:
+        return Found()
+    return Found(
+        detect_utilization_regression(
+            m,
+            ctx.live,
+            ctx.shift,
+            ctx.findings,
+            ctx.params.utilization,
+            gaps=ctx.gaps,
+            base=ctx.base,
+            base_live=ctx.base_live,
+            base_name=ctx.base_name,
+        )
+    )

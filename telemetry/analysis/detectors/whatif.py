@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from .matrix import StepMatrix, nan_to_zero
+from ...steptable.matrix import StepMatrix, nan_to_zero
 
 TOP = 8
 

@@ -18,7 +18,7 @@ import time
 
 import streamlit as st
 
-from telemetry.analysis.runsummary import has_picture
+from telemetry.analysis.longrun.kept_picture import has_picture
 from telemetry.dashboards import data, history, source, views
 
 st.set_page_config(page_title="training-telemetry", layout="wide")

@@ -9,7 +9,7 @@ from typing import Any
 
 import streamlit as st
 
-from telemetry.analysis.historydiff import explain, slower_and_faster
+from telemetry.analysis.history.explain import explain, slower_and_faster
 
 from .. import charts
 from .. import data as D

@@ -9,7 +9,7 @@ import pytest
 
 import telemetry
 from telemetry import ConfigError
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 
 def test_init_twice_with_same_settings_returns_the_running_session(run_dir):
@@ -109,8 +109,15 @@ def test_the_same_port_is_fine_without_the_prometheus_sink(monkeypatch, tmp_path
     monkeypatch.setenv("LOCAL_RANK", "7")
     monkeypatch.setenv("RANK", "7")
     monkeypatch.setenv("WORLD_SIZE", "8")
-    telemetry.init(run_dir=str(tmp_path / "r"), prometheus_port=65530, sinks=["store"], online=False)
-    assert telemetry.session() is not None
+    s = telemetry.init(run_dir=str(tmp_path / "r"), prometheus_port=65530, sinks=["store"], online=False)
+    # the session runs as rank 7 of 8 and records, with the run store alone (no metrics endpoint)
+    assert telemetry.session() is s and (s.ctx.rank, s.ctx.world_size) == (7, 8) and s.off_reason is None
+    assert [k.name for k in s.sinks] == ["store"]
+    with telemetry.step():
+        pass
+    telemetry.shutdown()
+    t = open_input(str(tmp_path / "r")).table
+    assert list(zip(t["rank"], t["step"])) == [(7, 0)]
 
 
 def test_each_process_says_where_its_data_is(tmp_path, caplog):

@@ -22,7 +22,7 @@ def modules() -> list[str]:
 
 def test_the_walk_finds_the_package():
     names = modules()
-    assert len(names) > 80 and "telemetry.metrics.names" in names and "telemetry.analysis.windows" in names
+    assert len(names) > 80 and "telemetry.metrics.names" in names and "telemetry.analysis.longrun.windows" in names
 
 
 @pytest.mark.parametrize("name", [n for n in modules() if not n.startswith("telemetry.integrations.")])

@@ -13,7 +13,7 @@ import types
 import pytest
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from telemetry.store.claim import RankInUse, claim_rank
 
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from telemetry.cli import main as cli
 from tests.helpers.runs import record
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from telemetry.analysis.windows import parse_steps
+from telemetry.analysis_options import parse_steps
 from telemetry.cli import main
 from telemetry.demo.simulate import Scenario, simulate
 

@@ -15,7 +15,7 @@ pytest.importorskip("streamlit")
 
 from streamlit.testing.v1 import AppTest
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from telemetry.dashboards.serve import APP
 from telemetry.demo.simulate import Fault, Scenario, simulate
 
@@ -271,7 +271,7 @@ def test_the_io_view_shows_checkpoints_input_and_network_or_says_what_the_run_la
 
 
 def test_a_long_run_is_drawn_from_its_blocks_and_a_zoom_reads_every_step(monkeypatch, tmp_path):
-    from telemetry.analysis import coarse
+    from telemetry.analysis.longrun import coarse
     from telemetry.dashboards import data as D
     from telemetry.dashboards import source as S
     from telemetry.demo.simrun import write_simulated_run
@@ -324,7 +324,8 @@ def test_a_long_run_is_drawn_from_its_blocks_and_a_zoom_reads_every_step(monkeyp
 
 
 def test_a_zoom_into_every_rank_of_a_compacted_long_run_is_drawn_from_its_picture(monkeypatch, tmp_path):
-    from telemetry.analysis import coarse, picture
+    from telemetry.analysis.longrun import coarse
+    from telemetry.analysis.longrun import kept_picture as picture
     from telemetry.cli import main
     from telemetry.dashboards import data as D
     from telemetry.dashboards import source as S

@@ -13,7 +13,7 @@ def test_the_heatmap_downsamples_and_still_shows_one_slow_rank():
             ranks=16, steps=2000, jitter=0.1, faults=(Fault("straggler", ranks=(11,), phase="backward", factor=1.3),)
         )
     )
-    from telemetry.analysis.detectors.matrix import from_table
+    from telemetry.steptable.matrix import from_table
 
     cells = D.heatmap(from_table(table), "compute")
     assert cells["step"].nunique() <= D.MAX_HEATMAP_COLUMNS and cells["rank"].nunique() == 16
@@ -24,8 +24,8 @@ def test_the_heatmap_downsamples_and_still_shows_one_slow_rank():
 def test_a_heatmap_of_thousands_of_ranks_draws_bands_in_which_the_slow_rank_shows():
     import altair as alt
 
-    from telemetry.analysis.detectors.matrix import from_table
     from telemetry.dashboards import charts
+    from telemetry.steptable.matrix import from_table
 
     table = simulate(
         Scenario(
@@ -47,7 +47,7 @@ def test_a_heatmap_of_thousands_of_ranks_draws_bands_in_which_the_slow_rank_show
 
 
 def test_step_percentiles_are_one_line_per_percentile():
-    from telemetry.analysis.detectors.matrix import from_table
+    from telemetry.steptable.matrix import from_table
 
     df = D.step_percentiles(from_table(simulate(Scenario(ranks=8, steps=50))))
     assert set(df["percentile"]) == {"p50", "p95"} and len(df) == 100
@@ -56,7 +56,7 @@ def test_step_percentiles_are_one_line_per_percentile():
 
 
 def test_a_long_run_is_drawn_in_blocks_that_keep_a_slow_step():
-    from telemetry.analysis.detectors.matrix import from_table
+    from telemetry.steptable.matrix import from_table
 
     table = simulate(Scenario(ranks=4, steps=3000, spikes=((1, 1234, 0.5),)))
     df = D.step_percentiles(from_table(table), max_points=1000)
@@ -130,7 +130,7 @@ def test_a_wide_heatmap_of_many_ranks_draws_fewer_bands_so_the_browser_draws_it_
 
 
 def test_rows_that_are_bands_already_are_grouped_a_whole_number_at_a_time():
-    """A picture's rows (telemetry.analysis.picture) are bands of ranks: 250 bands of 40 over 200 steps
+    """A picture's rows (telemetry.analysis.longrun.kept_picture) are bands of ranks: 250 bands of 40 over 200 steps
     are more cells than 10,000, so four at a time (63 bands of 160 ranks, the last of 80: at least 64 bands
     wanted), each labelled by its first and last rank; 25 steps keep the 250 as they are, labelled as kept."""
     from types import SimpleNamespace

@@ -7,8 +7,8 @@ from telemetry.demo.simulate import Scenario, simulate
 
 
 def test_gpu_signals_and_throttle_reasons_are_shown_per_rank():
-    from telemetry.analysis.detectors.matrix import from_table
     from telemetry.dashboards import devices
+    from telemetry.steptable.matrix import from_table
 
     t = simulate(Scenario(ranks=4, steps=100))
     t["dev.gpu_utilization_ratio"] = 0.9

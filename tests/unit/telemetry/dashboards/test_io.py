@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from telemetry.analysis.detectors.matrix import from_table
 from telemetry.demo.simulate import Scenario, simulate
+from telemetry.steptable.matrix import from_table
 
 
 def io_table(steps=60, ranks_per_node=2):

@@ -4,7 +4,7 @@ store, with their ground truth, and read by analyze."""
 import json
 import os
 
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers.runs import analyzed, simulated
 
 

@@ -4,7 +4,7 @@ readings go on."""
 import time
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 
 def test_without_nvml_sampling_says_so_once_and_host_readings_go_on(run_dir, caplog):

@@ -6,7 +6,7 @@ import time
 import pytest
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 
 def test_gpu_metrics_and_mfu_reach_prometheus_and_the_store(run_dir, fake_nvml):
@@ -52,8 +52,8 @@ def test_gpu_metrics_and_mfu_reach_prometheus_and_the_store(run_dir, fake_nvml):
 def test_family_readings_get_their_own_labels_and_the_prometheus_reader_names_them_back():
     """A NIC family has no gpu label (node totals), a GPU family has one; nic_bytes_ and nic_errors_,
     gpu_nvlink_ bytes and gpu_nvlink_errors_ never catch each other's readings; every sample reads
-    back as the reading it came from (telemetry.analysis.prometheus's device_key)."""
-    from telemetry.analysis.prometheus.reshape import device_key
+    back as the reading it came from (telemetry.analysis.inputs.prometheus's device_key)."""
+    from telemetry.analysis.inputs.prometheus.reshape import device_key
     from telemetry.exporters.device_metrics import DeviceCollector
 
     readings = {

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 
 def io(table, step, key):

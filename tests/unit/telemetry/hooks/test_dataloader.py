@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from tests.helpers.loader_datasets import SleepyMap, SleepyStream, watched, workers_record_nothing
 
 

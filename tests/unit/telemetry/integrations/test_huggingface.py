@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 transformers = pytest.importorskip("transformers")  # this file's own: without Lightning these tests still run
 from telemetry.integrations.huggingface import TelemetryCallback as HFCallback  # noqa: E402 - after importorskip

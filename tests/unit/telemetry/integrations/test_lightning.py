@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 pl = pytest.importorskip("lightning.pytorch")  # this file's own: without transformers these tests still run
 from telemetry.integrations.lightning import TelemetryCallback as PLCallback  # noqa: E402 - after importorskip

@@ -5,7 +5,7 @@ import logging
 import math
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 
 def test_a_diverged_loss_is_kept_as_data_counted_and_said_once(run_dir, caplog):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from telemetry.pipeline.assembler import READY_NS, Assembler
 from telemetry.recorder import events as ev
 

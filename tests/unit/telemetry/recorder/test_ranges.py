@@ -6,7 +6,7 @@ import json
 import pytest
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from telemetry.recorder import Recorder, build_recorder, current
 from telemetry.recorder.cuda import EventPool
 from telemetry.recorder.ranges import STEP_RANGE, RangedCudaRecorder, RangedRecorder

@@ -189,7 +189,7 @@ def test_groups_are_runs_of_sealed_segments_between_compacted_ones(tmp_path):
 
 def test_the_writer_compacts_while_the_job_runs_and_at_shutdown(run_dir, monkeypatch):
     import telemetry
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
     from telemetry.store import writer
 
     monkeypatch.setattr(writer, "SEAL_RECORDS", 2)

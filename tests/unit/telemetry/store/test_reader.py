@@ -5,7 +5,7 @@ import os
 import time
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 from telemetry.store import read_run
 
 

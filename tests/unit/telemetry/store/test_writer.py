@@ -7,7 +7,7 @@ import time
 import pytest
 
 import telemetry
-from telemetry.analysis.load import open_input
+from telemetry.analysis.inputs.load import open_input
 
 
 def train(n, fail_at=None):

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from telemetry.analysis.detectors.hang import MIN_BOUND_S, detect_hang, hang_bound, hang_bound_s
-from telemetry.analysis.detectors.matrix import from_table
+from telemetry.steptable.matrix import from_table
 from tests.helpers.heartbeats import NOW, beat, waiting
 
 

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from telemetry.analysis.detectors import analyze
-from telemetry.analysis.detectors.matrix import from_table
 from telemetry.analysis.detectors.replay import Replay, op_role, reprice
 from telemetry.analysis.findings import Finding
-from telemetry.analysis.formats import per_op_to_steps
+from telemetry.analysis.inputs.formats import per_op_to_steps
+from telemetry.steptable.matrix import from_table
 from tests.helpers.paths import ROOT
 
 CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpora", "straggler-analysis")
@@ -300,7 +300,7 @@ def test_corpus_replay_matches_the_papers_replay(name):
 @corpus
 @pytest.mark.parametrize("name, tolerance", [("ST", 0.2), ("SE", 0.2), ("AR", 0.1)])
 def test_corpus_total_whatif_near_the_papers(name, tolerance):
-    from telemetry.analysis.load import open_input
+    from telemetry.analysis.inputs.load import open_input
 
     run = open_input(os.path.join(CORPUS, f"trace-{name}.parquet"))
     assert run.ops is not None
