@@ -112,8 +112,8 @@ def main() -> None:
     ap.add_argument("--no-faults", action="store_true", help="the live demo only, not the three faults")
     ap.add_argument("--out", default=None, help="write the section of bench/RESULTS.md")
     args = ap.parse_args()
-    from telemetry.analysis.inputs.prometheus.live import open_live
     from telemetry.analysis import analyze_run
+    from telemetry.analysis.inputs.prometheus.live import open_live
     from telemetry.analysis.run import analyze_live
 
     timeline = []

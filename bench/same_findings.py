@@ -58,6 +58,14 @@ def simulated(tree: str, out: str) -> str:
     return run(tree, ["-c", _SIM.format(bench=os.path.join(tree, "bench"), out=out)])
 
 
+def _third(run: str) -> int:
+    """A window of about a third of the run's rows (at least 1,000, the flag's least): three windows."""
+    from telemetry.store.segments import step_range
+
+    span = step_range(run)
+    return max(1000, (span[2] * (span[1] - span[0] + 1)) // 3) if span else 1000
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="the source tree to compare against (a git worktree)")
@@ -78,7 +86,7 @@ def main() -> int:
             jobs += [
                 ["-m", "telemetry", "analyze", p, "--json", "--steps", "40:150"],
                 ["-m", "telemetry", "analyze", p, "--json", "--last", "60"],
-                ["-m", "telemetry", "analyze", p, "--json", "--window-rows", "1000"],
+                ["-m", "telemetry", "analyze", p, "--json", "--window-rows", str(_third(p))],
                 ["-m", "telemetry", "analyze", p, "--json", "--raw"],
                 ["-m", "telemetry", "analyze", p, "--json", "--busy-bound", "0.95", "--hang-after", "4"],
             ]

@@ -218,12 +218,11 @@ def simulate(tmp: str, ranks: int, steps: int) -> tuple[str, float]:
 CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from telemetry.analysis.inputs.load import open_input
-from telemetry.analysis.detectors import analyze
+from telemetry.analysis import analyze_run, open_input
 t1 = time.perf_counter()
 run = open_input(sys.argv[1])
 t2 = time.perf_counter()
-res = analyze(run.table, run.progress, run.world_size)
+res = analyze_run(run)
 t3 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "read_s": t2 - t1, "analyze_s": t3 - t2, "total_s": t3 - t0,
                   "rows": len(run.table), "peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,

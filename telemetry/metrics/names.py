@@ -1,10 +1,8 @@
 """Every Prometheus metric the package exports: its name, type, help text and labels, in one place.
 
-The Prometheus sink (:mod:`telemetry.exporters.prometheus`, :mod:`telemetry.exporters.device_metrics`)
-declares its metrics from these records; the Prometheus reader (:mod:`telemetry.analysis.inputs.prometheus`)
-builds its PromQL from them; the tests of the alert and recording rules and of the Grafana dashboards
-check every name they use against :data:`ALL`; the reference page of the manual is generated from
-them. A name written by hand anywhere else is a name that can drift.
+The Prometheus sink declares its metrics from these records, the Prometheus reader builds its PromQL
+from them, the rules' and dashboards' tests check every name against :data:`ALL`, and the manual's
+reference is generated from them.
 
 >>> STEPS.series
 ('train_steps_total',)
@@ -20,9 +18,8 @@ own names and labels unchanged.
 >>> [m.name for m in ALL if not m.exported_at("phase")][:2]
 ['train_collective_duration_seconds', 'train_collective_bytes']
 
-Conventions (Prometheus'): base units in the name (``_seconds``, ``_bytes``, ``_ratio``), counters
-exposed with ``_total``; every per-rank series carries :data:`BASE_LABELS`; never a step number or a
-tensor shape as a label value (cardinality).
+Conventions (Prometheus'): base units in the name, counters with ``_total``, :data:`BASE_LABELS` on
+every per-rank series, never a step number or a tensor shape as a label value.
 """
 
 from __future__ import annotations

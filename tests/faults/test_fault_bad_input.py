@@ -270,11 +270,10 @@ def sim_run(tmp_path_factory):
 
 
 def _analyze(path):
-    from telemetry.analysis.detectors import analyze
-    from telemetry.analysis.inputs.load import open_input
+    from telemetry.analysis import analyze_run
 
-    run = open_input(path)
-    return run, analyze(run.table, run.progress, run.world_size)
+    result = analyze_run(path)
+    return result.input, result
 
 
 def _found(result) -> set:

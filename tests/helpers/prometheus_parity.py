@@ -53,9 +53,9 @@ def scraped_demo(tmp_path, *inject: str, ranks: int = 4, steps: int = 400, name:
 
 def both_ways(url: str, run_dir, end: float, window_s: float) -> tuple[Any, Any, Any]:
     """(the run store's analysis, the Prometheus analysis, the Prometheus RunInput) of one job."""
+    from telemetry.analysis import analyze_run
     from telemetry.analysis.inputs.load import open_input
     from telemetry.analysis.inputs.prometheus.live import open_live
-    from telemetry.analysis import analyze_run
     from telemetry.analysis.run import analyze_live
 
     store = analyze_run(str(run_dir))

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from telemetry.analysis.detectors import analyze
+from telemetry.analysis import analyze_run
 from telemetry.analysis.inputs.load import open_input
 from tests.helpers.paths import ROOT
 
@@ -52,8 +52,7 @@ def test_fsdp2_by_tensor_parallel_shows_both_dimensions(tmp_path):
 
 
 def test_a_slow_rank_in_a_tensor_parallel_pair_is_named_with_its_dimension(tmp_path):
-    run = open_input(torchrun(tmp_path, 2, "tp=2", "--slow-rank", "1", "--slow-ms", "20"))
-    result = analyze(run.table, run.progress, run.world_size)
+    result = analyze_run(torchrun(tmp_path, 2, "tp=2", "--slow-rank", "1", "--slow-ms", "20"))
     (f,) = [f for f in result.findings if f.kind == "straggler"]
     assert f.ranks == [1] and f.phase == "forward" and f.details["group"] == "tp"
     assert "wait for it in the tp collectives" in f.evidence

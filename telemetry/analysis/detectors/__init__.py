@@ -31,7 +31,8 @@ from .context import Context, Detector, Found, Params
 from .imbalance import ImbalanceParams
 from .regression import RegressionParams
 from .replay import reprice
-from .straggler import StragglerParams, detect_stragglers, straggler_scores
+from .straggler import detect_stragglers, straggler_scores
+from .stretch import StragglerParams
 from .summary import WAITS, covered_seconds, goodput_split, settle_ended, share_of_run, summarize, uptime
 from .utilization import UtilizationParams
 

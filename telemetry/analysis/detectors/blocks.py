@@ -16,7 +16,7 @@ def analyze_blocks(table: Any, utilization: Any = None, warm_up: bool = True, **
     from ...steptable.matrix import MIN_WINDOWS
     from . import analyze
     from .regression import RegressionParams
-    from .straggler import StragglerParams
+    from .stretch import StragglerParams
 
     blocks = RegressionParams(min_segment=MIN_WINDOWS, min_persist_steps=MIN_WINDOWS, z_min=RegressionParams.z_windows)
     straggler = None if warm_up else StragglerParams(warmup_steps=0)  # a stretch past the run's warm-up

@@ -1,61 +1,10 @@
 """The cause behind a finding: the culprit's device and host signals against its peers' over the
 finding's steps (for a job-wide change, the signals after its onset against before), ranked.
 
-Each cause is ``{"kind", "evidence"}`` and needs the signal named below in the steps table (the
-``dev.<signal>`` columns the sampler fills; a signal the table lacks is simply not a cause). A cause
-is only attached to a finding, so a signal on its own (a throttle flag on a rank that is not slow)
-is never reported as a problem.
-
-=================  ==========================================================================
-kind               evidence it needs (culprit against the median of its peers, over the steps)
-=================  ==========================================================================
-gpu_thermal        a thermal clock-event reason (HwThermalSlowdown, SwThermalSlowdown) active on
-                   at least 20% of the steps and 20 points more often than its peers; or the GPU
-                   10 °C hotter with its SM clock 5% lower
-gpu_power_cap      SwPowerCap or HwPowerBrakeSlowdown active, as above
-gpu_hw_slowdown    HwSlowdown active, as above
-gpu_clocks         SM clock at least 5% under its peers' with no reason flag to explain it
-gpu_errors         ECC errors, PCIe replays or XID errors that grew during the steps (and not on
-                   its peers)
-link_errors        (a straggler or slow_comm only) its node's RDMA NIC error counters
-                   (``nic_errors_*``) or its GPU's NVLink error counters (``gpu_nvlink_errors_*``)
-                   that grew during the steps, twice its peers' growth or more (a node's NIC
-                   against the ranks on other nodes, where the table names the nodes: its
-                   node-mates read the same counters); job-wide (slow_comm, regression): any
-                   rank's that grew after the onset, twice as fast per step as before it or more
-cpu_throttled      its cgroup throttled by its CPU quota: in at least 10% of the quota's periods
-                   (10 points more than its peers), or at least 50 ms per second (50 ms more);
-                   peers with no reading (no quota, so no periods; no counters) count as never
-                   throttled, and the evidence says so. The
-                   run-queue delay the quota makes is said in its evidence, not as a second cause
-cpu_contention     its training thread waited for a CPU (schedstat run-queue delay) 5 points more
-                   of the time it was ready to run (waiting + on a CPU) than its peers', and that
-                   extra wait takes at least a quarter of the finding's excess per step; or it
-                   switched out involuntarily at least 3x as often as its peers' (and 20/s or
-                   more); or at least 5 points more CPU steal on its host; or it got at most 80%
-                   of its peers' CPU time. Where its quota throttled it, only the steal rule
-                   speaks (the wait, the switches and the lower CPU share are the quota's doing)
-                   (a job-wide change: 5 points more after it than before)
-memory_pressure    major page faults at least 3x its peers' (and 5/s or more), or swap in use
-                   that grew during the steps
-storage,           an input-bound finding's own: its reads slow against its peers', its workers
-input_workers,     all busy, its host's CPUs full (:mod:`.inputs`)
-host_cpu
-data_loader        a data stall, or a finding in the data phase, whose wait stands out
-                   (:class:`.stall.DataWait`: the mean wait per step at least 1.2x its peers', and
-                   at least a quarter of its excess in compute); or the culprit's data wait is at
-                   least half of its excess: the input pipeline, not the device
-=================  ==========================================================================
-
-Job-wide findings (``regression``, ``slow_comm``, job-wide ``data_stall``) compare the median over
-ranks after the onset with before: clocks that fell, throttle reasons that appeared, CPU steal,
-run-queue delay, quota throttling.
-
-Each cause's evidence is the numbers its rule fired on, and only those: a rule that did not fire
-says nothing. The run-queue delay is the scheduler's own account of a thread kept from running
-(``/proc/<pid>/task/<tid>/schedstat``); involuntary switches and the CPU share miss a neighbour that
-takes part of a core (the switches grow less than 3x; the straggler's CPU share is higher than its
-peers', who wait for it in the collectives).
+Each cause is ``{"kind", "evidence"}`` and needs its ``dev.<signal>`` columns in the steps table (a
+signal the table lacks is simply not a cause); each kind's rule is in the manual (docs/causes.md). A
+cause is only attached to a finding, so a signal on its own (a throttle flag on a rank that is not
+slow) is never reported; each cause's evidence is the numbers its rule fired on, and only those.
 """
 
 from __future__ import annotations

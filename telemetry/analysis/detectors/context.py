@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .checkpoint import CheckpointParams
     from .imbalance import ImbalanceParams
     from .regression import RegressionParams
-    from .straggler import StragglerParams
+    from .stretch import StragglerParams
     from .utilization import UtilizationParams
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 from ...steptable.matrix import COMM, DATA, StepMatrix, from_table, job_components, nanmedian
 from ..findings import Finding, severity_for
 from .ranktest import mann_whitney_p
-from .straggler import StragglerParams
+from .stretch import StragglerParams
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from ...steptable.matrix import StepMatrix, even_sample, nanmedian, rank_median
 from ..findings import Finding, severity_for
 from . import inputs
 from .context import Context, Found
-from .straggler import StragglerParams, scan
+from .stretch import StragglerParams, scan
 from .whatif import slowdown
 
 MIN_JOB_FRACTION = 0.05

@@ -10,7 +10,8 @@ import numpy as np
 
 from ...steptable.matrix import StepMatrix, gaps_after, nan_to_zero, nanmedian, rank_median
 from ..findings import Finding, tally
-from .straggler import StragglerParams, straggler_scores
+from .straggler import straggler_scores
+from .stretch import StragglerParams
 from .utilization import UtilizationParams, parts_per_step
 from .whatif import slowdown, step_savings
 

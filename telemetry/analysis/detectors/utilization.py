@@ -50,7 +50,7 @@ from ...analysis_options import BUSY_WARN_BOUND, AnalysisOptions
 from ...steptable.matrix import StepMatrix, columns_for, gaps_after, nan_to_zero, rank_median
 from ..findings import Finding
 from .context import Context, Found
-from .straggler import hot_mask
+from .stretch import hot_mask
 from .whatif import step_savings
 
 

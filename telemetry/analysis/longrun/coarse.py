@@ -117,7 +117,7 @@ def analyze_coarse(
     from ...store.aggregates import BLOCK
     from ..detectors import analyze
     from ..detectors.blocks import analyze_blocks
-    from ..detectors.straggler import StragglerParams
+    from ..detectors.stretch import StragglerParams
 
     table = block_table(agg) if table is None else table
     first, last = int(agg.column("first_step").to_numpy().min()), int(agg.column("last_step").to_numpy().max())

@@ -1,52 +1,12 @@
 """One profiler (Kineto) trace broken down: where the device's time goes, why it idles, how much
 communication hides under computation, the top kernels and ops, launch delays and collectives.
 
-Read in one streamed pass (:func:`~.tracefile.iter_trace`) that keeps a few numbers per GPU
-activity, runtime call and CPU operation (about 40 bytes each, never the events themselves) in time
-buckets (:mod:`.tracespill`: spilled to a temporary file past a bound), then reduced a window of
-buckets at a time in time order, each reducer carrying what a window leaves open: memory does not
-grow with the trace. An activity is joined with its runtime call (by correlation) among the calls of
-the last :data:`CALL_LAG_US` (10 s) of trace time: a kernel that starts later than that after its
-launch is counted as launched by no call seen. Launch-delay percentiles come from a histogram of
-0.01% bins (exact where a bin holds one value). The definitions are HolisticTraceAnalysis's (HTA
-0.5.0), so that the numbers can be checked side by side (``bench/hta_compare.py``):
-
-- **GPU activities**: complete events whose ``args`` hold a ``stream`` and a ``correlation`` of 0 or
-  more (kernels, memory copies and sets). A kind per name: ``communication`` (``^nccl.*Kernel``:
-  NCCL's old ``ncclKernel_*`` and new ``ncclDevKernel_*`` names, in or out of CUDA graphs), ``memory``
-  (``Memcpy``/``Memset``/``dma`` first), ``compute`` (any other name without ``Memcpy``, ``Memset``
-  first or ``Sync``), ``other``.
-- **Steps**: ``ProfilerStep#N`` ranges. With two or more, HTA's rule: the last step is left out
-  (the profiler stops inside it), and so is every GPU activity not launched (by correlation) from a
-  CPU event that starts before the last step does. With fewer, everything counts.
-- **Temporal**: ``span`` from the first activity's start to the last one's end; the union of
-  compute activities is ``compute``, of communication ``communication``, of memory ``memory``; the
-  part of the span no activity covers is ``idle``; ``non_compute = span - compute - idle``.
-- **Idle split**, per stream, for each gap before an activity (from the previous one's end on that
-  stream): ``host_wait`` when the activity's launch call started after the previous one ended (the
-  host was late), else ``kernel_wait`` when the gap is under 30 µs (back-to-back launch overhead),
-  else ``other`` (waiting on another stream, an event, a peer).
-- **Overlap**: the share of the communication union that compute also covers.
-- **Launches**: for each ``cudaLaunchKernel``/``cudaLaunchKernelExC``/``cudaMemcpyAsync``/
-  ``cudaMemsetAsync`` call and its activity: the call's duration, and the launch delay (activity
-  start less call end, 0 when negative).
-- **Collectives**: NCCL kernels with the ``Collective name``, ``In msg nelems``, ``dtype`` and ``Group
-  size`` Kineto records in their args (else those of the ``record_param_comms`` op with the same
-  ``External id``); on a CPU trace, gloo's ``gloo:*`` ranges and ``c10d::``/``record_param_comms``
-  ops. Per collective: count, time (the union of its instances), bytes, algorithm bandwidth (bytes /
-  time) and bus bandwidth (nccl-tests' factors: 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
-  reduce-scatter and all-to-all, 1 otherwise).
-
-A trace with no GPU activity (a CPU or gloo job) gets the same temporal breakdown over its CPU
-operators: ``compute`` is the union of the non-collective operators on any thread, ``communication``
-the union of the collective ones (and gloo's ranges on its own threads), ``idle`` what neither
-covers; the idle split and launches are empty there.
-
-HTA rounds the timestamps of a trace written in nanoseconds (float ``ts``) inward to whole
-microseconds (start up, end down), which shortens every activity by up to 2 µs; ``hta_rounding=True``
-does the same, for the side-by-side check only. By default times are taken as written.
-
-Several ranks' breakdowns are compared in :mod:`.waits`; the kinds and names of kernels and collectives
+Read in one streamed pass that keeps a few numbers per GPU activity, runtime call and CPU operation in
+time buckets (:mod:`.spill`), then reduced a window of buckets at a time: memory does not grow with the
+trace. The definitions (GPU activities and their kinds, steps, the temporal breakdown, the idle split,
+overlap, launches, collectives; a CPU-only trace's operators standing in for kernels) are
+HolisticTraceAnalysis's, so that the numbers can be held side by side: the manual's captures page says
+each. Several ranks' breakdowns are held together in :mod:`.waits`; kernel kinds and collective names
 are :mod:`.kernels`'.
 """
 

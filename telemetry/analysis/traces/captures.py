@@ -31,8 +31,8 @@ from typing import Any
 
 from ..findings import Finding
 from .breakdown import breakdown
-from .waits import summarize
 from .diff import trace_diff
+from .waits import summarize
 
 CAPTURES = "captures"
 # the job-wide kinds a job-wide capture is taken for and adopted by (online/capture.py's JOB_WIDE)

@@ -195,8 +195,12 @@ def test_the_busy_bounds_reach_online_detection():
         return [d["kind"] for result in det.poll() for d in result.findings]
 
     assert kinds() == ["low_utilization"]  # 50% busy: under the 60% warning bound, reported
-    assert kinds(options=AnalysisOptions(busy_warn_bound=0.4)) == []  # info between 40% and 80%: online detection reports from warning up
-    assert kinds(options=AnalysisOptions(busy_bound=0.45)) == []  # the warning bound follows a lower bound: 50% is above both
+    assert (
+        kinds(options=AnalysisOptions(busy_warn_bound=0.4)) == []
+    )  # info between 40% and 80%: online detection reports from warning up
+    assert (
+        kinds(options=AnalysisOptions(busy_bound=0.45)) == []
+    )  # the warning bound follows a lower bound: 50% is above both
 
 
 def test_a_second_rise_inside_an_ongoing_job_wide_change_is_a_new_finding_handed_to_captures():

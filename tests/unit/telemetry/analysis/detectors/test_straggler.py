@@ -175,7 +175,7 @@ def test_a_short_stretch_that_ended_long_before_the_runs_end_is_info():
 def test_a_short_noise_run_joined_to_the_stretch_does_not_hold_its_onset_early():
     """A real demo's data stall from step 300 was dated 110: a noise run at 110-124 and a quiet gap
     joined it to the real stretch, and the onset was searched only near the joined edge."""
-    from telemetry.analysis.detectors.straggler import refine_edges
+    from telemetry.analysis.detectors.stretch import refine_edges
 
     x = np.random.default_rng(0).normal(0.0, 0.0005, 900)
     x[300:] += 0.02

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from telemetry.analysis.longrun import coarse
-from telemetry.analysis.longrun.blockrun import keep
 from telemetry.analysis.longrun import kept as runsummary
+from telemetry.analysis.longrun.blockrun import keep
 from telemetry.cli import main
 from telemetry.demo.simrun import write_simulated_run
 from telemetry.demo.simulate import Fault, Scenario

@@ -325,14 +325,12 @@ def test_a_capture_naming_no_baseline_is_diffed_against_the_one_that_ended_befor
     same, and with none taken at steps 160-162 (after the change: it saw the change too)."""
     run = regression_run(tmp_path / "before", [60, 62], named=None)
     result = analyze_run(run)
-    run_input = result.input
     (f,) = [f for f in result.findings if f.kind == "regression"]
     assert f.first_step > 62 and f.capture["baseline"]["id"] == "c0-baseline"
     assert f.trace_diff[0]["name"] == "aten::cdist" and f.causes[0]["kind"] == "slow_op"
 
     run = regression_run(tmp_path / "after", [160, 162], named=None)
     result = analyze_run(run)
-    run_input = result.input
     (f,) = [f for f in result.findings if f.kind == "regression"]
     assert f.first_step <= 160 and "baseline" not in f.capture and f.trace_diff == []
 
