@@ -4,13 +4,17 @@
 # make test-stress  the suite under a CPU hog on one core, and the fast suite with clocks sped and slowed
 # make faults the fault suite (tests/faults, also part of make test); its table goes into docs/faults-table.md
 # make bench  benchmarks; results go to bench/RESULTS.md
+# make typecheck  basedpyright over telemetry/ (its settings: [tool.basedpyright] in pyproject.toml)
+# make lint   ruff check and ruff format --check over the package, tests, bench, examples and scripts; the import contracts
+# make docs   the manual, built with mkdocs build --strict into a temporary folder (a warning fails it)
+# (make test runs these three checks too: tests/deploy/test_lint.py, tests/deploy/test_docs.py)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXTRAS := dev,otel,dashboard,gpu,hf,lightning
 
-.PHONY: demo test test-fast test-stress faults bench clean system-deps
+.PHONY: demo test test-fast test-stress faults bench typecheck lint docs clean system-deps
 
 # pip runs quietly; these lines say what it is doing (the first set-up takes about a minute).
 $(STAMP): pyproject.toml constraints-cpu.txt
@@ -51,6 +55,22 @@ faults: $(STAMP) system-deps
 	if [ $$rc -eq 5 ]; then echo "make faults: pytest collected no tests" >&2; exit 1; fi; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi
 	@$(PY) tests/faults/table.py --write >/dev/null && echo "make faults: the table is in docs/faults-table.md"
+
+# Each check alone, in seconds (the suite runs them all, in tests/deploy/).
+LINT_TREES := telemetry tests bench examples scripts
+
+typecheck: $(STAMP)
+	$(VENV)/bin/basedpyright --pythonpath $(PY)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINT_TREES)
+	$(VENV)/bin/ruff format --check $(LINT_TREES)
+	$(VENV)/bin/lint-imports
+
+docs: $(STAMP)
+	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site" && \
+	echo "make docs: the manual builds (mkdocs build --strict)"
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py --out bench/RESULTS.md

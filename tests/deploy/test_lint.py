@@ -1,7 +1,8 @@
-"""Lint, format and the layer contracts, in the suite: ruff over the package, tests, bench, examples and
-scripts; import-linter's contracts (pyproject.toml) encode ARCHITECTURE.md's one-way flow; every
-``# noqa`` names its reason."""
+"""Lint, format, types and the layer contracts, in the suite: ruff over the package, tests, bench, examples
+and scripts; basedpyright over the package ([tool.basedpyright] in pyproject.toml); import-linter's contracts
+(pyproject.toml) encode ARCHITECTURE.md's one-way flow; every ``# noqa`` names its reason."""
 
+import json
 import os
 import re
 import shutil
@@ -25,8 +26,30 @@ def tool(name: str) -> str:
     return path
 
 
-def run(*cmd: str, cwd: str = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+def run(*cmd: str, cwd: str = ROOT, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def basedpyright(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """basedpyright's run with the project's settings, and its JSON report; skipped where it is not installed."""
+    path = os.path.join(BIN, "basedpyright")
+    if not os.path.exists(path):
+        pytest.skip(
+            "basedpyright is not installed in this environment (it is in the dev extra: pip install -e '.[dev]')"
+        )
+    p = run(path, "--outputjson", "--pythonpath", sys.executable, *args, timeout=600)
+    try:
+        return p, json.loads(p.stdout)
+    except ValueError:
+        pytest.fail(f"basedpyright wrote no report (exit {p.returncode}):\n{p.stdout[-3000:]}{p.stderr[-2000:]}")
+
+
+def diagnostics(report: dict) -> str:
+    return "\n".join(
+        f"{os.path.relpath(d['file'], ROOT)}:{d['range']['start']['line'] + 1}: {d['severity']}: {d['message']}"
+        + (f" ({d['rule']})" if d.get("rule") else "")
+        for d in report["generalDiagnostics"]
+    )
 
 
 def test_ruff_lint_passes():
@@ -37,6 +60,38 @@ def test_ruff_lint_passes():
 def test_ruff_format_is_applied():
     p = run(tool("ruff"), "format", "--check", *TREES)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+@pytest.mark.slow  # a minute of CPU: the whole package, torch's and pandas' types with it
+def test_the_type_check_passes():
+    p, report = basedpyright()
+    summary = report["summary"]
+    assert summary["errorCount"] == 0 and summary["warningCount"] == 0, diagnostics(report)[-8000:]
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert summary["filesAnalyzed"] > 100, summary
+
+
+def test_the_type_check_can_fail(tmp_path):
+    """The settings catch what they are there for: a parameter without an annotation, a wrong type, a
+    suppression without its rule, mypy's bare ``# type: ignore``."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "def f(x) -> int:\n"
+        "    return 1\n"
+        "y: int = 'a'\n"
+        "z: int = 'b'  # pyright: ignore\n"
+        "w: int = 'c'  # type: ignore\n"
+        "v: int = 1  # pyright: ignore[reportAssignmentType]\n",
+        encoding="utf-8",
+    )
+    p, report = basedpyright("--project", os.path.join(ROOT, "pyproject.toml"), str(planted))
+    assert p.returncode != 0
+    found = {(d["range"]["start"]["line"] + 1, d.get("rule")) for d in report["generalDiagnostics"]}
+    assert (1, "reportMissingParameterType") in found, diagnostics(report)
+    assert (3, "reportAssignmentType") in found, diagnostics(report)
+    assert (4, "reportIgnoreCommentWithoutRule") in found, diagnostics(report)
+    assert (5, "reportAssignmentType") in found, diagnostics(report)
+    assert (6, "reportUnnecessaryTypeIgnoreComment") in found, diagnostics(report)
 
 
 def test_the_import_contracts_hold():
