@@ -13,7 +13,7 @@ Importing this package is cheap: it imports no torch, starts no thread and opens
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar, overload
 
 from .api import init, session, shutdown, stats
 from .config import Config, ConfigError
@@ -26,10 +26,32 @@ from .recorder.current import step_decorator
 from .usage import TelemetryUsageError
 from .version import __version__ as __version__  # re-exported: telemetry.__version__
 
+if TYPE_CHECKING:
+    from .hooks.dataset import WatchedDataset, WatchedIterableDataset
+    from .recorder.null import NullContext, NullStep
+    from .recorder.wall import PhaseContext, StepContext
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@overload
+def step(fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def step(
+    fn: None = None, /, tokens: int | None = None, samples: int | None = None, index: int | None = None
+) -> StepContext | NullStep: ...
+
 
 def step(
-    fn: Callable | None = None, /, tokens: int | None = None, samples: int | None = None, index: int | None = None
-) -> Any:
+    fn: Callable[P, R] | None = None,
+    /,
+    tokens: int | None = None,
+    samples: int | None = None,
+    index: int | None = None,
+) -> Callable[P, R] | StepContext | NullStep:
     """One training step: ``with telemetry.step(tokens=n):`` or ``@telemetry.step``.
 
     ``tokens`` and ``samples`` count the work done (for throughput); ``index`` overrides the step
@@ -56,7 +78,7 @@ def step(
     return ctx
 
 
-def phase(name: str) -> Any:
+def phase(name: str) -> PhaseContext | NullContext:
     """A named part of a step (``forward``, ``backward``, ...): context manager or decorator."""
     try:
         return _current._phases[name]  # the active recorder's context for this name
@@ -75,7 +97,7 @@ def checkpoint(kind: str = "save", path: str | None = None, nbytes: int | None =
     return CheckpointTimer(kind, path, nbytes)
 
 
-def watch_dataset(dataset: Any) -> Any:
+def watch_dataset(dataset: Any) -> WatchedDataset | WatchedIterableDataset:
     """``dataset`` wrapped so that the time its DataLoader's workers spend fetching items is measured
     (``dev.input_fetch_seconds``, ``dev.input_fetched_items``, ``dev.input_workers``): wrap it before the
     DataLoader is built, ``DataLoader(telemetry.watch_dataset(ds), num_workers=4)``. Imports torch."""

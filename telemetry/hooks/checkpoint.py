@@ -35,12 +35,24 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..logonce import LogOnce
 from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType, TracebackType
+
+    from torch.distributed.checkpoint.metadata import Metadata
+    from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan, SavePlanner
+    from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+    from torch.futures import Future
+
+    from ..recorder.null import NullRecorder
+    from ..recorder.wall import Recorder
 
 KINDS = ("save", "load")
 _once = LogOnce()
@@ -61,17 +73,20 @@ class CheckpointTimer:
             raise ValueError(f"telemetry.checkpoint: nbytes must be a non-negative int or None; got {nbytes!r}")
         self.kind, self.path, self.nbytes = kind, path, nbytes
         self._t0 = 0
-        self._rec: Any = None
+        self._rec: Recorder | NullRecorder | None = None  # the recorder at __enter__
 
     def __enter__(self) -> CheckpointTimer:
         self._rec = _current._active
         self._t0 = self._rec.now() if self._rec is not NULL else 0
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         rec = self._rec
         if rec is not NULL and exc_type is None:
             try:
+                assert rec is not None  # set at __enter__
                 n = self.nbytes if self.nbytes is not None else _path_bytes(self.path)
                 rec.emit((ev.CHECKPOINT, rec.now(), self.kind, self._t0, int(n or 0), True, 0))
             except Exception:  # noqa: BLE001 - telemetry never breaks the user's save
@@ -129,7 +144,7 @@ class _Count:
         self.io_ns = 0
 
 
-def _on_instance(obj: Any, **methods: Callable) -> Callable[[], None]:
+def _on_instance(obj: object, **methods: Callable) -> Callable[[], None]:
     """Set ``methods`` on the instance ``obj``; returns what puts back what it had (a writer the user
     passes again is wrapped afresh each call, never wrapper on wrapper)."""
     had = {k: obj.__dict__[k] for k in methods if k in getattr(obj, "__dict__", {})}
@@ -146,17 +161,17 @@ def _on_instance(obj: Any, **methods: Callable) -> Callable[[], None]:
     return undo
 
 
-def _count_writes(writer: Any, count: _Count, now: Callable[[], int]) -> Callable[[], None]:
+def _count_writes(writer: StorageWriter, count: _Count, now: Callable[[], int]) -> Callable[[], None]:
     """Wrap ``writer``'s ``write_data`` (on the instance) to add its WriteResults' sizes and the time
     to its future's completion, and ``finish`` to add the metadata file's size where it is a file;
     returns the undo."""
     write_data, finish = writer.write_data, writer.finish
 
-    def timed_write(plan: Any, planner: Any) -> Any:
+    def timed_write(plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         t0 = now()
         fut = write_data(plan, planner)
 
-        def done(f: Any) -> None:
+        def done(f: Any) -> None:  # a torch Future, or a concurrent.futures one
             try:
                 results = f.value() if hasattr(f, "value") else f.result()
                 count.nbytes += sum(int(getattr(r, "size_in_bytes", 0) or 0) for r in results)
@@ -170,7 +185,7 @@ def _count_writes(writer: Any, count: _Count, now: Callable[[], int]) -> Callabl
             pass
         return fut
 
-    def counted_finish(metadata: Any, results: Any) -> Any:
+    def counted_finish(metadata: Metadata, results: list[list[WriteResult]]) -> None:
         out = finish(metadata, results)
         path = getattr(writer, "metadata_path", None) or getattr(writer, "path", None)
         try:
@@ -184,18 +199,18 @@ def _count_writes(writer: Any, count: _Count, now: Callable[[], int]) -> Callabl
     return _on_instance(writer, write_data=timed_write, finish=counted_finish)
 
 
-def _count_reads(reader: Any, count: _Count, now: Callable[[], int]) -> Callable[[], None]:
+def _count_reads(reader: StorageReader, count: _Count, now: Callable[[], int]) -> Callable[[], None]:
     """Wrap ``reader``'s ``set_up_storage_reader`` (to keep the checkpoint's metadata) and ``read_data``
     (to add the stored length of each item this rank reads, each stored item once, and the time to its
     future's completion); returns the undo."""
     setup, read_data = reader.set_up_storage_reader, reader.read_data
-    meta: dict[str, Any] = {}
+    meta: dict[str, Metadata] = {}
 
-    def kept_setup(metadata: Any, is_coordinator: bool, *a: Any, **k: Any) -> Any:
+    def kept_setup(metadata: Metadata, is_coordinator: bool, *a: Any, **k: Any) -> None:
         meta["m"] = metadata
         return setup(metadata, is_coordinator, *a, **k)
 
-    def timed_read(plan: Any, planner: Any) -> Any:
+    def timed_read(plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         t0 = now()
         try:
             storage = getattr(meta.get("m"), "storage_data", None) or {}
@@ -214,17 +229,17 @@ def _count_reads(reader: Any, count: _Count, now: Callable[[], int]) -> Callable
     return _on_instance(reader, set_up_storage_reader=kept_setup, read_data=timed_read)
 
 
-def _storage(kind: str, kwargs: dict[str, Any]) -> Any:
+def _storage(kind: str, kwargs: dict[str, Any]) -> StorageWriter | StorageReader | None:
     """The storage writer (save) or reader (load) the call uses: the caller's, or the file-system one DCP
     would pick for a local ``checkpoint_id`` (then passed in ``kwargs``); None when neither."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 
     key = "storage_writer" if kind == "save" else "storage_reader"
     obj = kwargs.get(key)
     if obj is not None:
         return obj
     cid = kwargs.get("checkpoint_id")
-    cls = dcp.FileSystemWriter if kind == "save" else dcp.FileSystemReader
+    cls = FileSystemWriter if kind == "save" else FileSystemReader
     if cid is not None and cls.validate_checkpoint_id(cid):
         kwargs[key] = obj = cls(cid)
         return obj
@@ -246,7 +261,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
         try:
             storage = _storage(kind, kwargs)
             if storage is not None:
-                undo = (_count_writes if kind == "save" else _count_reads)(storage, count, rec.now)
+                undo = (_count_writes if kind == "save" else _count_reads)(storage, count, rec.now)  # pyright: ignore[reportArgumentType] - kind picks the writer's or the reader's
         except Exception:  # noqa: BLE001 - uncounted, never broken
             _once(f"wrap:{name}", "telemetry: a DCP %s is timed without bytes", name, exc_info=True)
         t0 = rec.now()
@@ -261,7 +276,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
                 rec.emit((ev.CHECKPOINT, t1, kind, t0, 0, True, 0))
                 fut = getattr(out, "upload_completion", out)  # AsyncSaveResponse or a Future
 
-                def uploaded(f: Any) -> None:
+                def uploaded(f: Any) -> None:  # a torch Future, or a concurrent.futures one
                     try:
                         undo()
                         if f.exception() is None:
@@ -277,7 +292,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
             _once(f"emit:{name}", "telemetry: a DCP %s was not recorded", name, exc_info=True)
         return out
 
-    wrapper.__wrapped_by_telemetry__ = True  # type: ignore[attr-defined]
+    wrapper.__wrapped_by_telemetry__ = True  # pyright: ignore[reportAttributeAccessIssue] - a function takes any attribute
     return wrapper
 
 
@@ -292,7 +307,9 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self._busy = False
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != DCP or self._busy:
             return None
         self._busy = True
@@ -307,7 +324,7 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
             return None
         run = loader.exec_module
 
-        def exec_then_wrap(module: Any) -> None:
+        def exec_then_wrap(module: ModuleType) -> None:
             run(module)
             try:
                 _wrap_all(module)
@@ -321,7 +338,7 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
 _finder: _WrapOnImport | None = None
 
 
-def _wrap_all(dcp: Any) -> None:
+def _wrap_all(dcp: ModuleType) -> None:
     with _lock:
         for name in ("save", "async_save", "load"):
             fn = getattr(dcp, name, None)

@@ -6,10 +6,13 @@ emitted once when its Work completes or is waited on."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..recorder import current as _current
 from ..recorder import events as ev
+
+if TYPE_CHECKING:
+    from ..recorder.cuda import TimingEvent
 
 
 def tensor_bytes(t: Any) -> int:
@@ -54,7 +57,9 @@ class Pending:
         self.lock = threading.Lock()
         self.done = False
         self.waiters = waiters  # Works still to complete (batch_isend_irecv returns several)
-        self.events: tuple | None = None  # CUDA events around the last wait(), on device timing
+        self.events: tuple[TimingEvent, TimingEvent] | None = (
+            None  # CUDA events around the last wait(), on device timing
+        )
 
     def finish(self, t_end: int, blocked_ns: int = 0) -> None:
         with self.lock:

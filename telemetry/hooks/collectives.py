@@ -24,13 +24,20 @@ import functools
 import logging
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
 from . import groups
 from .collective_ops import Pending, allreduce_factor, ring_factor, tensor_bytes, tensors_bytes, unit_factor
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import torch
+    from torch.distributed import ProcessGroup, Work
+    from torch.futures import Future
 
 log = logging.getLogger("telemetry")
 
@@ -46,7 +53,7 @@ def _p2p_bytes(a: tuple, k: dict) -> int:
     return sum(tensor_bytes(getattr(op, "tensor", None)) for op in ops)
 
 
-def _p2p_group(a: tuple, k: dict) -> Any:
+def _p2p_group(a: tuple, k: dict) -> ProcessGroup | None:
     ops = _arg(a, k, 0, "p2p_op_list") or ()
     return getattr(ops[0], "group", None) if ops else None
 
@@ -102,7 +109,7 @@ class _TimedWork:
 
     __slots__ = ("_work", "_pending", "_finished", "_waiting", "_t_done")
 
-    def __init__(self, work: Any, pending: Pending) -> None:
+    def __init__(self, work: Work, pending: Pending) -> None:
         self._work = work
         self._pending = pending
         self._finished = False
@@ -113,7 +120,7 @@ class _TimedWork:
         except Exception:  # noqa: BLE001 - no future on this backend: wait() alone times it
             pass
 
-    def _on_done(self, _fut: Any) -> None:
+    def _on_done(self, _fut: Future[list[torch.Tensor]]) -> None:
         t = time.perf_counter_ns()
         with self._pending.lock:
             if self._finished:
@@ -124,7 +131,7 @@ class _TimedWork:
             self._finished = True
         self._pending.finish(t)
 
-    def wait(self, *args: Any, **kwargs: Any) -> Any:
+    def wait(self, *args: Any, **kwargs: Any) -> bool:
         with self._pending.lock:
             self._waiting = True
         mark = _current._active.mark
@@ -134,7 +141,7 @@ class _TimedWork:
             return self._work.wait(*args, **kwargs)
         finally:
             t1 = time.perf_counter_ns()
-            if e0 is not None:
+            if e0 is not None and mark is not None:  # (e0: mark was there)
                 # on CUDA, wait() makes the current stream wait for the op: time that on the GPU
                 self._pending.events = (e0, mark())
             with self._pending.lock:
@@ -152,7 +159,7 @@ class _TimedWork:
         return getattr(self._work, name)
 
 
-def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
+def _wrap(dist: ModuleType, op: str, fn: Callable) -> Callable:
     nbytes_of, factor_of, group_pos = _SPECS[op]
     always_async = op in _ALWAYS_ASYNC
     name = _OP_NAME.get(op, op)
@@ -187,13 +194,13 @@ def _wrap(dist: Any, op: str, fn: Callable) -> Callable:
             wrapped = [_TimedWork(w, pending) for w in works]
             return wrapped if isinstance(out, list) else wrapped[0]
         t1 = rec.now()
-        if e0 is None:
+        if e0 is None or mark is None:  # (e0: mark was there)
             rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor))
         else:
             rec.emit((ev.COLLECTIVE_DEV, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor, e0, mark()))
         return out
 
-    wrapper.__telemetry_original__ = fn  # type: ignore[attr-defined]
+    wrapper.__telemetry_original__ = fn  # pyright: ignore[reportAttributeAccessIssue] - a function takes any attribute
     return wrapper
 
 

@@ -48,7 +48,7 @@ class Watched:
         self.samples = samples
 
     def __len__(self) -> int:
-        return len(self.iterable)  # type: ignore[arg-type]
+        return len(self.iterable)  # pyright: ignore[reportArgumentType] - an iterable without len() raises here, as unwrapped
 
     def __iter__(self) -> Iterator:
         tokens, samples = self.tokens, self.samples

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ..recorder import readers
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SLOTS = 64  # worker slots; slot 0 is the rank's own process, worker k writes slot 1 + k % SLOTS
 FETCH_S, ITEMS, WORKERS = 0, 1, 2  # the table's columns
@@ -44,12 +47,12 @@ class _Slots:
 
     def __init__(self) -> None:
         self.table = torch.zeros((1 + SLOTS, 3), dtype=torch.float64).share_memory_()
-        self._view = None  # a numpy view, made in whichever process writes (never pickled)
+        self._view: np.ndarray | None = None  # a numpy view, made in whichever process writes (never pickled)
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, torch.Tensor]:
         return {"table": self.table}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, torch.Tensor]) -> None:
         self.table = state["table"]
         self._view = None
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..logonce import LogOnce
 from ..recorder import current as _current
@@ -31,15 +31,23 @@ from ..recorder.null import NULL
 from .collective_ops import allreduce_factor
 from .collectives import _group_info
 
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+    from torch.futures import Future
+    from torch.nn.parallel import DistributedDataParallel
 
-def ddp_comm_hook(state, bucket):
+
+# DDP refuses a hook whose bucket or return annotation is not dist.GradBucket or Future[Tensor] itself
+# (here annotations are strings): those two stay unannotated.
+def ddp_comm_hook(state: ProcessGroup | None, bucket):  # pyright: ignore[reportMissingParameterType] - GradBucket: DDP reads it
     """DDP communication hook: the default all-reduce, timed. ``state`` is a process group or None."""
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     rec = _current._active
     if rec is NULL:
-        return allreduce_hook(state, bucket)
+        return allreduce_hook(state, bucket)  # pyright: ignore[reportArgumentType] - None: the default group, as its body reads it
     buf = bucket.buffer()
     nbytes = buf.numel() * buf.element_size()
     gsize, gname = _group_info(dist, state)
@@ -48,12 +56,12 @@ def ddp_comm_hook(state, bucket):
     prev = rec.current_collective
     rec.current_collective = ("all_reduce", t0)  # the Python all_reduce inside is this op, not another
     try:
-        fut = allreduce_hook(state, bucket)
+        fut = allreduce_hook(state, bucket)  # pyright: ignore[reportArgumentType] - None: the default group, as its body reads it
     finally:
         rec.current_collective = prev
     factor = allreduce_factor(gsize)
 
-    def done(f: Any) -> Any:
+    def done(f: Future[torch.Tensor]) -> torch.Tensor:
         t1 = rec.now()
         rec.emit((ev.COLLECTIVE, t1, "all_reduce", t0, nbytes, gsize, gname, (t1 - t0) if last else 0, factor))
         return f.value()
@@ -63,7 +71,9 @@ def ddp_comm_hook(state, bucket):
     return fut.then(done)
 
 
-def instrument_ddp(model: Any, process_group: Any = None) -> Any:
+def instrument_ddp(
+    model: DistributedDataParallel, process_group: ProcessGroup | None = None
+) -> DistributedDataParallel:
     """Register :func:`ddp_comm_hook` on a DistributedDataParallel model; returns the model."""
     model.register_comm_hook(process_group, ddp_comm_hook)
     return model
@@ -87,9 +97,9 @@ def auto_instrument_ddp() -> bool:
     original = DDP.forward
 
     @functools.wraps(original)
-    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def forward(self: DistributedDataParallel, *args: Any, **kwargs: Any) -> Any:
         if "_telemetry_hook_checked" not in self.__dict__ and _current._active is not NULL:
-            self.__dict__["_telemetry_hook_checked"] = True
+            self.__dict__["_telemetry_hook_checked"] = True  # pyright: ignore[reportIndexIssue] - an instance's __dict__ is a dict
             _hook_unless_hooked(self)
         return original(self, *args, **kwargs)
 
@@ -108,7 +118,7 @@ def undo_auto_instrument_ddp() -> None:
     _original_forward = None
 
 
-def _hook_unless_hooked(model: Any) -> None:
+def _hook_unless_hooked(model: DistributedDataParallel) -> None:
     hooks = getattr(model, "_comm_hooks", None) or []
     if any(hook is ddp_comm_hook for hook, _ in hooks):
         return

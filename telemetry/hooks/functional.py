@@ -28,13 +28,17 @@ import functools
 import sys
 import time
 import weakref
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
 from . import groups
 from .collective_ops import Pending, allreduce_factor, ring_factor, tensor_bytes, tensors_bytes, unit_factor
+
+if TYPE_CHECKING:
+    from torch.distributed._functional_collectives import RANK_TYPES
+    from torch.distributed.distributed_c10d import GroupName
 
 MAX_IN_FLIGHT = 4096
 
@@ -89,8 +93,10 @@ _SPECS: dict[str, tuple[str, Callable[[tuple, dict, int], int], Callable[[int], 
 }
 
 _originals: dict[str, Callable] = {}
-# the storage address of an issued op's output -> (a weak reference to that output, its Pending)
-_in_flight: dict[int, tuple[weakref.ref, Pending]] = {}
+# An op issued, not yet waited on: its Pending (coalesced), or [op, t0, nbytes, gsize, gname, factor, issue_ns]
+InFlight = Pending | list[Any]
+# the storage address of an issued op's output -> (a weak reference to that output, what it is of)
+_in_flight: dict[int, tuple[weakref.ref, InFlight]] = {}
 stats = {"unwaited": 0}
 
 
@@ -113,7 +119,7 @@ def _storage_key(t: Any) -> int | None:
 _mesh_cache: dict[tuple[int, int], tuple[weakref.ref, tuple[int, str]]] = {}
 
 
-def _group_info(group: Any) -> tuple[int, str]:
+def _group_info(group: RANK_TYPES | None) -> tuple[int, str]:
     """(size, label) of a functional collective's group argument: (mesh, dim), a 1-D mesh, a
     process group, a group's name, or a list of ranks."""
     if type(group) is tuple and len(group) == 2:
@@ -123,21 +129,24 @@ def _group_info(group: Any) -> tuple[int, str]:
     return _read_group_info(group)
 
 
-def _read_group_info(group: Any) -> tuple[int, str]:
+def _read_group_info(group: Any) -> tuple[int, str]:  # RANK_TYPES | None, told apart by shape
     import torch.distributed as dist
 
-    if isinstance(group, tuple) and len(group) == 2 and hasattr(group[0], "mesh_dim_names"):
-        mesh, dim = group[0], int(group[1])
+    pair = group  # (mesh, dim)? (a name of its own: the checks below still see any group)
+    if isinstance(pair, tuple) and len(pair) == 2 and hasattr(pair[0], "mesh_dim_names"):
+        mesh, dim = pair[0], int(pair[1])
         info = groups.mesh_dim_info(mesh, dim) or groups.group_info(dist, mesh.get_group(dim))
         try:
-            _mesh_cache[(id(mesh), group[1])] = (weakref.ref(mesh), info)
+            _mesh_cache[(id(mesh), pair[1])] = (weakref.ref(mesh), info)
         except TypeError:  # not weak-referenceable: read each time
             pass
         return info
     if hasattr(group, "mesh_dim_names") and hasattr(group, "get_group"):
         return _read_group_info((group, 0)) if group.ndim == 1 else (0, groups.WORLD)
     if isinstance(group, str):
-        group = dist.distributed_c10d._resolve_process_group(group)
+        # torch's own lookup of a group by its name (private: torch has no public one)
+        resolve = dist.distributed_c10d._resolve_process_group  # pyright: ignore[reportPrivateImportUsage]
+        group = resolve(cast("GroupName", group))
     elif isinstance(group, list):
         n = len(group)
         return n, groups.WORLD if n == dist.get_world_size() else groups.of_ranks(group)
@@ -183,11 +192,11 @@ def _wrap(name: str, fn: Callable) -> Callable:
                 _remember(key, elem, pending)
         return out
 
-    wrapper.__telemetry_original__ = fn  # type: ignore[attr-defined]
+    wrapper.__telemetry_original__ = fn  # pyright: ignore[reportAttributeAccessIssue] - a function takes any attribute
     return wrapper
 
 
-def _remember(key: int, elem: Any, what: Any) -> None:
+def _remember(key: int, elem: Any, what: InFlight) -> None:
     _in_flight[key] = (weakref.ref(elem), what)
     if len(_in_flight) > MAX_IN_FLIGHT:
         _in_flight.pop(next(iter(_in_flight)))
@@ -207,7 +216,7 @@ def _wrap_wait(fn: Callable) -> Callable:
         rec = _current._active
         mark = rec.mark
         e0 = mark() if mark is not None else None
-        op, t_issue = (what[0], what[1]) if type(what) is list else (what.op, what.t0)
+        op, t_issue = (what[0], what[1]) if isinstance(what, list) else (what.op, what.t0)
         prev = rec.current_collective
         rec.current_collective = (op, t_issue)
         t0 = time.perf_counter_ns()
@@ -216,19 +225,19 @@ def _wrap_wait(fn: Callable) -> Callable:
         finally:
             rec.current_collective = prev
             t1 = time.perf_counter_ns()
-            if type(what) is not list:
-                if e0 is not None:
+            if not isinstance(what, list):
+                if e0 is not None and mark is not None:  # (e0: mark was there)
                     what.events = (e0, mark())
                 what.finish(t1, t1 - t0)
             else:
                 _, _, nbytes, gsize, gname, factor, issue_ns = what
                 blocked = min(issue_ns + t1 - t0, t1 - t_issue)
-                if e0 is None:
+                if e0 is None or mark is None:  # (e0: mark was there)
                     rec.emit((ev.COLLECTIVE, t1, op, t_issue, nbytes, gsize, gname, blocked, factor))
                 else:  # on CUDA the wait makes the stream wait for the op: time that on the GPU
                     rec.emit((ev.COLLECTIVE_DEV, t1, op, t_issue, nbytes, gsize, gname, blocked, factor, e0, mark()))
 
-    wait_tensor.__telemetry_original__ = fn  # type: ignore[attr-defined]
+    wait_tensor.__telemetry_original__ = fn  # pyright: ignore[reportAttributeAccessIssue] - a function takes any attribute
     return wait_tensor
 
 

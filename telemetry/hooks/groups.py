@@ -19,7 +19,13 @@ from __future__ import annotations
 import hashlib
 import re
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
 
 WORLD = "world"
 _LABEL = re.compile(r"[^A-Za-z0-9_]")
@@ -30,7 +36,9 @@ _LABEL = re.compile(r"[^A-Za-z0-9_]")
 _cache: dict[int | None, tuple[weakref.ref, tuple[int, str]]] = {}
 # a process group's name (torch's group_name) -> the mesh dimension's name it serves
 _dims: dict[str, str] = {}
-_mesh_init: Any = None  # DeviceMesh.__init__ as torch has it, while ours is installed
+_mesh_init: tuple[type, Callable[..., None]] | None = (
+    None  # DeviceMesh and its __init__ as torch has it, while ours is installed
+)
 
 
 def clean(name: str) -> str:
@@ -38,7 +46,7 @@ def clean(name: str) -> str:
     return _LABEL.sub("_", str(name))[:40] or "unnamed"
 
 
-def group_info(dist: Any, group: Any) -> tuple[int, str]:
+def group_info(dist: ModuleType, group: ProcessGroup | None) -> tuple[int, str]:
     """(size, label) of ``group`` (None: the default group)."""
     key = None if group is None else id(group)
     entry = _cache.get(key)
@@ -56,7 +64,7 @@ def group_info(dist: Any, group: Any) -> tuple[int, str]:
     return info
 
 
-def _read(dist: Any, group: Any) -> tuple[int, str]:
+def _read(dist: ModuleType, group: ProcessGroup | None) -> tuple[int, str]:
     try:
         size = dist.get_world_size(group)
     except Exception:  # noqa: BLE001 - not initialized, or not a member
@@ -64,7 +72,7 @@ def _read(dist: Any, group: Any) -> tuple[int, str]:
     return size, label_of(dist, group, size)
 
 
-def label_of(dist: Any, group: Any, size: int) -> str:
+def label_of(dist: ModuleType, group: ProcessGroup | None, size: int) -> str:
     target = dist.group.WORLD if group is None else group
     name = getattr(target, "group_name", None)
     if name is not None and str(name) in _dims:
@@ -85,13 +93,13 @@ def label_of(dist: Any, group: Any, size: int) -> str:
     return of_ranks(ranks)
 
 
-def of_ranks(ranks: Any) -> str:
+def of_ranks(ranks: Iterable[int]) -> str:
     """The label of an unnamed group of ``ranks``: ``g`` and 8 hex digits, the same on each of them."""
     digest = hashlib.blake2b(",".join(map(str, ranks)).encode(), digest_size=4).hexdigest()
     return f"g{digest}"
 
 
-def learn_mesh(mesh: Any) -> None:
+def learn_mesh(mesh: DeviceMesh) -> None:
     """Remember the names of ``mesh``'s dimensions' groups (a mesh without names teaches nothing)."""
     names = getattr(mesh, "mesh_dim_names", None)
     groups = getattr(mesh, "_dim_group_names", None)
@@ -106,7 +114,7 @@ def learn_mesh(mesh: Any) -> None:
         _cache.clear()  # a group read before may now have a name
 
 
-def mesh_dim_info(mesh: Any, dim: int) -> tuple[int, str] | None:
+def mesh_dim_info(mesh: DeviceMesh, dim: int) -> tuple[int, str] | None:
     """(size, label) of dimension ``dim`` of DeviceMesh ``mesh``, when it has a name."""
     names = getattr(mesh, "mesh_dim_names", None)
     if not names:
@@ -130,14 +138,14 @@ def watch_meshes() -> None:
         return
     original = mesh_cls.__init__
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: DeviceMesh, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
             learn_mesh(self)
         except Exception:  # noqa: BLE001 - naming groups must never fail a mesh
             pass
 
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__.__wrapped__ = original  # pyright: ignore[reportFunctionMemberAccess] - a function takes any attribute
     mesh_cls.__init__ = __init__
     _mesh_init = (mesh_cls, original)
 

@@ -30,7 +30,7 @@ def build_recorder(
     ``device_timing``: ``wall``; ``auto`` (CUDA when torch sees a device); ``cuda`` (required:
     raises ConfigError without a device).
     """
-    wall_cls: type = Recorder
+    wall_cls: type[Recorder] = Recorder
     cuda_kwargs: dict[str, Any] = {}
     if profiler_ranges:
         from . import ranges

@@ -23,16 +23,21 @@ import logging
 import os
 import shutil
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..logonce import LogOnce
+
+if TYPE_CHECKING:
+    from torch.profiler import profile
+
+    from .wall import Recorder
 
 log = logging.getLogger("telemetry")
 
 
 def _user_profiler_active() -> bool:
     try:
-        import torch
+        import torch._C._autograd  # loaded with torch: names the submodule, imports nothing more
 
         return bool(torch._C._autograd._profiler_enabled())
     except Exception:  # noqa: BLE001 - no way to tell: assume none
@@ -43,7 +48,7 @@ PENDING = 4  # plans held at once (a baseline, a finding's and an asked capture,
 
 
 class ProfilerCapture:
-    def __init__(self, rec: Any, rank: int, max_bytes: int = 256 << 20) -> None:
+    def __init__(self, rec: Recorder, rank: int, max_bytes: int = 256 << 20) -> None:
         self.rec = rec
         self.rank = rank
         self.max_bytes = max_bytes
@@ -51,7 +56,7 @@ class ProfilerCapture:
         # (a tuple) under _lock, which no user code runs inside
         self.plans: tuple[tuple[str, int, int, str], ...] = ()
         self.running: tuple[str, int, int, str] | None = None
-        self.prof: Any = None
+        self.prof: profile | None = None  # running while set, with self.running its plan
         self.stats = {"taken": 0, "missed": 0, "skipped": 0, "failed": 0, "over_budget": 0, "bytes": 0}
         self._once = LogOnce()
         self._lock = threading.Lock()
@@ -75,6 +80,7 @@ class ProfilerCapture:
         plan = None
         try:
             if self.prof is not None:
+                assert self.running is not None  # set with prof
                 if index <= self.running[2]:
                     return
                 self._stop()
@@ -133,6 +139,7 @@ class ProfilerCapture:
         prof, self.prof = self.prof, None
         plan, self.running = self.running, None
         self._done(plan)
+        assert prof is not None and plan is not None  # called while a capture runs
         prof.stop()
         t = threading.Thread(target=self._write, args=(prof, plan[3]), name="telemetry-capture", daemon=True)
         self._writers = [w for w in self._writers if w.is_alive()] + [t]
@@ -145,7 +152,7 @@ class ProfilerCapture:
             if not self.plans:
                 self.rec.capture = None
 
-    def _write(self, prof: Any, path: str) -> None:
+    def _write(self, prof: profile, path: str) -> None:
         tmp = path[: -len(".gz")] + f".{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -17,29 +17,42 @@ from __future__ import annotations
 
 import collections
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from . import events as ev
 from .wall import PhaseContext, Recorder, StepContext
 
+if TYPE_CHECKING:
+    from types import TracebackType
+
 _STEP_END_DEV, _PHASE_DEV = ev.STEP_END_DEV, ev.PHASE_DEV
+
+
+class TimingEvent(Protocol):
+    """What the recorder needs of a timing event: ``torch.cuda.Event(enable_timing=True)``'s calls."""
+
+    def record(self) -> None: ...
+
+    def query(self) -> bool: ...
+
+    def elapsed_time(self, end_event: "TimingEvent", /) -> float: ...
 
 
 class EventPool:
     """Reusable timing events; ``mark()`` takes one and records it (the hooks' call; the step and
     phase contexts do the same inline, with ``take`` and ``new``)."""
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
+    def __init__(self, factory: Callable[[], TimingEvent]) -> None:
         self._factory = factory  # events are made on first need, then reused
-        self._free: collections.deque = collections.deque()
+        self._free: collections.deque[TimingEvent] = collections.deque()
         self.take = self._free.popleft  # a free event; IndexError when none is free
         self.created = 0
 
-    def new(self) -> Any:
+    def new(self) -> TimingEvent:
         self.created += 1
         return self._factory()
 
-    def mark(self) -> Any:
+    def mark(self) -> TimingEvent:
         take = self.take
         try:
             e = take()
@@ -48,7 +61,7 @@ class EventPool:
         e.record()
         return e
 
-    def release(self, events: list) -> None:
+    def release(self, events: list[TimingEvent]) -> None:
         self._free.extend(events)
 
 
@@ -58,6 +71,7 @@ class EventPool:
 # the wall clock's cost plus taking and recording its events, no call more.
 class CudaPhase(PhaseContext):
     __slots__ = ("_e0", "_take", "_pool")
+    _e0: TimingEvent | None
 
     def __init__(self, rec: "CudaRecorder", name: str) -> None:
         super().__init__(rec, name)
@@ -79,7 +93,9 @@ class CudaPhase(PhaseContext):
         self._t0 = clock()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         clock = self._clock
         t1 = clock()
         try:
@@ -103,6 +119,7 @@ class CudaPhase(PhaseContext):
 
 class CudaStep(StepContext):
     __slots__ = ("_e0", "_take", "_pool")
+    _e0: TimingEvent | None
 
     def __init__(self, rec: "CudaRecorder") -> None:
         super().__init__(rec)
@@ -114,7 +131,7 @@ class CudaStep(StepContext):
         rec = self._rec
         if rec._open is not None or self._index is not None or rec.capture is not None:
             if rec._begin_step(self):
-                self._e0 = rec.mark()
+                self._e0 = self._pool.mark()  # rec.mark, the recorder's pool's
             return self
         self._index = rec.step_index
         rec._open = self
@@ -129,7 +146,9 @@ class CudaStep(StepContext):
         self._e0 = e0
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         rec = self._rec
         if rec._open is not self:  # never opened (nested: ignored)
             return False
@@ -143,7 +162,7 @@ class CudaStep(StepContext):
         t1 = clock()
         rec._open = None
         index = self._index
-        rec.step_index = index + 1
+        rec.step_index = index + 1  # pyright: ignore[reportOptionalOperand] - open: __enter__ set an int
         buf = self._buf
         if len(buf) < self._cap:
             buf.append(
@@ -166,7 +185,9 @@ class CudaRecorder(Recorder):
         self.mark = pool.mark
 
 
-def build_cuda_recorder(capacity: int, recorder_cls: type = CudaRecorder, **kwargs: Any) -> CudaRecorder | None:
+def build_cuda_recorder(
+    capacity: int, recorder_cls: type[CudaRecorder] = CudaRecorder, **kwargs: Any
+) -> CudaRecorder | None:
     """A CudaRecorder (or ``recorder_cls``, a subclass) when torch sees a CUDA device, else None."""
     torch = sys.modules.get("torch")
     if torch is None:

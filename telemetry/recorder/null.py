@@ -7,10 +7,16 @@ function decorated before ``init`` records once ``init`` runs.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
 from ..usage import UsageErrors
 from .current import phase_decorator, step_decorator
+
+if TYPE_CHECKING:
+    from .cuda import TimingEvent
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class NullContext:
@@ -21,10 +27,10 @@ class NullContext:
     def __enter__(self) -> "NullContext":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         return False
 
-    def __call__(self, fn: Callable) -> Callable:
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         return fn  # a rejected phase name decorates nothing (the rejection was reported)
 
 
@@ -34,12 +40,12 @@ NULL_CONTEXT = NullContext()
 class NullStep(NullContext):
     __slots__ = ("_tokens", "_samples", "_index")
 
-    def __init__(self, tokens: Any = None, samples: Any = None) -> None:
+    def __init__(self, tokens: int | None = None, samples: int | None = None) -> None:
         self._tokens = tokens
         self._samples = samples
-        self._index = None
+        self._index: int | None = None
 
-    def __call__(self, fn: Callable) -> Callable:
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         return step_decorator(fn, self._tokens, self._samples)
 
 
@@ -49,7 +55,7 @@ class NullPhase(NullContext):
     def __init__(self, name: str) -> None:
         self._name = name
 
-    def __call__(self, fn: Callable) -> Callable:
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         return phase_decorator(fn, self._name)  # decorated before init: records once init runs
 
 
@@ -58,17 +64,20 @@ class NullRecorder:
 
     usage = UsageErrors(strict=False)
     step_index = 0
-    open_step = current_phase = current_collective = mark = None
+    open_step: tuple[int, int] | None = None
+    current_phase: str | None = None
+    current_collective: tuple[str, int] | None = None
+    mark: Callable[[], TimingEvent] | None = None
     dropped = 0
     buffered = 0
 
     _open = None  # no step is ever open: telemetry.step loads and hands out _step
 
     def __init__(self) -> None:
-        self._phases: dict[Any, NullPhase] = {}
+        self._phases: dict[str, NullPhase] = {}
         self._step = NullStep()
 
-    def step(self, tokens: Any = None, samples: Any = None, index: Any = None) -> NullStep:
+    def step(self, tokens: int | None = None, samples: int | None = None, index: int | None = None) -> NullStep:
         return NullStep(tokens, samples)
 
     def phase(self, name: str) -> NullPhase:

@@ -24,33 +24,51 @@ its phases' ranges, which is how the trace reader tells telemetry's phases from 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .cuda import CudaPhase, CudaRecorder, CudaStep
 from .wall import PhaseContext, Recorder, StepContext
 
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from torch.autograd.profiler import record_function
+
+    # The mixins below are mixed before a strategy's class (at run time their base is object): to the
+    # checker, they extend it, and read its attributes.
+    _StepBase = StepContext
+    _PhaseBase = PhaseContext
+    _RecorderBase = Recorder
+else:
+    _StepBase = _PhaseBase = _RecorderBase = object
+
 STEP_RANGE = "telemetry.step#"  # + the step index: the name of a step's range in a profiler trace
 WARMUP_RANGE = "telemetry.init"  # one empty range at init (see range_functions)
 
+# enter(name) -> a range's handle; exit(handle)
+RangeFunctions = tuple[Callable[[str], Any], Callable[[Any], Any]]
 
-def range_functions() -> tuple[Callable[[str], Any], Callable[[Any], Any]]:
+
+def range_functions() -> RangeFunctions:
     """(enter, exit): ``enter(name)`` opens a user-scope profiler range and returns its handle,
     ``exit(handle)`` closes it. The cheapest pair torch offers."""
     import torch
 
     autograd = getattr(torch._C, "_autograd", None)
-    enter = getattr(autograd, "_record_function_with_args_enter", None)
-    leave = getattr(autograd, "_record_function_with_args_exit", None)
+    enter: Callable[[str], Any] | None = getattr(autograd, "_record_function_with_args_enter", None)
+    leave: Callable[[Any], Any] | None = getattr(autograd, "_record_function_with_args_exit", None)
     if enter is None or leave is None:
         from torch.autograd.profiler import record_function
 
-        def enter(name: str) -> Any:
+        def enter_function(name: str) -> record_function:
             r = record_function(name)
             r.__enter__()
             return r
 
-        def leave(r: Any) -> None:
+        def leave_function(r: record_function) -> None:
             r.__exit__(None, None, None)
+
+        enter, leave = enter_function, leave_function
 
     # torch's first range sets itself up (about 0.1 ms here, later ones 2-14 us): pay it now, at init,
     # not inside the first step, where it would lengthen step 0 and its first phase.
@@ -58,47 +76,55 @@ def range_functions() -> tuple[Callable[[str], Any], Callable[[Any], Any]]:
     return enter, leave
 
 
-class _RangedStep:
+class _RangedStep(_StepBase):
     """A step context that is also a profiler range: mixed before a strategy's step class, named in
     ``_base`` (called directly: super() costs about 3 us a step more here)."""
 
     __slots__ = ()
-    _base: Any
+    _base: type[StepContext]
+    _rec: _RangedRecorder
+    _range: Any  # the open range's handle (range_functions)
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> _RangedStep:
         self._base.__enter__(self)
-        if self._rec._open is self:  # type: ignore[attr-defined]
-            self._range = self._rec._range_enter(STEP_RANGE + str(self._index))  # type: ignore[attr-defined]
+        if self._rec._open is self:
+            self._range = self._rec._range_enter(STEP_RANGE + str(self._index))
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        if self._rec._open is not self:  # type: ignore[attr-defined]
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if self._rec._open is not self:
             return False
         self._base.__exit__(self, exc_type, exc, tb)
-        self._rec._range_exit(self._range)  # type: ignore[attr-defined]
+        self._rec._range_exit(self._range)
         return False
 
 
-class _RangedPhase:
+class _RangedPhase(_PhaseBase):
     """A phase context that is also a profiler range, enclosing the phase's timed interval; the
     strategy's phase class is ``_base``. Its ranges are a stack: a phase context is entered again
     while open when its name nests (see PhaseContext)."""
 
     __slots__ = ()
-    _base: Any
+    _base: type[PhaseContext]
+    _rec: _RangedRecorder
+    _ranges: list[Any]  # the open ranges' handles, innermost last
 
-    def __init__(self, rec: Any, name: str) -> None:
-        super().__init__(rec, name)  # type: ignore[call-arg]
-        self._ranges: list = []
+    def __init__(self, rec: _RangedRecorder, name: str) -> None:
+        super().__init__(rec, name)
+        self._ranges = []
 
-    def __enter__(self) -> Any:
-        self._ranges.append(self._rec._range_enter(self._name))  # type: ignore[attr-defined]
+    def __enter__(self) -> _RangedPhase:
+        self._ranges.append(self._rec._range_enter(self._name))
         self._base.__enter__(self)
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         self._base.__exit__(self, exc_type, exc, tb)
-        self._rec._range_exit(self._ranges.pop())  # type: ignore[attr-defined]
+        self._rec._range_exit(self._ranges.pop())
         return False
 
 
@@ -122,11 +148,11 @@ class RangedCudaPhase(_RangedPhase, CudaPhase):
     _base = CudaPhase
 
 
-class _RangedRecorder:
+class _RangedRecorder(_RecorderBase):
     """A recorder that holds the range functions its contexts call: mixed before a strategy."""
 
-    def __init__(self, *args: Any, ranges: tuple[Callable, Callable], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+    def __init__(self, *args: Any, ranges: RangeFunctions, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._range_enter, self._range_exit = ranges
 
 

@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import Protocol
+
+
+class Reader(Protocol):
+    def read(self) -> dict[str, float]: ...
+
 
 _lock = threading.Lock()  # add() runs on the training thread, current() on the sampler's
-_readers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_readers: "weakref.WeakSet[Reader]" = weakref.WeakSet()
 
 
-def add(reader: Any) -> None:
+def add(reader: Reader) -> None:
     with _lock:
         _readers.add(reader)
 
 
-def discard(reader: Any) -> None:
+def discard(reader: Reader) -> None:
     with _lock:
         _readers.discard(reader)
 
 
-def current() -> list[Any]:
+def current() -> list[Reader]:
     with _lock:
         return list(_readers)

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, final
+
+if TYPE_CHECKING:
+    import torch
 
 
+@final
 class PendingValue:
     """A device scalar on its way to the host; ``ready()`` never blocks."""
 
     __slots__ = ("host", "event")
 
-    def __init__(self, host: Any, event: Any) -> None:
+    def __init__(self, host: torch.Tensor, event: torch.cuda.Event | None) -> None:
         self.host = host
         self.event = event
 
@@ -32,7 +36,7 @@ class NotANumber(TypeError):
     pass
 
 
-def convert(value: Any) -> Any:
+def convert(value: Any) -> int | float | PendingValue:
     """Return a float/int, or a PendingValue for a CUDA tensor. Raises NotANumber otherwise.
 
     A real number only: text, bytes and complex numbers are refused (``float("nan")`` of a string
@@ -55,7 +59,7 @@ def convert(value: Any) -> Any:
     return _real(value)
 
 
-def _real(value: Any) -> Any:
+def _real(value: Any) -> int | float:
     if isinstance(value, bool):
         return int(value)
     if type(value) is int:

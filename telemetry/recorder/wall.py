@@ -30,13 +30,23 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
 
 from ..usage import UsageErrors
 from . import events as ev
 from .current import phase_decorator, step_decorator
 from .null import NULL_CONTEXT
 from .values import NotANumber, convert
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from .capture import ProfilerCapture
+    from .cuda import TimingEvent
+    from .null import NullContext
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _PLAIN = (float, int)
 # The kinds the contexts append, as this module's globals (one lookup, not two)
@@ -48,8 +58,8 @@ class Recorder:
 
     # This strategy's context types (a strategy's subclass names its own): the step context is made
     # once per recorder and handed out again at every step; a phase context once per phase name.
-    _step_type: type
-    _phase_type: type
+    _step_type: type[StepContext]
+    _phase_type: type[PhaseContext]
 
     def __init__(
         self,
@@ -59,7 +69,7 @@ class Recorder:
         start_step: int = 0,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
-        self._buf: deque = deque()
+        self._buf: deque[tuple] = deque()
         self._cap = capacity
         self._clock = clock
         self._dropped = 0
@@ -70,9 +80,9 @@ class Recorder:
         # and phase are the properties open_step and current_phase, read off the contexts).
         self.current_collective: tuple[str, int] | None = None  # (op, t_begin)
         # Device-side marker (CudaRecorder: record a CUDA event); None: wall clock only.
-        self.mark: Callable[[], Any] | None = None
+        self.mark: Callable[[], TimingEvent] | None = None
         # A profiler capture armed for this rank (recorder/capture.py): asked at each step's begin while set.
-        self.capture: Any = None
+        self.capture: ProfilerCapture | None = None
         self._open: StepContext | None = None  # the step open now
         self._phases: dict[str, PhaseContext] = {}  # a phase name's context, made at the name's first use
         self._step = self._step_type(self)
@@ -93,7 +103,7 @@ class Recorder:
         ctx._index = index
         return ctx
 
-    def phase(self, name: str) -> Any:
+    def phase(self, name: str) -> PhaseContext | NullContext:
         """The context of phase ``name`` (the same object at each call), or NULL_CONTEXT for a
         rejected name (reported at each call: a rejected name is not kept)."""
         try:
@@ -152,7 +162,11 @@ class Recorder:
     def open_step(self) -> tuple[int, int] | None:
         """(index, t_begin) of the step open now, or None (for the progress heartbeat)."""
         ctx = self._open
-        return None if ctx is None else (ctx._index, ctx._t0)
+        if ctx is None:
+            return None
+        index, t0 = ctx._index, ctx._t0
+        # None while the step's start is being read (the training thread sets _open, then _t0)
+        return None if index is None or t0 is None else (index, t0)
 
     @property
     def current_phase(self) -> str | None:
@@ -211,7 +225,7 @@ class Recorder:
                 )
         return out
 
-    def _accept_name(self, name: Any) -> bool:
+    def _accept_name(self, name: object) -> bool:
         if not isinstance(name, str) or not name.isidentifier() or name in ev.RESERVED_PHASES:
             self.usage.report(
                 "phase-name",
@@ -229,6 +243,13 @@ class StepContext:
     A recorder hands out the same one at every step (``Recorder.step`` loads the step's counts)."""
 
     __slots__ = ("_rec", "_tokens", "_samples", "_index", "_t0", "_clock", "_buf", "_cap")
+    _tokens: int | None
+    _samples: int | None
+    _index: int | None  # an int while the step is open
+    _t0: int | None
+    _clock: Callable[[], int]
+    _buf: deque[tuple]
+    _cap: int
 
     def __init__(self, rec: Recorder) -> None:
         self._rec = rec
@@ -249,7 +270,9 @@ class StepContext:
         self._t0 = clock()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         rec = self._rec
         if rec._open is not self:  # never opened (nested: ignored)
             return False
@@ -257,7 +280,7 @@ class StepContext:
         t1 = clock()
         rec._open = None
         index = self._index
-        rec.step_index = index + 1
+        rec.step_index = index + 1  # pyright: ignore[reportOptionalOperand] - open: __enter__ set an int
         buf = self._buf
         if len(buf) < self._cap:
             buf.append((_STEP_END, t1, index, self._t0, exc_type is None, self._tokens, self._samples))
@@ -265,7 +288,7 @@ class StepContext:
             rec._drop()
         return False
 
-    def __call__(self, fn: Callable) -> Callable:
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         return step_decorator(fn, self._tokens, self._samples)
 
 
@@ -277,6 +300,12 @@ class PhaseContext:
     intervals are recorded but their starts may be swapped."""
 
     __slots__ = ("_rec", "_name", "_t0", "_outer", "_clock", "_buf", "_cap")
+    _name: str
+    _t0: int | None
+    _outer: tuple | None  # the enclosing open's start and its own _outer (a strategy adds its fields)
+    _clock: Callable[[], int]
+    _buf: deque[tuple]
+    _cap: int
 
     def __init__(self, rec: Recorder, name: str) -> None:
         self._rec = rec
@@ -293,7 +322,9 @@ class PhaseContext:
         self._t0 = clock()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         clock = self._clock
         t1 = clock()
         buf = self._buf
@@ -308,7 +339,7 @@ class PhaseContext:
             self._t0, self._outer = outer
         return False
 
-    def __call__(self, fn: Callable) -> Callable:
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         return phase_decorator(fn, self._name)
 
 
