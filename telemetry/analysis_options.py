@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from argparse import Namespace
+
+T = TypeVar("T")
 
 BUSY_WARN_BOUND = 0.6  # the warning bound's default, when the info bound is not below it
 
 
-def _opt(default: Any, flag: str, kind: str, help: str, metavar: str | None = None) -> Any:
+def _opt(default: T, flag: str, kind: str, help: str, metavar: str | None = None) -> T:
     """A field with what its CLI flag needs: the flag, the kind of value it parses, its help."""
     return field(default=default, metadata={"flag": flag, "kind": kind, "help": help, "metavar": metavar})
 
@@ -171,13 +176,13 @@ class AnalysisOptions:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_config(cls, cfg: Any, **more: Any) -> AnalysisOptions:
+    def from_config(cls, cfg: object, **more: Any) -> AnalysisOptions:
         """The analysis settings a :class:`telemetry.config.Config` holds (same names), and ``more``."""
         given = {f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)}
         return cls(**{**given, **more})
 
     @classmethod
-    def from_args(cls, ns: Any, names: tuple[str, ...] | None = None, **more: Any) -> AnalysisOptions:
+    def from_args(cls, ns: Namespace, names: tuple[str, ...] | None = None, **more: Any) -> AnalysisOptions:
         """The options of a parsed command line (``argparse.Namespace``): each field (of ``names``, None:
         all) whose flag the command has, its default where the flag was not given; ``--steps`` parsed,
         ``--last`` as steps (a duration with ``--prometheus`` is the source's, not a field). ValueError
@@ -199,7 +204,7 @@ class AnalysisOptions:
         return cls(**{**given, **more})
 
 
-def _steps_count(text: Any) -> int:
+def _steps_count(text: Any) -> int:  # --last as the command line parsed it
     """--last N for a path: a whole number of steps, 1 or more."""
     try:
         n = int(text)

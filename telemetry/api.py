@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .analysis_options import AnalysisOptions
 from .config import Config, ConfigError
@@ -33,6 +33,16 @@ from .rank import RankContext, exchange_hosts, group_may_come, group_rank
 from .recorder import NULL, build_recorder, current
 from .store.claim import RankInUse, claim_rank
 from .version import __version__
+
+if TYPE_CHECKING:
+    from signal import _HANDLER
+    from types import FrameType
+
+    from torch._C._distributed_c10d import Store  # torch.distributed.Store
+
+    from .online.capture import Captures
+    from .pipeline.records import StepRecord
+    from .recorder.capture import ProfilerCapture
 
 log = logging.getLogger("telemetry")
 _lock = threading.RLock()
@@ -69,7 +79,7 @@ class Session:
             profiler_ranges=config.profiler_ranges,
         )
         self.sampler = None
-        self.capturer: Any = None  # recorder/capture.py's ProfilerCapture, with captures on
+        self.capturer: ProfilerCapture | None = None  # with captures on
         self.sinks: list = []
         self.claim = None
         self.run_info = {
@@ -95,7 +105,7 @@ class Session:
         self._instrumented = False
         self._checkpoints = False
         self._ddp_auto = False
-        self._prev_sigterm: Any = None
+        self._prev_sigterm: _HANDLER = None
         if not self.pending:
             self._begin_as(self.ctx)
 
@@ -139,7 +149,7 @@ class Session:
 
                 self.capturer = ProfilerCapture(self.recorder, ctx.rank, int(c.capture_max_mb * (1 << 20)))
 
-            def captures(store: Any) -> Any:
+            def captures(store: Store) -> Captures | None:
                 if self.capturer is None:
                     return None
                 from .online.capture import Captures
@@ -345,13 +355,13 @@ class RankWait:
     def __init__(self, session: "Session") -> None:
         self.session = session
 
-    def on_records(self, records: Any) -> bool:
+    def on_records(self, records: Sequence[StepRecord]) -> bool:
         """True once the session has its rank (from the group, now or before)."""
         if not self.session.pending:
             return True
         dist = sys.modules.get("torch.distributed")
         group = group_rank(dist)
-        if group is None:
+        if group is None or dist is None:  # (a group: dist is there)
             return False
         hosts: list[str | None] = [None] * group[1]
         try:
@@ -410,7 +420,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     # Flush what was accepted, then die of SIGTERM as the sender intended.
     try:
         shutdown(timeout_s=2.0)

@@ -32,7 +32,10 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from signal import _HANDLER
 
 PARENT_ENV = "TELEMETRY_PARENT_PID"  # the pid of the process that started this one
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -69,7 +72,7 @@ class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP, turned into an interrupt so that clean-up runs (SIGINT is Python's own)."""
 
 
-def interrupt_on_signals() -> dict[int, object]:
+def interrupt_on_signals() -> dict[signal.Signals, _HANDLER]:
     """Make SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread; returns the previous
     handlers (for :func:`restore`). A signal the command was started with ignored stays ignored, as
     the shell's convention asks (``nohup``'s SIGHUP; SIGINT, which Python itself leaves ignored when
@@ -90,7 +93,7 @@ def interrupt_on_signals() -> dict[int, object]:
     }
 
 
-def restore(previous: dict[int, object]) -> None:
+def restore(previous: dict[signal.Signals, _HANDLER]) -> None:
     for s, handler in previous.items():
         signal.signal(s, handler)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 log = logging.getLogger("telemetry")
 
@@ -36,7 +35,7 @@ class LogOnce:
             self.counts[key] = self.counts.get(key, 0) + 1
         return first
 
-    def __call__(self, key: str, message: str, *args: Any, exc_info: bool = False) -> bool:
+    def __call__(self, key: str, message: str, *args: object, exc_info: bool = False) -> bool:
         """Count one occurrence of ``key``; log ``message % args`` if it is the first. True then."""
         first = self.count(key)
         if first:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import Mapping
 
 TIMEOUT_S = 2.0
 
@@ -37,7 +37,7 @@ def _git(folder: str, *args: str) -> str:
     return out.stdout.strip()
 
 
-def code_state(folder: str | None = None, environ: Any = None) -> dict[str, Any]:
+def code_state(folder: str | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str | bool | None]:
     """``{"commit", "dirty", "repo"}`` of the training code, or ``{"commit": None, "why": ...}``."""
     environ = os.environ if environ is None else environ
     given = environ.get("TELEMETRY_GIT_COMMIT", "").strip()

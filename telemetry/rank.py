@@ -44,7 +44,12 @@ from __future__ import annotations
 import os
 import re
 import socket
-from typing import Any, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from torch._C._distributed_c10d import Store  # torch.distributed.Store
 
 from .config import ConfigError
 
@@ -185,7 +190,7 @@ def _local_world(env: Mapping[str, str], key: str, world: int) -> int:
 HOSTS_PREFIX = "telemetry/host/"  # + rank: each rank's host name, posted to the group's store
 
 
-def group_rank(dist: Any) -> tuple[int, int] | None:
+def group_rank(dist: ModuleType | None) -> tuple[int, int] | None:
     """(rank, world size) of the initialized default process group, or None."""
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
@@ -205,7 +210,7 @@ def group_may_come(environ: Mapping[str, str] | None = None) -> bool:
     return multiprocessing.parent_process() is not None or "MASTER_ADDR" in env or "MASTER_PORT" in env
 
 
-def exchange_hosts(store: Any, rank: int, world: int, host: str, timeout_s: float) -> list[str | None]:
+def exchange_hosts(store: Store, rank: int, world: int, host: str, timeout_s: float) -> list[str | None]:
     """Post this rank's host to the group's store and read every rank's, waiting up to ``timeout_s``
     for them; a rank that has not posted by then is None (it is then counted on no host)."""
     import time

@@ -53,7 +53,10 @@ from importlib import resources
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 from .version import __version__
 

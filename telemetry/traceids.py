@@ -13,7 +13,20 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from typing import Any
+from typing import Protocol
+
+
+class TracedStep(Protocol):
+    """What the sampler reads of a step: a StepRecord has it."""
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def duration_s(self) -> float: ...
+
+    @property
+    def ok(self) -> bool: ...
 
 
 def _digest(*parts: object, size: int) -> int:
@@ -52,9 +65,9 @@ class StepSampler:
 
     def __init__(self, every: int) -> None:
         self.every = every
-        self._recent: collections.deque = collections.deque(maxlen=50)
+        self._recent: collections.deque[float] = collections.deque(maxlen=50)
 
-    def __call__(self, r: Any) -> bool:
+    def __call__(self, r: TracedStep) -> bool:
         """Whether step record ``r`` (a StepRecord, or anything with ``step``, ``duration_s``, ``ok``) is traced."""
         anomalous = not r.ok
         if len(self._recent) >= 10:  # a median of fewer steps is too noisy to call a step slow

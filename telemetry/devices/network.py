@@ -39,10 +39,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..logonce import LogOnce
 from .sched import Unavailable
+
+if TYPE_CHECKING:
+    from ..recorder.readers import Reader
 
 log = logging.getLogger("telemetry")
 
@@ -187,7 +190,7 @@ class NicSource:
         return {name: self._totals[name] for name in sorted(present)}
 
 
-def build_network_sources(say: Callable[[str], None], root: str = "/sys") -> list[object]:
+def build_network_sources(say: Callable[[str], None], root: str = "/sys") -> list[Reader]:
     """The node's RDMA NIC counters, or nothing (said once through ``say``) on a machine without them."""
     try:
         return [NicSource(root)]

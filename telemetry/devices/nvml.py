@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, TypeVar
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+R = TypeVar("R")
 
 log = logging.getLogger("telemetry")
 
@@ -62,7 +67,7 @@ def cuda_index(local_rank: int) -> int:
     return local_rank
 
 
-def device_handle(nvml: Any, cuda_idx: int, environ: Mapping[str, str]) -> tuple[Any, str]:
+def device_handle(nvml: ModuleType, cuda_idx: int, environ: Mapping[str, str]) -> tuple[object, str]:
     """(NVML handle, label) of the CUDA device ``cuda_idx`` as this process sees it."""
     visible = _visible(environ)
     if visible is None:
@@ -76,7 +81,7 @@ def device_handle(nvml: Any, cuda_idx: int, environ: Mapping[str, str]) -> tuple
 
 
 class NvmlSource:
-    def __init__(self, nvml: Any, handle: Any, label: str) -> None:
+    def __init__(self, nvml: ModuleType, handle: object, label: str) -> None:
         self.nvml = nvml
         self.handle = handle
         self.label = label
@@ -89,13 +94,13 @@ class NvmlSource:
         self.xid_errors = 0  # XID (critical) events seen since this source opened
         self.last_xid: int | None = None
 
-    def _try(self, field: str, fn: Callable, *args: Any) -> Any:
+    def _try(self, field: str, fn: Callable[..., R], *args: object) -> R | None:
         try:
             return fn(*args)
         except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends
             return None
 
-    def _field(self, out: dict, key: str, fn: Callable, *args: Any, scale: float = 1.0) -> None:
+    def _field(self, out: dict[str, float], key: str, fn: Callable, *args: object, scale: float = 1.0) -> None:
         if key in self._unsupported:
             return
         try:
@@ -141,7 +146,7 @@ class NvmlSource:
         self._xid_read(out)
         return out
 
-    def _xid_setup(self) -> Any:
+    def _xid_setup(self) -> object | None:
         """An NVML event set for this GPU's XID (critical) errors, or None where the driver or the
         user's rights do not allow it (events need no polling thread: each reading drains them)."""
         n = self.nvml
@@ -186,6 +191,9 @@ class NvmlSource:
         fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             n, "nvmlDeviceGetCurrentClocksThrottleReasons", None
         )
+        if fn is None:  # (as its call would fail)
+            self._unsupported.add("reasons")
+            return
         try:
             mask = int(fn(self.handle))
         except Exception:  # noqa: BLE001 - NVML raises a type per error code; an unsupported field is skipped from now on
@@ -253,7 +261,7 @@ class NvmlSource:
                 "telemetry: GPU %s: NVLink error counters %s not supported: not read", self.label, ", ".join(dropped)
             )
 
-    def _gpm_setup(self) -> Any:
+    def _gpm_setup(self) -> list[object] | None:
         n = self.nvml
         try:
             if not n.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice:
@@ -294,7 +302,7 @@ class NvmlSource:
         self._try("shutdown", self.nvml.nvmlShutdown)
 
 
-def _text(value: Any) -> str | None:
+def _text(value: str | bytes | None) -> str | None:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return value

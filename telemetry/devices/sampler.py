@@ -15,7 +15,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ..logonce import LogOnce
 from ..recorder import events as ev
@@ -24,7 +24,20 @@ from .network import build_network_sources
 from .sched import build_sched_sources
 from .storage import StorageSource
 
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..recorder.readers import Reader
+    from ..recorder.wall import Recorder
+
 log = logging.getLogger("telemetry")
+
+
+class DeviceInfo(TypedDict, total=False):
+    """What the sampler found, for MFU and labels."""
+
+    gpu_name: str
+    gpu: str  # the GPU's label (its CUDA index, or UUID)
+    storage_read: bool  # the storage read-bytes reading is on
 
 
 class HostSource:
@@ -100,7 +113,7 @@ class CudaMemorySource:
 
 
 class Sampler:
-    def __init__(self, recorder: Any, sources: list[Any], interval_s: float) -> None:
+    def __init__(self, recorder: Recorder, sources: list[Reader], interval_s: float) -> None:
         self.recorder = recorder
         self.sources = sources
         self.interval_s = interval_s
@@ -149,15 +162,15 @@ class Sampler:
 
 
 def build_sampler(
-    recorder: Any, config: Any, local_rank: int, thread_id: int | None = None
-) -> tuple[Sampler | None, dict[str, Any]]:
+    recorder: Recorder, config: Config, local_rank: int, thread_id: int | None = None
+) -> tuple[Sampler | None, DeviceInfo]:
     """The sampler for this rank and what it found (GPU name and label, for MFU and labels).
     ``thread_id``: the training thread's native id (the one that called init), whose run-queue
     delay is read; None: not read."""
     if config.device_interval_s <= 0:
         return None, {}
-    sources: list[Any] = []
-    info: dict[str, Any] = {}
+    sources: list[Reader] = []
+    info: DeviceInfo = {}
     try:
         sources.append(HostSource())
     except Exception as exc:  # noqa: BLE001 - psutil missing or restricted

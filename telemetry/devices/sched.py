@@ -33,7 +33,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from ..recorder.readers import Reader
 
 log = logging.getLogger("telemetry")
 # A rate needs an interval this long: the sampler's first reading comes right after the sources are
@@ -261,11 +264,11 @@ class PressureSource:
         return {"cpu_pressure_some_ratio": max(total - total0, 0.0) / (now - t0)}
 
 
-def build_sched_sources(tid: int | None, say: Callable[[str], None]) -> list[object]:
+def build_sched_sources(tid: int | None, say: Callable[[str], None]) -> list[Reader]:
     """The scheduler readings this platform has, for the training thread ``tid``; each missing one
     is said once through ``say``."""
-    out: list[object] = []
-    makers: list[tuple[str, Callable[[], object]]] = [
+    out: list[Reader] = []
+    makers: list[tuple[str, Callable[[], Reader]]] = [
         ("cgroup CPU throttling", CgroupCpuSource),
         ("CPU pressure (PSI)", PressureSource),
     ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..logonce import LogOnce
 from ..recorder import events as ev
@@ -55,6 +55,9 @@ from ..recorder.events import (
 )
 from ..recorder.values import PendingValue
 from .records import SPAN_CHECKPOINT, SPAN_COLLECTIVE, SPAN_DATA, SPAN_PHASE, OpStats, Span, StepRecord
+
+if TYPE_CHECKING:
+    from ..recorder.cuda import TimingEvent
 
 MAX_SPANS_PER_STEP = 512
 # A batch was already waiting when the loader's next() returned within the larger of READY_NS and a tenth
@@ -289,7 +292,7 @@ class Assembler:
             device=self.last_device,
             mfu=self._mfu(tokens, duration_s),
             # every group this rank has used, 0 in a step that did not use it
-            comm_groups={g: tuple(groups.get(g, (0.0, 0))) for g in self.groups_seen} or None,
+            comm_groups={g: _seconds_bytes(groups.get(g)) for g in self.groups_seen} or None,
             io=io,
         )
 
@@ -330,7 +333,7 @@ def _collectives(
     comm_ns = 0
     phase_comm: dict[str, float] = {}
     ops: dict[str, list] = {}
-    groups: dict[str, list] = {}
+    groups: dict[str, list] = {}  # [seconds blocked, bytes]
     for c in colls:
         op, c0, c1, nbytes, blocked_ns = c[COLL_OP], c[COLL_T0], c[T], c[COLL_BYTES], c[COLL_BLOCKED_NS]
         before = comm_ns
@@ -407,7 +410,12 @@ def _logged(logs: list[tuple]) -> tuple[dict[str, Any], int | None, int | None]:
     return scalars, log_tokens, log_samples
 
 
-def _finite(v: Any) -> bool:
+def _seconds_bytes(g: list | None) -> tuple[float, int]:
+    """A group's [seconds blocked, bytes] in a step, (0.0, 0) for one the step did not use."""
+    return (0.0, 0) if g is None else (g[0], g[1])
+
+
+def _finite(v: object) -> bool:
     return type(v) is not float or math.isfinite(v)
 
 
@@ -429,7 +437,7 @@ def _ready(end: tuple, acc: _Open) -> bool:
     return True
 
 
-def _done(event: Any) -> bool:
+def _done(event: TimingEvent) -> bool:
     try:
         return bool(event.query())
     except Exception:  # noqa: BLE001 - a broken CUDA event must not hold the pipeline
@@ -451,7 +459,7 @@ def _on_gpu_timeline(end: tuple, acc: _Open, used: list) -> tuple[tuple, _Open]:
         pass
     end = (ev.STEP_END, t_end) + end[STEP_INDEX:STEP_E0]
 
-    def place(e0: Any, e1: Any, h0: int, h1: int) -> tuple[int, int, bool]:
+    def place(e0: TimingEvent, e1: TimingEvent, h0: int, h1: int) -> tuple[int, int, bool]:
         used.extend((e0, e1))
         if h0 < base:
             return h0, h1, False
@@ -481,7 +489,7 @@ def _on_gpu_timeline(end: tuple, acc: _Open, used: list) -> tuple[tuple, _Open]:
     return end, out
 
 
-def _count(value: Any) -> int | None:
+def _count(value: Any) -> int | None:  # a count as logged: any number, or what is not one
     if value is None:
         return None
     try:

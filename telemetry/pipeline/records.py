@@ -25,7 +25,7 @@ INPUT_IO_KEYS = ("read_bytes", "input_ready")
 class OpStats(NamedTuple):
     """Per collective op within one step."""
 
-    count: int
+    count: int  # pyright: ignore[reportIncompatibleMethodOverride] - the steps table's name (op.<name>.count); tuple.count unused
     duration_s: float  # op time, issue to completion
     blocked_s: float  # time the caller was blocked in it
     bytes: int

@@ -30,9 +30,9 @@ class Listener(Protocol):
     """Sees every batch of new records on the pipeline thread (online detection is one); may have
     results for the sinks. Must not block: slow work belongs on a thread of its own."""
 
-    def on_records(self, records: Sequence[StepRecord]) -> None: ...
+    def on_records(self, records: Sequence[StepRecord]) -> object: ...  # what it returns is not read
 
-    def poll(self) -> list[OnlineResult | TraceRoots]:
+    def poll(self) -> Sequence[OnlineResult | TraceRoots]:
         """Results ready since the last call (each handed to every sink: ``findings`` or ``trace_roots``)."""
         ...
 

@@ -26,11 +26,13 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from ..logonce import LogOnce
 from .records import OnlineResult, Progress, StepRecord, TraceRoots
 from .sinks import GuardedSink
+
+A = TypeVar("A")
 
 log = logging.getLogger("telemetry")
 STALL_AFTER_S = 30.0  # a sink call running this long is said (once per sink)
@@ -196,7 +198,7 @@ class SinkWorker:
         finally:
             self._finished.set()
 
-    def _call(self, what: str, fn: Any, arg: Any) -> None:
+    def _call(self, what: str, fn: Callable[[A], object], arg: A) -> None:
         self.busy_call, self.busy_since = what, time.monotonic()
         try:
             fn(arg)  # GuardedSink: never raises
