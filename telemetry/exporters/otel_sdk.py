@@ -9,12 +9,15 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from telemetry.config import Config
 
 log = logging.getLogger("telemetry")
 
 
-def traces_exporter(config: Any) -> str:
+def traces_exporter(config: Config) -> str:
     """Where spans go: ``otlp``, ``console`` or ``none``, as the config resolved it (its field
     ``otlp_traces_exporter``, else ``OTEL_TRACES_EXPORTER``, validated there); ``otlp`` when unset."""
     return getattr(config, "otlp_traces_exporter", "") or "otlp"

@@ -47,7 +47,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
@@ -64,6 +64,12 @@ from telemetry.pipeline.sinks import TRACE_SAMPLER, Sink
 from telemetry.traceids import StepSampler, step_root_span_id, trace_id
 
 from .otel_sdk import ErrorNote, route_sdk_loggers, sdk_calls, traces_exporter
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from telemetry.config import Config
+    from telemetry.rank import RankContext
 
 log = logging.getLogger("telemetry")
 
@@ -112,7 +118,7 @@ def _endpoint(base: str, protocol: str) -> str:
     return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
-def make_span_exporter(config: Any) -> Any:
+def make_span_exporter(config: Config) -> SpanExporter:
     """The span exporter ``traces_exporter(config)`` names: the SDK's ConsoleSpanExporter on this
     process's stdout, or an OTLP exporter (HTTP/protobuf or gRPC) to ``otlp_endpoint``."""
     kind = traces_exporter(config)
@@ -140,7 +146,9 @@ def make_span_exporter(config: Any) -> Any:
 class OtlpSink(ErrorNote, Sink):
     name = "otlp"
 
-    def __init__(self, config: Any, ctx: Any, run_info: dict[str, Any], exporter: Any = None) -> None:
+    def __init__(
+        self, config: Config, ctx: RankContext, run_info: dict[str, Any], exporter: SpanExporter | None = None
+    ) -> None:
         self.kind = traces_exporter(config)
         if self.kind == "none":
             raise ValueError("OTEL_TRACES_EXPORTER=none: no traces are exported")
@@ -174,7 +182,7 @@ class OtlpSink(ErrorNote, Sink):
         # every span built is in exactly one of: delivered, dropped (by reason), pending
         self.spans_accepted = 0
         self.spans_delivered = 0
-        self._dropped = dict.fromkeys(DROP_REASONS, 0)
+        self._dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
         self._inflight = 0
         self._closed = False
         self.export_failures = 0  # export calls that failed (each loses a batch)
@@ -213,9 +221,9 @@ class OtlpSink(ErrorNote, Sink):
         self._release_roots(time.monotonic())
         self._wake.set()
 
-    def trace_roots(self, result: TraceRoots) -> None:
+    def trace_roots(self, roots: TraceRoots) -> None:
         """Rank 0: the roots of the steps whose ranks' extents online detection read."""
-        for step, start, end, ranks in result.roots:
+        for step, start, end, ranks in roots.roots:
             held = self._held_roots.pop(step, None)
             if held is not None:
                 start, end = min(start, held[0]), max(end, held[1])

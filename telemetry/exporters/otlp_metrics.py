@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, PeriodicExportingMetricReader
@@ -22,8 +22,15 @@ from telemetry.pipeline.records import SPAN_COLLECTIVE, StepRecord
 
 from .otel_sdk import ErrorNote, sdk_calls, traces_exporter
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricsData
+    from opentelemetry.sdk.resources import Resource
 
-def _metric_exporter(config: Any) -> Any:
+    from telemetry.config import Config
+    from telemetry.rank import RankContext
+
+
+def _metric_exporter(config: Config) -> MetricExporter:
     if traces_exporter(config) == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
@@ -52,7 +59,7 @@ class _Counted(MetricExporter):
         self.inner = inner
         self.owner = owner
 
-    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:
             with sdk_calls(self.owner):
                 result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
@@ -75,7 +82,9 @@ class _Counted(MetricExporter):
 
 
 class OtlpMetrics(ErrorNote):
-    def __init__(self, config: Any, ctx: Any, resource: Any, exporter: Any = None) -> None:
+    def __init__(
+        self, config: Config, ctx: RankContext, resource: Resource, exporter: MetricExporter | None = None
+    ) -> None:
         self.attrs = {"job": config.job, "rank": str(ctx.rank), "local_rank": str(ctx.local_rank), "node": ctx.node}
         self.exports = 0
         self.failures = 0

@@ -14,9 +14,13 @@ import json
 import logging
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 from telemetry.store.layout import write_json_atomic
+
+if TYPE_CHECKING:
+    from telemetry.config import Config
+    from telemetry.rank import RankContext
 
 log = logging.getLogger("telemetry")
 SD_DIR_DEFAULT = "prometheus_targets"  # beside the run directory, shared by the runs there
@@ -32,7 +36,7 @@ class Targets:
     """This rank's file_sd entry, written once its /metrics is served; on rank 0 the run's targets
     merged until every rank's entry is there, and the job's file in the shared directory."""
 
-    def __init__(self, config: Any, ctx: Any, address: str, labels: dict[str, str]) -> None:
+    def __init__(self, config: Config, ctx: RankContext, address: str, labels: dict[str, str]) -> None:
         self.ctx = ctx
         self.address = address
         self.labels = labels
@@ -105,7 +109,7 @@ class Targets:
             pass
 
 
-def _shared_sd_path(config: Any) -> str | None:
+def _shared_sd_path(config: Config) -> str | None:
     """``<prometheus_sd_dir>/<job>.json``; the directory defaults to ``prometheus_targets/`` beside
     the run directory; ``off``: none."""
     sd_dir = getattr(config, "prometheus_sd_dir", "") or ""

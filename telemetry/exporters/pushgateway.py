@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import push_to_gateway
 
 from telemetry.logonce import LogOnce
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from telemetry.config import Config
+
 
 class PushWorker:
-    def __init__(self, config: Any, registry: Any, labels: dict[str, str]) -> None:
+    def __init__(self, config: Config, registry: CollectorRegistry, labels: dict[str, str]) -> None:
         self.url = config.pushgateway_url
         self.job = config.job
         self.interval = config.push_interval_s

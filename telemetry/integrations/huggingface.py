@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from transformers import TrainerCallback
@@ -32,6 +32,10 @@ import telemetry
 
 from ..hooks.checkpoint import mark_saved
 from .loop import OPTIMIZER, LoopTracker, guarded, numeric
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 log = logging.getLogger("telemetry")
 
@@ -49,36 +53,58 @@ class TelemetryCallback(TrainerCallback):
         self._said_save = False
 
     @guarded
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        model: torch.nn.Module | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.tracker.start(start_step=int(state.global_step))
         self.tracker.hook(model)
         self._tokens_seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
 
     @guarded
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.tracker.begin_step(int(state.global_step))
 
     @guarded
-    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_substep_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.tracker.end_phase()  # a micro-step's backward
 
     @guarded
-    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_pre_optimizer_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.tracker.begin_phase(OPTIMIZER)
 
     @guarded
-    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_optimizer_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.tracker.end_phase(OPTIMIZER)
 
     @guarded
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         tokens = seen - self._tokens_seen if seen > self._tokens_seen else None  # else: counted from input_ids
         self._tokens_seen = seen
         self.tracker.end_step(ok=True, tokens=tokens)
 
     @guarded
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         # Logged after a step ended, so recorded with the next step; after the last step there is
         # none (the final loss and the run summary): counted here, not recorded.
         values = numeric(logs)
@@ -90,9 +116,10 @@ class TelemetryCallback(TrainerCallback):
         telemetry.log(**values)
 
     @guarded
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         if not getattr(state, "is_world_process_zero", True):
             return  # the main process writes the checkpoint's folder; each rank would count it again
+        assert args.output_dir is not None  # TrainingArguments sets one when it is not given
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")  # the Trainer's naming
         if mark_saved(folder) and not self._said_save:
             self._said_save = True
@@ -102,5 +129,7 @@ class TelemetryCallback(TrainerCallback):
             )
 
     @guarded
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.tracker.finish()

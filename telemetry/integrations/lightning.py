@@ -17,17 +17,23 @@ the step that follows it.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, MutableMapping
 
-try:
+if TYPE_CHECKING:  # either package has the same classes: the checker reads one
     import lightning.pytorch as pl
-except ImportError:  # pragma: no cover - the older package name
+    import torch
+    from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
+else:
     try:
-        import pytorch_lightning as pl
-    except ImportError as exc:
-        raise ImportError(
-            "telemetry.integrations.lightning needs Lightning: pip install 'training-telemetry[lightning]'"
-        ) from exc
+        import lightning.pytorch as pl
+    except ImportError:  # pragma: no cover - the older package name
+        try:
+            import pytorch_lightning as pl
+        except ImportError as exc:
+            raise ImportError(
+                "telemetry.integrations.lightning needs Lightning: pip install 'training-telemetry[lightning]'"
+            ) from exc
 
 import telemetry
 
@@ -42,33 +48,35 @@ class TelemetryCallback(pl.Callback):
         self.tracker = LoopTracker(init_kwargs, split_forward_backward=False)
         self.log_metrics = log_metrics
         self._step_at_start = -1
-        self._io: Any = None  # the checkpoint_io whose save_checkpoint is timed (put back at the end)
+        self._io: CheckpointIO | None = None  # the checkpoint_io whose save_checkpoint is timed (put back at the end)
 
     @guarded
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         launcher_environment(trainer)
         self.tracker.start(start_step=int(trainer.global_step))
         self._time_saves(trainer)
 
-    def _time_saves(self, trainer: Any) -> None:
+    def _time_saves(self, trainer: pl.Trainer) -> None:
         """Time each checkpoint the Trainer writes: its strategy's ``checkpoint_io.save_checkpoint``
         (on this instance, put back at the end of training) inside ``telemetry.checkpoint``, the bytes
         the written path's size."""
         io = getattr(getattr(trainer, "strategy", None), "checkpoint_io", None)
         save = getattr(io, "save_checkpoint", None)
-        if save is None or getattr(save, "__wrapped_by_telemetry__", False):
+        if io is None or save is None or getattr(save, "__wrapped_by_telemetry__", False):  # (no io: no save)
             return
 
-        def timed(checkpoint: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+        def timed(checkpoint: dict[str, Any], path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
             with telemetry.checkpoint("save", path=str(path)):
                 return save(checkpoint, path, *args, **kwargs)
 
-        timed.__wrapped_by_telemetry__ = True  # type: ignore[attr-defined]
+        timed.__wrapped_by_telemetry__ = True  # pyright: ignore[reportFunctionMemberAccess] - a function takes any attribute
         io.save_checkpoint = timed
         self._io = io
 
     @guarded
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         t = self.tracker
         if not t.in_step:
             t.begin_step(int(trainer.global_step))
@@ -78,23 +86,29 @@ class TelemetryCallback(pl.Callback):
         t.begin_phase(FORWARD)
 
     @guarded
-    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self.tracker.begin_phase(BACKWARD)
 
     @guarded
-    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.tracker.end_phase(BACKWARD)
 
     @guarded
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         self.tracker.begin_phase(OPTIMIZER)
 
     @guarded
-    def on_before_zero_grad(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+    def on_before_zero_grad(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         self.tracker.end_phase(OPTIMIZER)
 
     @guarded
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+    ) -> None:
         t = self.tracker
         if int(trainer.global_step) == self._step_at_start:
             t.end_phase()  # an accumulation batch: the optimizer did not step, the step goes on
@@ -106,18 +120,19 @@ class TelemetryCallback(pl.Callback):
         t.end_step(ok=True)
 
     @guarded
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self.tracker.finish()  # the open step ended as failed; Lightning re-raises, on_train_end never comes
 
     @guarded
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._io is not None:
-            self._io.__dict__.pop("save_checkpoint", None)  # the class's own again
+            # the class's own again
+            self._io.__dict__.pop("save_checkpoint", None)  # pyright: ignore[reportAttributeAccessIssue] - an instance's __dict__ is a dict
             self._io = None
         self.tracker.finish()
 
 
-def launcher_environment(trainer: Any, environ: Any = None) -> None:
+def launcher_environment(trainer: pl.Trainer, environ: MutableMapping[str, str] | None = None) -> None:
     """Lightning's own DDP launcher starts the other ranks without torchrun's variables: say where
     this process sits the torchrun way (RANK, WORLD_SIZE, ...), where no launcher said it already."""
     environ = os.environ if environ is None else environ

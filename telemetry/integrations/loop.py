@@ -13,22 +13,35 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, cast
 
 import telemetry
 
 from ..logonce import LogOnce
 
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.hooks import RemovableHandle
+
+    from ..recorder.null import NullContext, NullStep
+    from ..recorder.wall import PhaseContext, StepContext
+
 log = logging.getLogger("telemetry")
 
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 
+Method = TypeVar("Method", bound=Callable[..., None])
 
-def guarded(method: Callable) -> Callable:
+
+class _Tracked(Protocol):
+    tracker: LoopTracker
+
+
+def guarded(method: Method) -> Method:
     """Run a callback method; an exception inside it is logged once (by method) and counted."""
 
     @functools.wraps(method)
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def run(self: _Tracked, *args: Any, **kwargs: Any) -> None:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - telemetry must never break the framework's loop
@@ -41,7 +54,7 @@ def guarded(method: Callable) -> Callable:
             )
             return None
 
-    return run
+    return cast("Method", run)  # the method's own signature: a callback returns nothing either way
 
 
 class LoopTracker:
@@ -54,10 +67,10 @@ class LoopTracker:
         self.split = split_forward_backward
         self.errors = LogOnce()
         self.owns_session = False
-        self._step: Any = None
-        self._phase: Any = None
+        self._step: StepContext | NullStep | None = None
+        self._phase: PhaseContext | NullContext | None = None
         self._phase_name: str | None = None
-        self._hooks: list[Any] = []
+        self._hooks: list[RemovableHandle] = []
         self._tokens = 0
         self._samples = 0
 
@@ -132,7 +145,7 @@ class LoopTracker:
         self._samples += samples
 
     # ---- module hooks: forward / backward split and token counts ------------------------
-    def hook(self, model: Any) -> None:
+    def hook(self, model: torch.nn.Module | None) -> None:
         """Forward hooks on the model: forward starts at its call and backward at its return."""
         if model is None or self._hooks:
             return
@@ -144,7 +157,7 @@ class LoopTracker:
             h.remove()
         self._hooks.clear()
 
-    def _forward_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
+    def _forward_pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         try:
             # Outside a step (evaluation), or inside backward (activation checkpointing re-runs the
             # forward there), a forward is not the step's forward.
@@ -161,7 +174,7 @@ class LoopTracker:
             self.errors("forward_pre", "telemetry: forward hook failed: %r (counted)", exc)
         return None
 
-    def _forward_post(self, module: Any, args: tuple, output: Any) -> None:
+    def _forward_post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         try:
             if self.split and self._phase_name == FORWARD:
                 self.begin_phase(BACKWARD)  # until the framework says the micro-step or step is done
@@ -174,9 +187,9 @@ class _Orphaned(Exception):
     """Marks a step ended without the framework saying it completed (recorded as failed)."""
 
 
-def numeric(logs: dict[str, Any] | None) -> dict[str, Any]:
+def numeric(logs: dict[str, Any] | None) -> dict[str, object]:
     """The loggable numbers among a framework's logged values, under telemetry.log's name rules."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for k, v in (logs or {}).items():
         if isinstance(v, bool):
             continue

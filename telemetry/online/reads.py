@@ -15,10 +15,13 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..logonce import LogOnce
 from .wire import phases_key, rank_of, summary_key
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store  # torch.distributed.Store
 
 CHUNK = 1000  # keys per store request of rank 0 (check, multi_get): a bounded request, and few of them
 
@@ -27,7 +30,7 @@ class StoreReads:
     """Rank 0's batched requests to the store for a job of ``world`` ranks; failures to read are
     logged once through ``once``."""
 
-    def __init__(self, store: Any, world: int, once: LogOnce) -> None:
+    def __init__(self, store: Store, world: int, once: LogOnce) -> None:
         self.store = store
         self.world = world
         self._once = once
@@ -64,10 +67,10 @@ class StoreReads:
         half = len(keys) // 2
         return self.present(keys[:half]) + self.present(keys[half:])
 
-    def read(self, keys: list[str]) -> list:
+    def read(self, keys: list[str]) -> list[bytes | None]:
         """The values of ``keys`` (all known present), one ``multi_get`` per chunk; a chunk that
         cannot be read gives None for each of its keys."""
-        out: list = []
+        out: list[bytes | None] = []
         for i in range(0, len(keys), CHUNK):
             part = keys[i : i + CHUNK]
             try:
@@ -80,7 +83,7 @@ class StoreReads:
                 out.extend([None] * len(part))
         return out
 
-    def read_block(self, block: int, complete_chunks: int) -> list[tuple[int, str, Any]]:
+    def read_block(self, block: int, complete_chunks: int) -> list[tuple[int, str, bytes]]:
         """(rank, key, raw value) of every summary of ``block`` in the store, ranks ascending: the
         first ``complete_chunks`` chunks are known complete, the ranks of the others are found."""
         ranks: list[int] = []
@@ -95,7 +98,7 @@ class StoreReads:
         raws = self.read(keys)
         return [(r, k, raw) for r, k, raw in zip(ranks, keys, raws) if raw is not None]
 
-    def done(self, block: int, got: list[tuple[int, str, Any]], wait_blocks: int, keep_late: bool = False) -> None:
+    def done(self, block: int, got: list[tuple[int, str, bytes]], wait_blocks: int, keep_late: bool = False) -> None:
         """``block`` was read (``got``: as :meth:`read_block` gives): its keys are deleted. The keys
         of ranks missing from it are deleted, blind and once, ``2 * wait_blocks`` blocks later: a
         rank that posts after rank 0 read the block would leave its key behind (``keep_late``: the
@@ -107,7 +110,7 @@ class StoreReads:
         while self._late and next(iter(self._late)) <= block - 2 * wait_blocks:
             self.delete(self._late.popitem(last=False)[1])  # deleted blind, once: most are not there
 
-    def read_phase_names(self, ranks: Sequence[int]) -> list[tuple[int, Any]]:
+    def read_phase_names(self, ranks: Sequence[int]) -> list[tuple[int, bytes]]:
         """(rank, raw value) of the phase names of those of ``ranks`` that posted them, batched."""
         present = []
         for i in range(0, len(ranks), CHUNK):
@@ -131,11 +134,11 @@ class Deleter:
     batched delete), on a connection of its own (``store.clone()``) so that the reads do not wait
     behind them. Keys still queued when the job stops are left: the store ends with the job."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         try:
-            self.store = store.clone()
-            self.store.set_timeout(store.timeout)
+            self.store = store.clone()  # pyright: ignore[reportAttributeAccessIssue] - torch's Store has clone() (its stub lacks it)
+            self.store.set_timeout(store.timeout)  # pyright: ignore[reportAttributeAccessIssue] - and a timeout (its stub: only its subclasses')
         except Exception:  # noqa: BLE001 - a store without clone: share its connection
             pass
         self.deleted = 0

@@ -10,18 +10,21 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..logonce import LogOnce
-from ..pipeline.records import OnlineResult, StepRecord
+from ..pipeline.records import OnlineResult, StepRecord, TraceRoots
 from .detector import OnlineDetector
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store  # torch.distributed.Store
 
 log = logging.getLogger("telemetry")
 
 _store_once = LogOnce(level=logging.INFO)
 
 
-def default_store() -> Any | None:
+def default_store() -> Store | None:
     """The rendezvous store of the initialized default process group, or None. Cheap when there
     is none (it is asked on every pipeline tick until there is): torch is not imported here."""
     dist = sys.modules.get("torch.distributed")
@@ -49,7 +52,7 @@ class OnlineStarter:
     """
 
     def __init__(
-        self, make: Callable[[Any], OnlineDetector], find_store: Callable[[], Any | None] | None = None
+        self, make: Callable[[Store], OnlineDetector], find_store: Callable[[], Store | None] | None = None
     ) -> None:
         self._make = make
         self._find_store = find_store or default_store
@@ -69,13 +72,13 @@ class OnlineStarter:
         return self.detector is not None
 
     def on_records(self, records: Sequence[StepRecord]) -> None:
-        if self.try_start():
+        if self.try_start() and self.detector is not None:  # (started: a detector)
             self.detector.on_records(records)
 
     def poll(self) -> list[OnlineResult]:
         return self.detector.poll() if self.detector is not None else []
 
-    def finish(self, budget_s: float) -> list:
+    def finish(self, budget_s: float) -> list[OnlineResult | TraceRoots]:
         return self.detector.finish(budget_s) if self.detector is not None else []
 
     def stats(self) -> dict[str, Any]:

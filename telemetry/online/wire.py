@@ -14,11 +14,11 @@ here only; the store adds its prefix ``telemetry/`` (see :func:`.starter.default
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ..pipeline.records import span_extent
+from ..pipeline.records import StepRecord, span_extent
 
 FIXED = ("block", "steps", "duration_s", "compute_s", "comm_s", "data_s", "traced")
 TRACED = FIXED.index("traced")
@@ -43,7 +43,7 @@ def encode_phases(phases: tuple[str, ...] | None) -> str:
     return ",".join(phases or ())
 
 
-def decode_phases(raw: Any) -> list[str] | None:
+def decode_phases(raw: object) -> list[str] | None:
     """The phase names in a ``phases/{rank}`` value, or None when it is not text."""
     try:
         text = raw.decode() if isinstance(raw, (bytes, bytearray)) else str(raw)
@@ -58,14 +58,14 @@ class BlockSummarizer:
     (the OTLP sink's choice of traced steps, asked of every record in order), the vector ends with
     the extents of the traced steps."""
 
-    def __init__(self, every: int, sampler: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, every: int, sampler: Callable[[StepRecord], bool] | None = None) -> None:
         self.every = every
         self.sampler = sampler
         self.phases: tuple[str, ...] | None = None
-        self._open: dict[int, list] = collections.defaultdict(list)
+        self._open: dict[int, list[StepRecord]] = collections.defaultdict(list)
         self._traced: dict[int, dict[int, tuple[float, float]]] = collections.defaultdict(dict)
 
-    def add(self, records: list) -> list[np.ndarray]:
+    def add(self, records: Sequence[StepRecord]) -> list[np.ndarray]:
         done = []
         if self.phases is None and records:
             self.phases = tuple(sorted({p for r in records for p in r.phases} - {"data"}))
@@ -84,7 +84,7 @@ class BlockSummarizer:
         """The vectors of the blocks still open (the job's last steps, at shutdown), fewer steps each."""
         return [self._pack(b, self._open.pop(b)) for b in sorted(self._open)]
 
-    def _pack(self, block: int, recs: list) -> np.ndarray:
+    def _pack(self, block: int, recs: list[StepRecord]) -> np.ndarray:
         def med(values: list[float]) -> float:
             v = [x for x in values if x is not None and np.isfinite(x)]
             return float(np.median(v)) if v else float("nan")
@@ -100,6 +100,7 @@ class BlockSummarizer:
             med([r.phases.get("data", 0.0) for r in recs]),
             0.0 if self.sampler is None else 2.0 * self.every,
         ]
+        assert self.phases is not None  # named by the first records added
         for p in self.phases:
             row.append(med([r.phases.get(p, 0.0) - r.phase_comm.get(p, 0.0) for r in recs]))
         if self.sampler is not None:
@@ -138,7 +139,7 @@ class Block:
         )
 
 
-def parse_block(block: int, got: list[tuple[int, str, Any]]) -> tuple[Block, list[tuple[int, int]]]:
+def parse_block(block: int, got: list[tuple[int, str, bytes]]) -> tuple[Block, list[tuple[int, int]]]:
     """The valid summary vectors of ``got`` (rank, key, raw value) as a :class:`Block`, and the
     others as (rank, length in bytes, -1 when it has none), in ``got``'s order. Vectors of one
     length are read as one matrix."""
@@ -163,7 +164,7 @@ def parse_block(block: int, got: list[tuple[int, str, Any]]) -> tuple[Block, lis
     return Block(parts), rejected
 
 
-def summary_vector(raw: Any, block: int) -> np.ndarray | None:
+def summary_vector(raw: object, block: int) -> np.ndarray | None:
     """The float64 vector a rank posted for ``block``, or None when ``raw`` is not one: a length
     that is not whole float64s, fewer than the fixed fields, or another block's number."""
     if not isinstance(raw, (bytes, bytearray)) or len(raw) % 8 or len(raw) < 8 * len(FIXED):
