@@ -183,8 +183,10 @@ class _Watch:
         if lo >= steps:
             return f"  all {steps} steps done; the ranks are flushing telemetry and exiting  {elapsed_s:5.1f} s"
         loss = f"  loss {self.last_loss:.3f}" if isinstance(self.last_loss, (int, float)) else ""
+        median = self.median_step_s()
+        assert median is not None  # a step done: its duration read
         return (
-            f"  step {lo:4d}/{steps}  (ranks at {lo}-{hi})  median step {self.median_step_s() * 1e3:6.1f} ms"
+            f"  step {lo:4d}/{steps}  (ranks at {lo}-{hi})  median step {median * 1e3:6.1f} ms"
             f"{loss}  {elapsed_s:5.1f} s"
         )
 
@@ -277,9 +279,11 @@ def _ended(
         return True
     if all(c == 0 for c in codes.values()):
         return True
-    if watch.started and now - watch.last_progress > result.hang_bound_s:
+    bound = result.hang_bound_s
+    assert bound is not None  # set by _follow before each call
+    if watch.started and now - watch.last_progress > bound:
         # The same test the analysis applies, on the heartbeats the ranks keep writing.
-        hangs = detect_hang(_read_progress(run_dir, ranks), None, ranks, result.hang_bound_s)
+        hangs = detect_hang(_read_progress(run_dir, ranks), None, ranks, bound)
         if hangs:
             result.outcome = "hang"
             result.message = f"{hangs[0].evidence}; ranks killed"

@@ -20,6 +20,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,7 @@ class _Grid:
     def __init__(self, steps: int, ranks: int, where: str, max_cells: int) -> None:
         self.steps, self.ranks = steps, ranks
         self.mem: dict[str, np.ndarray] | None = None
-        self.file = None
+        self.file: IO[bytes] | None = None
         if steps * ranks <= max_cells:
             self.mem = {k: np.empty((steps, ranks)) for k in COLUMNS}
         else:
@@ -65,7 +66,9 @@ class _Grid:
             if self.mem is not None:
                 self.mem[k][off : off + len(v)] = v
             else:
-                os.pwrite(self.file.fileno(), memoryview(v).cast("B"), self._at(i, off))
+                assert self.file is not None  # no columns in memory: in the file
+                buf = memoryview(v).cast("B")  # pyright: ignore[reportArgumentType] - an ndarray is a buffer (numpy's stubs say so from Python 3.12)
+                os.pwrite(self.file.fileno(), buf, self._at(i, off))
 
     def ranks_of(self, first: int, last: int) -> dict[str, np.ndarray]:
         """{column: (ranks, steps) array} of ranks first .. last - 1, every step."""
@@ -73,10 +76,11 @@ class _Grid:
             return {k: np.ascontiguousarray(v[:, first:last].T) for k, v in self.mem.items()}
         out = {}
         width = (last - first) * 8
+        assert self.file is not None  # no columns in memory: in the file
         fd = self.file.fileno()
         for i, k in enumerate(COLUMNS):
             rows = np.empty((self.steps, last - first))
-            view = memoryview(rows).cast("B")
+            view = memoryview(rows).cast("B")  # pyright: ignore[reportArgumentType] - an ndarray is a buffer (numpy's stubs say so from Python 3.12)
             for s in range(self.steps):
                 got = os.preadv(fd, [view[s * width : (s + 1) * width]], self._at(i, s, first))
                 if got != width:

@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, overload
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,20 +38,27 @@ class LazyRecords(Sequence):
     """A list of records read on first use (reading spans costs more than the steps table)."""
 
     def __init__(self, load: Callable[[], list[dict[str, Any]]]) -> None:
-        self._load, self._items = load, None
+        self._load = load
+        self._items: list[dict[str, Any]] | None = None
 
     def _all(self) -> list[dict[str, Any]]:
         if self._items is None:
             self._items = self._load()
         return self._items
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         return self._all()[i]
 
     def __len__(self) -> int:
         return len(self._all())
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self._all())
 
 
@@ -92,9 +99,10 @@ class TailFollower:
             if seq > self.seq:
                 # a compacted segment holding files read already (FIRST <= the file being read):
                 # its rows up to the last step returned were returned
-                merged = "first" in kinds and int(kinds["first"]) <= self.seq and self.last_step is not None
+                last_step = self.last_step
+                merged = "first" in kinds and int(kinds["first"]) <= self.seq and last_step is not None
                 self.seq, self.offset, self._partial = seq, 0, b""
-                self.seen = self._rows_through(kinds["seg"], self.last_step) if merged else 0
+                self.seen = self._rows_through(kinds["seg"], last_step) if merged and last_step is not None else 0
                 self._decoder = TailDecoder()
             if "tail" in kinds and "seg" not in kinds:
                 out += self._from_tail(kinds["tail"])

@@ -43,9 +43,11 @@ def write_parquet(
             f,
             row_group_size=row_group_size,
             compression=COMPRESSION,
-            write_statistics=["step"] if "step" in table.schema.names else False,
-            use_dictionary=others,
-            use_byte_stream_split=floats,
+            # pyarrow takes a bool or the columns' names for each of these three (its code has no annotations:
+            # the checker reads the bool of their defaults)
+            write_statistics=["step"] if "step" in table.schema.names else False,  # pyright: ignore[reportArgumentType]
+            use_dictionary=others,  # pyright: ignore[reportArgumentType]
+            use_byte_stream_split=floats,  # pyright: ignore[reportArgumentType]
             store_schema=False,
             write_page_checksum=True,  # a flipped byte is an error, not a wrong number
         ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-import pyarrow.compute
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 _FOOTERS: dict[str, tuple[tuple[float, int], tuple[pa.Schema, int | None, int | None]]] = {}
@@ -54,8 +54,9 @@ def remember(seg: str, agg: str, table: pa.Table) -> None:
         return
     if len(_RANGES) > 1_000_000:
         _RANGES.clear()
-    lo = int(pa.compute.min(table.column("first_step")).as_py())
-    hi = int(pa.compute.max(table.column("last_step")).as_py())
+    # pyarrow.compute makes its functions at import: the checker does not see them
+    lo = int(pc.min(table.column("first_step")).as_py())  # pyright: ignore[reportAttributeAccessIssue]
+    hi = int(pc.max(table.column("last_step")).as_py())  # pyright: ignore[reportAttributeAccessIssue]
     _RANGES[seg] = (agg, (st.st_mtime, st.st_size), lo, hi)
 
 

@@ -57,7 +57,7 @@ def _step_columns(
                 raise Vanished from None
             warnings.append(f"{os.path.basename(path)}: unreadable ({exc}); skipped")
             continue
-        if steps is not None and lo is not None and (hi < steps[0] or lo > steps[1]):
+        if steps is not None and lo is not None and hi is not None and (hi < steps[0] or lo > steps[1]):
             continue  # wholly outside the window: not opened again
         problem = schema_problem(schema)
         if problem is not None:
@@ -177,7 +177,7 @@ def step_range(run_dir: str) -> tuple[int, int, int] | None:
                     if a is None:  # no statistics (written elsewhere): the step column itself
                         col = pq.read_table(kinds["seg"], columns=["step"]).column("step").to_numpy()
                         a, b = (int(col.min()), int(col.max())) if len(col) else (None, None)
-                    got = None if a is None else (a, b)
+                    got = None if a is None or b is None else (a, b)
                 except (OSError, ValueError, pa.ArrowException):
                     got = None
             elif "tail" in kinds:
@@ -189,7 +189,7 @@ def step_range(run_dir: str) -> tuple[int, int, int] | None:
             if got is not None:
                 lo = got[0] if lo is None else min(lo, got[0])
                 hi = got[1] if hi is None else max(hi, got[1])
-    return None if lo is None else (int(lo), int(hi), ranks)
+    return None if lo is None or hi is None else (int(lo), int(hi), ranks)
 
 
 def read_records(
@@ -223,7 +223,7 @@ def _records(
                     if known_outside(path, steps):
                         continue
                     _, first, final = footer(path)
-                    if first is not None and (final < lo or first > hi):
+                    if first is not None and final is not None and (final < steps[0] or first > steps[1]):
                         continue  # wholly outside: its rows not read
                 table = pq.read_table(path, page_checksum_verification=True)
                 spans = pq.read_table(spans_file, page_checksum_verification=True) if spans_file else None

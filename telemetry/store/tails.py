@@ -12,7 +12,7 @@ import base64
 import json
 import os
 from array import array
-from typing import Any
+from typing import Any, Literal
 
 from ..pipeline.records import OpStats, Span, StepRecord
 
@@ -110,7 +110,7 @@ class TailDecoder:
     def __init__(self) -> None:
         self.shapes: dict[int, dict[str, Any]] = {}
 
-    def feed(self, obj: Any) -> StepRecord | None | bool:
+    def feed(self, obj: Any) -> StepRecord | Literal[True] | None:  # obj: a parsed JSON line
         """A parsed line -> its record; True for a header or shape line; None for a bad line."""
         if isinstance(obj, dict):
             if isinstance(obj.get("shape"), int):

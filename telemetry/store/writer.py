@@ -32,7 +32,7 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pyarrow import ArrowException
 
@@ -45,6 +45,10 @@ from . import compact, layout
 from .ended import ranges_text
 from .seal import recover_tails, write_segment
 from .tails import TAIL_FORMAT, TailEncoder
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..rank import RankContext
 
 log = logging.getLogger("telemetry")
 SEAL_RECORDS = 2048  # records per segment (a bound on what the sink holds in memory, too)
@@ -67,7 +71,7 @@ class _Entry:
 class RunStoreSink(Sink):
     name = "store"
 
-    def __init__(self, config: Any, ctx: Any, run_info: dict[str, Any]) -> None:
+    def __init__(self, config: Config, ctx: RankContext, run_info: dict[str, Any]) -> None:
         self.run_dir = config.run_dir
         self.rank = ctx.rank
         self.world_size = ctx.world_size
