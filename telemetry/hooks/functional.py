@@ -37,6 +37,7 @@ from . import groups
 from .collective_ops import Pending, allreduce_factor, ring_factor, tensor_bytes, tensors_bytes, unit_factor
 
 if TYPE_CHECKING:
+    import torch
     from torch.distributed._functional_collectives import RANK_TYPES
     from torch.distributed.distributed_c10d import GroupName
 
@@ -196,7 +197,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
     return wrapper
 
 
-def _remember(key: int, elem: Any, what: InFlight) -> None:
+def _remember(key: int, elem: object, what: InFlight) -> None:
     _in_flight[key] = (weakref.ref(elem), what)
     if len(_in_flight) > MAX_IN_FLIGHT:
         _in_flight.pop(next(iter(_in_flight)))
@@ -205,7 +206,7 @@ def _remember(key: int, elem: Any, what: InFlight) -> None:
 
 def _wrap_wait(fn: Callable) -> Callable:
     @functools.wraps(fn)
-    def wait_tensor(tensor: Any) -> Any:
+    def wait_tensor(tensor: torch.Tensor) -> torch.Tensor:
         if not _in_flight:
             return fn(tensor)
         key = _storage_key(tensor)
