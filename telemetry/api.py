@@ -20,6 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
+from . import runlog
 from .analysis_options import AnalysisOptions
 from .config import Config, ConfigError
 from .devices.sampler import build_sampler
@@ -82,6 +83,7 @@ class Session:
         self.capturer: ProfilerCapture | None = None  # with captures on
         self.sinks: list = []
         self.claim = None
+        self.run_log: runlog.RunLog | None = None  # the rank's warnings, also in RUN_DIR/logs/
         self.run_info = {
             "start_time_s": self.start_time_s,
             "session": f"{self._anchor_wall_ns}-{os.getpid()}",
@@ -127,6 +129,8 @@ class Session:
                     raise
                 return
         _check_against_rank(config, ctx)
+        if "store" in config.sinks and config.run_dir and self.run_log is None:
+            self.run_log = runlog.attach(config.run_dir, ctx.rank)  # warnings also in RUN_DIR/logs/rank-N.log
         self.sampler, device = build_sampler(self.recorder, config, ctx.local_rank, self.thread_id)
         peak = (
             config.peak_flops or peak_flops_for(device.get("gpu_name") or _torch_device_name(), config.mfu_dtype) or 0.0
@@ -252,7 +256,7 @@ class Session:
         line = f"telemetry: rank {ctx.rank} of {ctx.world_size} ({ctx.node}): " + (
             "; ".join(where) if where else "no sink is running (see the warnings above)"
         )
-        if log.hasHandlers():
+        if runlog.configured():
             log.info(line)
         else:
             print(line, file=sys.stderr, flush=True)
@@ -299,13 +303,13 @@ class Session:
         if self.claim is not None:
             self.claim.release()
         stats = self.stats()
-        if stats["unattributed_events"]:
+        stray = self.pipeline.assembler.unattributed_work
+        if stray:
             log.warning(
-                "telemetry: rank %d: %d phase/log/data event(s) came after the last step, or with no "
-                "step at all, and belong to no step: they were not recorded (wrap the work in "
-                "telemetry.step())",
+                "telemetry: rank %d: %d phase or log event(s) came after the last step, or with no step at "
+                "all, and belong to no step: they were not recorded (wrap the work in telemetry.step())",
                 self.ctx.rank,
-                stats["unattributed_events"],
+                stray,
             )
         lost = (
             [f"buffer: {stats['events_dropped']} event(s) (the hot-path buffer was full)"]
@@ -321,6 +325,8 @@ class Session:
                 self.ctx.rank,
                 "; ".join(lost),
             )
+        runlog.detach(self.run_log)  # after shutdown's own warnings, which the rank's log keeps too
+        self.run_log = None
         return stats
 
     def stats(self) -> dict[str, Any]:

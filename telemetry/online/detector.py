@@ -376,8 +376,8 @@ class OnlineDetector:
             for f in self._further_rises(table, ongoing, util):
                 new.append(online_finding(f, self.every))
                 log.warning("telemetry: [online] %s %s: %s", f.severity, f.kind, f.evidence)
-            if missing:
-                log.warning(
+            if missing:  # late data, not a problem to act on: a rank that stays away is rank_lost (below)
+                log.info(
                     "telemetry: [online] ranks %s did not report steps %d-%d",
                     missing,
                     latest * self.every,

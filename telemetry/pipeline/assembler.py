@@ -178,6 +178,13 @@ class Assembler:
         a = self._open
         return len(a.phases) + len(a.colls) + len(a.data) + len(a.logs) + len(a.ckpts)
 
+    @property
+    def unattributed_work(self) -> int:
+        """Of those, the user's own phases and logged values: work meant for a step (a collective, a data
+        wait or a checkpoint after the last step is the job's wind-down: a final barrier, the last save)."""
+        a = self._open
+        return len(a.phases) + len(a.logs)
+
     # ---- internals --------------------------------------------------------------------
     def _release(self) -> list[StepRecord]:
         out = []

@@ -21,9 +21,12 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import shutil
+import sys
+import tempfile
 import threading
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Callable
 
 from ..logonce import LogOnce
 
@@ -42,6 +45,48 @@ def _user_profiler_active() -> bool:
         return bool(torch._C._autograd._profiler_enabled())
     except Exception:  # noqa: BLE001 - no way to tell: assume none
         return False
+
+
+# What the profiler itself prints when it starts and stops (Kineto's USDT lines, on the process's stderr)
+_PROFILER_LINE = re.compile(rb"^USDT:.*\] profiler_st(art|op)\s*$")
+
+
+def _without_profiler_lines(fn: Callable[[], None]) -> None:
+    """Call ``fn`` (the profiler's start or stop) with the process's stdout and stderr (fds 1 and 2) sent to
+    files, then write back to each what was written there meanwhile but the profiler's own start and stop
+    lines: the user's console keeps everything else (another thread's output comes a few ms late). When the
+    descriptors cannot be redirected (closed, or no temporary file), ``fn`` runs as it is."""
+    saved: list[tuple[int, int, IO[bytes]]] = []
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        for fd in (1, 2):
+            tmp = tempfile.TemporaryFile()
+            saved.append((fd, os.dup(fd), tmp))
+            os.dup2(tmp.fileno(), fd)
+    except (OSError, ValueError):  # a closed or missing descriptor: nothing to keep from it
+        _restore(saved)
+        fn()
+        return
+    try:
+        fn()
+    finally:
+        _restore(saved)
+
+
+def _restore(saved: list[tuple[int, int, IO[bytes]]]) -> None:
+    for fd, keep, tmp in saved:
+        try:
+            os.dup2(keep, fd)
+            os.close(keep)
+            tmp.seek(0)
+            rest = b"".join(line for line in tmp.read().splitlines(keepends=True) if not _PROFILER_LINE.match(line))
+            tmp.close()
+            if rest:
+                os.write(fd, rest)
+        except OSError:
+            pass  # the console went away meanwhile: nothing to give back to
 
 
 PENDING = 4  # plans held at once (a baseline, a finding's and an asked capture, over disjoint steps)
@@ -108,7 +153,7 @@ class ProfilerCapture:
                     activities.append(torch.profiler.ProfilerActivity.CUDA)
                 # shapes: the collectives' bytes on a CPU trace (gloo), and what an op was given
                 prof = torch.profiler.profile(activities=activities, record_shapes=True)
-                prof.start()
+                _without_profiler_lines(prof.start)  # its start line is not the user's console's
                 self.prof, self.running = prof, plan
                 return
             self._done(None)
@@ -140,7 +185,7 @@ class ProfilerCapture:
         plan, self.running = self.running, None
         self._done(plan)
         assert prof is not None and plan is not None  # called while a capture runs
-        prof.stop()
+        _without_profiler_lines(prof.stop)
         t = threading.Thread(target=self._write, args=(prof, plan[3]), name="telemetry-capture", daemon=True)
         self._writers = [w for w in self._writers if w.is_alive()] + [t]
         t.start()

@@ -147,4 +147,4 @@ def test_work_outside_any_step_is_reported_at_shutdown(run_dir, caplog):
     with caplog.at_level(logging.WARNING, logger="telemetry"):
         stats = telemetry.shutdown()
     assert stats["unattributed_events"] == 2
-    assert any("2 phase/log/data event(s) came after the last step" in r.getMessage() for r in caplog.records)
+    assert any("2 phase or log event(s) came after the last step" in r.getMessage() for r in caplog.records)
