@@ -16,7 +16,9 @@
 5. Profiler captures of the NCCL job (issue 24): two captures of the same rank armed as the job arms
    them (ProfilerCapture), 3 steps as trained, then 3 steps that also run an extra ``torch.sort`` in
    forward; each broken down (GPU activities, NCCL all-reduce with its bytes and bus bandwidth, idle
-   split, launches), and the second diffed against the first: the diff must name sort first.
+   split, launches), and the second diffed against the first: the diff must name sort first. The
+   console stays the user's (issue 44): while the captures start and stop, nothing of the profiler's
+   (Kineto's USDT lines) reaches stderr on this CUDA build, and every line the loop printed does.
 
 Writes a markdown section to --out (for bench/RESULTS.md) and prints it.
 """
@@ -177,6 +179,8 @@ def main() -> int:
         f"| capture: NCCL collectives (count, bytes, bus GB/s) | {cap.get('collectives')} | allreduce with bytes |",
         f"| capture: idle split, launches | {cap.get('idle')}, {cap.get('launch')} | |",
         f"| capture: diff, first row (extra sort in the second) | {cap.get('diff_first')} | sort |",
+        f"| capture: the console while it starts and stops (no USDT line, every user line) | "
+        f"{cap.get('console_clean')} | True |",
         "",
         "NVML readings:",
         "",
@@ -308,10 +312,17 @@ def capture_check(train_step, tmp: str) -> dict:
         base, slow = os.path.join(tmp, "base.json.gz"), os.path.join(tmp, "slow.json.gz")
         cap.arm("base", s0, s0 + 2, base)
         cap.arm("slow", s0 + 3, s0 + 5, slow)
-        for i in range(rec.step_index, s0 + 7):
-            train_step(extra=i >= s0 + 3)
+        console = _ConsoleTap()  # what reaches this process's stderr while the captures start and stop
+        with console:
+            for i in range(rec.step_index, s0 + 7):
+                os.write(2, f"user line {i}\n".encode())
+                train_step(extra=i >= s0 + 3)
         cap.join(60.0)
         out["stats"] = dict(cap.stats)
+        # the console is the user's (issue 44): no profiler line came through on a CUDA build, every user line did
+        out["console_clean"] = "USDT" not in console.text and all(
+            f"user line {i}" in console.text for i in range(rec.step_index, s0 + 7)
+        )
         b, f = breakdown(base, steps_hint=3), breakdown(slow, steps_hint=3)
         bd = b.to_dict()
         t = bd["temporal"]
@@ -327,7 +338,8 @@ def capture_check(train_step, tmp: str) -> dict:
         rows = trace_diff(f.profile, b.profile)
         out["diff_first"] = (rows[0]["kind"], rows[0]["name"][:80], rows[0]["ratio"]) if rows else None
         out["ok"] = (
-            bd["device"] == "gpu"
+            out["console_clean"]
+            and bd["device"] == "gpu"
             and any("allreduce" in str(c.get("name")) and (c.get("bytes") or 0) > 0 for c in colls)
             and bool(rows)
             and "sort" in rows[0]["name"].lower()
@@ -336,6 +348,27 @@ def capture_check(train_step, tmp: str) -> dict:
         out["error"] = repr(exc)[:200]
         out["ok"] = False
     return out
+
+
+class _ConsoleTap:
+    """fd 2 sent to a file while inside, its text read back after (and said on the real stderr)."""
+
+    def __enter__(self) -> "_ConsoleTap":
+        import tempfile
+
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode(errors="replace")
+        self._file.close()
+        sys.stderr.write(self.text)
 
 
 if __name__ == "__main__":
