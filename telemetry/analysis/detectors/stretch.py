@@ -14,6 +14,8 @@ import numpy as np
 from ...steptable.matrix import even_sample, every_kth_step, nanmedian
 
 
+WHOLE_SHARE = 0.9  # a short series above its peers on this share of its steps is judged whole (_whole)
+
 @dataclass(frozen=True)
 class StragglerParams:
     warmup_steps: int | None = None  # None: 5% of the steps, at least 2, at most 20
@@ -178,6 +180,8 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
                     span = np.zeros_like(runs)
                     span[lo : hi + 1] = True
                     hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
+        if hit is None and n_live < 2 * p.window:
+            hit = _whole(series, e[r], base, sigma, p, z_min)
         others = np.delete(spike_rate, r) if len(spike_rate) > 1 else np.zeros(1)
         if (
             spike_rate[r] >= p.min_hot_fraction
@@ -195,6 +199,17 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
         if hit is not None:
             hits[int(r)] = hit
     return hits
+
+
+def _whole(series: str, e: np.ndarray, base: float, sigma: float, p: StragglerParams, z_min: float) -> Hit | None:
+    """A short series (a profiler capture's dozen steps) in which the rank is above its peers on nearly
+    every step, judged over all of it. Its windowed level can dip under the bar in places: with two
+    ranks the peers' median is the pair's mean, so the noise unit is half the straggler's own spread,
+    and a neighbour's load makes its extra work vary several-fold from step to step."""
+    ok = np.isfinite(e)
+    if ok.sum() < p.min_run or (e[ok] > 0).mean() < WHOLE_SHARE:
+        return None
+    return _judge(series, e, ok, base, sigma, p, z_min, "persistent")
 
 
 def binomial_tail(k: int, n: int, q: float) -> float:

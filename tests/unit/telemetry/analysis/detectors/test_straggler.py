@@ -182,3 +182,46 @@ def test_a_short_noise_run_joined_to_the_stretch_does_not_hold_its_onset_early()
     x[110:125] += 0.02
     assert refine_edges(x, 110, 899, 10) == (300, 899)
     assert refine_edges(x, 290, 899, 10) == (300, 899)  # found near the change: placed on it
+
+
+def test_a_straggler_of_a_short_loaded_trace_is_named_though_its_own_work_varies_fourfold():
+    """Twelve steps of two ranks' profiler traces taken beside another job (the kineto test's job, whose
+    rank 1 does extra matrix products in forward): rank 1 is slower on every step, but a neighbour's load
+    makes its extra work vary 4x from step to step, and with two ranks the noise unit is half its own
+    spread; its windowed level dipped under the bar mid-trace and no straggler was named (issue 44)."""
+    import pandas as pd
+
+    from telemetry.analysis.detectors import analyze
+
+    dur = [
+        [0.1891, 0.174, 0.1041, 0.1183, 0.0535, 0.0381, 0.0515, 0.1035, 0.0901, 0.121, 0.1706, 0.0882],
+        [0.1971, 0.1654, 0.1118, 0.107, 0.0538, 0.0421, 0.0417, 0.1101, 0.0926, 0.1183, 0.1547, 0.1074],
+    ]
+    fwd = [
+        [0.0003, 0.0075, 0.0002, 0.0002, 0.0002, 0.0002, 0.0003, 0.0004, 0.0003, 0.0003, 0.0002, 0.0002],
+        [0.142, 0.1309, 0.0834, 0.0893, 0.0386, 0.0224, 0.032, 0.0833, 0.0796, 0.094, 0.1271, 0.0611],
+    ]
+    bwd = [
+        [0.0065, 0.0089, 0.0084, 0.0193, 0.0027, 0.0045, 0.0037, 0.0038, 0.0016, 0.0072, 0.0013, 0.0625],
+        [0.0099, 0.0132, 0.0078, 0.0121, 0.011, 0.0157, 0.0072, 0.0245, 0.0111, 0.0009, 0.0246, 0.0172],
+    ]
+    comm = [
+        [0.1857, 0.1562, 0.1023, 0.109, 0.0542, 0.0342, 0.0438, 0.0984, 0.0881, 0.1191, 0.1531, 0.0766],
+        [0.0243, 0.0143, 0.0252, 0.0004, 0.0131, 0.0004, 0.0021, 0.0032, 0.0004, 0.0007, 0.0149, 0.0266],
+    ]
+    steps = [*range(2, 12), 14, 15]
+    rows = [
+        {
+            "rank": r,
+            "step": s,
+            "start_s": 100.0 + 0.2 * i,
+            "duration_s": dur[r][i],
+            "forward_s": fwd[r][i],
+            "backward_s": bwd[r][i],
+            "comm_s": comm[r][i],
+        }
+        for r in (0, 1)
+        for i, s in enumerate(steps)
+    ]
+    found = [(f.ranks, f.phase) for f in analyze(pd.DataFrame(rows)).findings if f.kind == "straggler"]
+    assert found == [([1], "forward")]
