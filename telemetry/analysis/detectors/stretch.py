@@ -13,8 +13,8 @@ import numpy as np
 
 from ...steptable.matrix import even_sample, every_kth_step, nanmedian
 
-
 WHOLE_SHARE = 0.9  # a short series above its peers on this share of its steps is judged whole (_whole)
+
 
 @dataclass(frozen=True)
 class StragglerParams:
