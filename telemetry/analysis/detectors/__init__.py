@@ -68,7 +68,8 @@ class Analysis:
     matrix: StepMatrix | None = field(default=None, repr=False)
     # (ranks x steps) what healing the findings' culprits would save: the what-if's own (not in the JSON)
     shift: np.ndarray | None = field(default=None, repr=False)
-    input: Any = field(default=None, repr=False)  # the RunInput read (telemetry.analysis.inputs.load)
+    # the RunInput read (telemetry.analysis.inputs.load; Any: the detectors may not import the loader)
+    input: Any = field(default=None, repr=False)
     note: str | None = None  # how a long run was read: windows, blocks, a kept summary
     blocks: pd.DataFrame | None = field(default=None, repr=False)  # the block table of a long run
 
@@ -183,7 +184,6 @@ __all__ = [
     "WAITS",
     "analyze",
     "covered_seconds",
-    "detect_hang",
     "detect_stragglers",
     "from_table",
     "goodput_split",

@@ -4,10 +4,18 @@ values the block's medians (online detection's window, and the run store's coars
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from . import Analysis
+    from .utilization import UtilizationParams
 
 
-def analyze_blocks(table: Any, utilization: Any = None, warm_up: bool = True, **more: Any) -> Any:
+def analyze_blocks(
+    table: pd.DataFrame, utilization: UtilizationParams | None = None, warm_up: bool = True, **more: Any
+) -> Analysis:
     """Analysis of a table of blocks (a row per rank and block of K steps, numbered by its first step).
     Each row is a median of K steps, so a regression is held to the bar the live view holds its
     windows to (segments of 5 blocks, z 3.5), not a single step's (8 rows, z 6, which a change 15

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from typing import cast
 
 import numpy as np
 
@@ -102,7 +103,14 @@ class _Pair:
     """One signal, the culprit's against its peers' over the steps (or, job-wide: the median over
     ranks after the change against before)."""
 
-    def __init__(self, m: StepMatrix, a_rows, b_rows, cols, before=None) -> None:
+    def __init__(
+        self,
+        m: StepMatrix,
+        a_rows: np.ndarray | None,
+        b_rows: np.ndarray | None,
+        cols: np.ndarray,
+        before: np.ndarray | None = None,
+    ) -> None:
         self.m, self.a_rows, self.b_rows, self.cols, self.before = m, a_rows, b_rows, cols, before
 
     def values(self, name: str | np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -248,7 +256,7 @@ def _links(p: _Pair, who: str) -> list[tuple[float, dict[str, str]]]:
         return []
     away, peers_away = p, "its peers"
     if p.m.nodes is not None:
-        other = p.b_rows & ~np.isin(p.m.nodes, p.m.nodes[p.a_rows])
+        other = cast(np.ndarray, p.b_rows) & ~np.isin(p.m.nodes, p.m.nodes[p.a_rows])  # a rank's pair: its peers'
         if other.any():
             away, peers_away = _Pair(p.m, p.a_rows, other, p.cols), "its peers on other nodes"
     grew = []
@@ -269,7 +277,7 @@ def _links_after(m: StepMatrix, cols: np.ndarray, before: np.ndarray) -> list[tu
     grew = []
     scale = cols.sum() / max(before.sum(), 1)
     for name in _link_signals(m):
-        g = m.extra("dev." + name)
+        g = cast(np.ndarray, m.extra("dev." + name))  # a column of the matrix's: not None
         with _quiet():
             after = np.nanmax(g[:, cols], axis=1) - np.nanmin(g[:, cols], axis=1)
             prior = (np.nanmax(g[:, before], axis=1) - np.nanmin(g[:, before], axis=1)) * scale

@@ -8,7 +8,7 @@ blocked in a collective are victims, named in the evidence.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -69,7 +69,9 @@ def detect_hang(
         culprits = sorted(beats)  # everyone blocked alike: the job as a whole is stuck
     if explained and set(culprits) <= set(explained):
         return []  # the lost ranks' finding says it: their peers wait for ranks that are gone
-    open_steps = [p.get("open_step") for r, p in beats.items() if r in culprits and p.get("open_step") is not None]
+    open_steps = cast(
+        "list[int]", [p.get("open_step") for r, p in beats.items() if r in culprits and p.get("open_step") is not None]
+    )
     step = min(open_steps) if open_steps else None
     phases = {beats[r].get("phase") for r in culprits if r in beats} - {None}
     phase = phases.pop() if len(phases) == 1 else None
@@ -104,7 +106,7 @@ def detect_hang(
     ]
 
 
-def _in_phase(progress: dict) -> str:
+def _in_phase(progress: Mapping[str, Any]) -> str:
     """`` phase forward``, or nothing when the heartbeat does not say (e.g. read from Prometheus)."""
     return f" phase {progress['phase']}" if progress.get("phase") else ""
 

@@ -70,7 +70,7 @@ def detect_stage_imbalance(
             continue
         out_shift += one
         phases = _phase_breakdown(m, idx, live, np.flatnonzero(m.groups != g))
-        phase = max(phases, key=phases.get) if phases else None
+        phase = max(phases, key=phases.__getitem__) if phases else None
         ranks = [int(r) for r in m.ranks[idx]]
         s0, s1 = int(m.steps[live][0]), int(m.steps[live][-1])
         findings.append(

@@ -15,6 +15,7 @@ GPU would run out of memory within as many steps again as the run has had.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -37,7 +38,7 @@ def detect_memory_growth(m: StepMatrix, live: np.ndarray, p: MemoryParams | None
     p = p or MemoryParams()
     for col in ("dev.cuda_memory_allocated_bytes", "dev.process_resident_memory_bytes"):
         if col in m.columns:
-            series, what = m.extra(col)[:, live], col.split(".", 1)[1]
+            series, what = cast(np.ndarray, m.extra(col))[:, live], col.split(".", 1)[1]  # a column it has
             break
     else:
         return []

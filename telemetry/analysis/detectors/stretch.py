@@ -271,7 +271,7 @@ def _change(x: np.ndarray, rising: bool) -> int | None:
     a, b = c[k], c[n] - c[k]
     na, nb = k, n - k
 
-    def ll(ones, total):
+    def ll(ones: np.ndarray | int, total: np.ndarray | int) -> np.ndarray:
         q = np.clip(ones / np.maximum(total, 1), 1e-9, 1 - 1e-9)
         return ones * np.log(q) + (total - ones) * np.log1p(-q)
 
