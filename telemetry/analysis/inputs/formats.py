@@ -14,6 +14,7 @@ compare ranks with their own pipeline stage.
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -67,7 +68,7 @@ def per_op_to_steps(ops: pd.DataFrame, source: str = "trace", warnings: list[str
     duration, rank or step that is not a number (or a negative duration) are skipped and counted
     in ``warnings``."""
     nums = {
-        c: pd.to_numeric(ops[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        c: cast(pd.Series, pd.to_numeric(ops[c], errors="coerce")).to_numpy(dtype=float, na_value=np.nan)
         for c in ("rank", "step", "start_ts", "duration")
     }
     good = (
@@ -85,7 +86,7 @@ def per_op_to_steps(ops: pd.DataFrame, source: str = "trace", warnings: list[str
         log.warning("telemetry: %s: %s", source, text)
         if warnings is not None:
             warnings.append(f"{source}: {text}")
-    ops = ops.assign(**{c: nums[c] for c in nums})[good]
+    ops = cast(pd.DataFrame, ops.assign(**{c: nums[c] for c in nums})[good])
     for c in ("rank", "step"):  # integers again where they are (a non-integer one is skipped by validate)
         if np.all(ops[c].to_numpy() == np.floor(ops[c].to_numpy())):
             ops[c] = ops[c].astype("int64")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence, cast
 
 import pandas as pd
 
@@ -46,7 +46,7 @@ class RunInput:
     meta: dict[str, Any] = field(default_factory=dict)  # a run directory's meta.json
     ranks: dict[int, dict[str, Any]] = field(default_factory=dict)  # each rank's identity (host, device, ...)
     progress: dict[int, dict[str, Any]] = field(default_factory=dict)  # heartbeats by rank (run dirs)
-    records: list[dict[str, Any]] = field(default_factory=list)  # raw step records with spans (run dirs)
+    records: Sequence[dict[str, Any]] = field(default_factory=list)  # raw step records with spans (run dirs)
     warnings: list[str] = field(default_factory=list)  # what was skipped while reading
     online_findings: list[dict[str, Any]] = field(default_factory=list)  # what online detection said (run dirs)
     ops: pd.DataFrame | None = field(default=None, repr=False)  # a per-operation trace's own rows (PER_OP_TRACE)
@@ -108,7 +108,9 @@ def open_input(path: str, steps: tuple[int, int] | None = None, rows: bool = Tru
         ops, raw, kind = raw, per_op_to_steps(raw, name, warnings), PER_OP_TRACE
     table = validate(raw, source=name, owned=True, warnings=warnings)
     if steps is not None:
-        table = table[(table["step"] >= steps[0]) & (table["step"] <= steps[1])].reset_index(drop=True)
+        table = cast(pd.DataFrame, table[(table["step"] >= steps[0]) & (table["step"] <= steps[1])]).reset_index(
+            drop=True
+        )
     return RunInput(path, kind, table, warnings=warnings + _coverage(table), ops=ops)
 
 
@@ -127,7 +129,9 @@ def _open_kineto(path: str, steps: tuple[int, int] | None) -> RunInput:
     raw, meta, ranks = read_trace_dir(path, warnings)
     table = validate(raw, source=os.path.basename(os.path.normpath(path)), owned=True, warnings=warnings)
     if steps is not None:
-        table = table[(table["step"] >= steps[0]) & (table["step"] <= steps[1])].reset_index(drop=True)
+        table = cast(pd.DataFrame, table[(table["step"] >= steps[0]) & (table["step"] <= steps[1])]).reset_index(
+            drop=True
+        )
     return RunInput(path, KINETO_TRACES, table, meta=meta, ranks=ranks, warnings=warnings + _coverage(table))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 from ...steptable.table import TableError
 
@@ -22,7 +22,7 @@ _WS = " \t\r\n"
 class _Reader:
     """A JSON text read in chunks; values decoded one at a time with ``raw_decode``."""
 
-    def __init__(self, f: Any, source: str) -> None:
+    def __init__(self, f: IO[str], source: str) -> None:
         self.f, self.source = f, source
         self.buf, self.pos, self.eof = "", 0, False
         self.dec = json.JSONDecoder()

@@ -134,8 +134,8 @@ def keep(path: str) -> str:
     if fp is None:
         return "no summary kept: a rank's live tail is there (a run being written, or one that did not end)"
     if kept.current(path, fp):
-        said = f"its analysis already kept in {os.path.join(path, kept.DIR)} (the run unchanged since)"
-        return said if kept_picture.current(os.path.join(path, kept.DIR), fp) else f"{said}; {_picture(path, fp, None)}"
+        line = f"its analysis already kept in {os.path.join(path, kept.DIR)} (the run unchanged since)"
+        return line if kept_picture.current(os.path.join(path, kept.DIR), fp) else f"{line}; {_picture(path, fp, None)}"
     said: list[str] = []
     agg = read_aggregates(path, said, summarize=False, keep=coarse.wanted)
     result = coarse_findings(path, agg, said) if agg is not None else None

@@ -118,7 +118,7 @@ def breakdown(path: str, *, steps_hint: int | None = None, hta_rounding: bool = 
                 continue
             raw_ts = e.get("ts")
             try:
-                ts, dur = float(raw_ts), float(e.get("dur") or 0.0)
+                ts, dur = float(raw_ts), float(e.get("dur") or 0.0)  # pyright: ignore[reportArgumentType] - no ts: TypeError, skipped
             except (TypeError, ValueError):
                 continue
             cat, name = e.get("cat") or "", e.get("name") or ""
@@ -487,7 +487,7 @@ def _gpu_collectives(
     inst: dict[str, list[tuple[float, float, float]]] = {}
     for ts, end, name, ref in kernels:
         own = nccl[ref] if ref >= 0 else None
-        meta = own if isinstance(own, tuple) else coll_meta.get(own)  # an External id's, or none
+        meta = own if isinstance(own, tuple) else coll_meta.get(own)  # pyright: ignore[reportArgumentType] - an External id's, or none (get(None): None)
         coll, nbytes, group = meta or (collective_name(name_list[name]), 0.0, 0)
         a = acc.setdefault(coll, {"ts": [], "end": [], "bytes": 0.0, "group": group})
         a["ts"].append(ts)

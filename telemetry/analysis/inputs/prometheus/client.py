@@ -117,7 +117,7 @@ def run_queries(
         pool.shutdown(wait=False, cancel_futures=True)  # those in flight end within their timeout
 
 
-def read_by(resp: Any, deadline: float) -> bytes:
+def read_by(resp: http.client.HTTPResponse, deadline: float) -> bytes:
     """The answer's body, read in chunks; TimeoutError once ``deadline`` (monotonic) has passed, so a
     server that trickles its answer cannot hold a load forever (each read waits at most the timeout)."""
     chunks = []
@@ -141,11 +141,11 @@ def base_url(url: str) -> str:
     return url
 
 
-def _param(v: Any) -> str:
+def _param(v: object) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def _reason(exc: Any) -> str:
+def _reason(exc: BaseException | str) -> str:
     if isinstance(exc, TimeoutError) or "timed out" in str(exc):
         return "timed out"
     text = getattr(exc, "strerror", None) or str(exc)

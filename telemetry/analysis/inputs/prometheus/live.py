@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ....steptable.table import TableError
 from .client import STEPS, Api
 from .queries import quote
 from .source import open_prometheus
 from .window import MIN_WINDOW_S
+
+if TYPE_CHECKING:
+    from ..load import RunInput
 
 NEED_WINDOWS = 8  # windows with steps before the window-based detectors run: 2 of warm-up, 5 to find, 1 spare
 MAX_RANGE_S = 24 * 3600.0
@@ -63,7 +66,7 @@ def job_span_s(url: str, job: str | None, now: float, timeout_s: float = 10.0) -
     return MAX_RANGE_S
 
 
-def collecting(run: Any) -> dict[str, Any] | None:
+def collecting(run: RunInput) -> dict[str, Any] | None:
     """``{"have", "need", "window_s"}`` while the job has fewer than :data:`NEED_WINDOWS` windows with
     steps; None once it has enough."""
     have = int(run.table["step"].nunique()) if len(run.table) else 0

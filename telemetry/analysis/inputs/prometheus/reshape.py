@@ -18,7 +18,7 @@ _READINGS = {m.series[0]: reading for reading, m in N.DEVICE.items()}
 _FAMILIES = {m.series[0]: (prefix, label, suffix) for prefix, (m, label, suffix) in N.DEVICE_FAMILIES.items()}
 
 
-def as_int(v: Any) -> int | None:
+def as_int(v: object) -> int | None:
     """A label value as an int, or None."""
     try:
         return int(str(v))

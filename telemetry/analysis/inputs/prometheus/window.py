@@ -12,6 +12,7 @@ one load holds at most 250,000 (rank, window) cells; a warning says so. The rang
 from __future__ import annotations
 
 import math
+from typing import overload
 
 import numpy as np
 
@@ -45,7 +46,13 @@ class Grid:
     def end_ms(self) -> int:
         return self.first_ms + (self.n - 1) * self.w_ms
 
-    def start_s(self, k: np.ndarray) -> np.ndarray:
+    @overload
+    def start_s(self, k: np.ndarray) -> np.ndarray: ...
+
+    @overload
+    def start_s(self, k: np.integer) -> np.float64: ...
+
+    def start_s(self, k: np.ndarray | np.integer) -> np.ndarray | np.float64:
         return (self.first_ms + (k - 1) * self.w_ms) / 1000.0
 
     def index(self, t: np.ndarray) -> np.ndarray:
