@@ -10,11 +10,16 @@ from typing import TYPE_CHECKING, Any
 from .common import EXIT_USAGE, exit_code
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis, AnalysisOptions
+    from ..analysis import Analysis, AnalysisOptions, PrometheusSource
+    from ..analysis.run import Source
 
 
 def print_analysis(
-    source: Any, as_json: bool, options: AnalysisOptions, extra: dict[str, Any] | None = None, name: str | None = None
+    source: Source,
+    as_json: bool,
+    options: AnalysisOptions,
+    extra: dict[str, Any] | None = None,
+    name: str | None = None,
 ) -> Analysis:
     """Analyze ``source`` (any source :func:`telemetry.analysis.analyze_run` takes) with ``options`` and
     print the report or the findings JSON (``name``: what the report calls the source); returns the
@@ -53,7 +58,7 @@ def emit(result: Analysis, source: str, as_json: bool, extra: dict[str, Any] | N
         print(render(result, source, StragglerParams().warmup(n), run.warnings, online))
 
 
-def prometheus_source(args: argparse.Namespace) -> Any:
+def prometheus_source(args: argparse.Namespace) -> PrometheusSource:
     """``--prometheus URL [--job JOB] [--last DURATION]`` as a PrometheusSource; ValueError with a sentence
     for a flag that goes with a path, or a URL that is none."""
     from ..analysis import PrometheusSource
@@ -91,7 +96,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     try:
         options = AnalysisOptions.from_args(args)
         if args.prometheus is not None:
-            source: Any = prometheus_source(args)
+            source: Source = prometheus_source(args)
         else:
             if args.path is None:
                 raise ValueError("give a run directory, a steps table or a trace directory, or --prometheus URL")

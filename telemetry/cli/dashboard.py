@@ -143,7 +143,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             children.restore(previous)
 
 
-def _wait_healthy(proc, url: str, timeout_s: float = 60.0) -> bool:
+def _wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout_s: float = 60.0) -> bool:
     """Wait until the Streamlit server at ``url`` answers its health check; False if it exits first
     or never answers."""
     import time

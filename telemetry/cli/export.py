@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, cast
 
 from .common import EXIT_USAGE, step_range
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -57,16 +61,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_steps_in_run(table, text: str | None, first: int | None, last: int | None) -> None:
+def _check_steps_in_run(table: pd.DataFrame, text: str | None, first: int | None, last: int | None) -> None:
     """--steps that select no step of the run is an error, not an empty trace."""
     from ..steptable.table import TableError
 
-    if text is None:
+    if not text:  # no range (step_range: None), as for every command
         return
     steps = table["step"]
     if not len(steps):
         raise TableError("the run has no steps to export")
-    chosen = ((steps >= first) if first is not None else True) & ((steps <= last) if last is not None else True)
+    # a range given: step_range set both ends, so a Series (never True & True)
+    chosen = cast(
+        "pd.Series", ((steps >= first) if first is not None else True) & ((steps <= last) if last is not None else True)
+    )
     if not chosen.any():
         raise TableError(
             f"--steps {text}: the run has steps {int(steps.min())}-{int(steps.max())}; nothing to export in that range"

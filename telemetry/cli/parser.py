@@ -92,7 +92,11 @@ def _option_flags(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
             p.add_argument(meta["flag"], dest=f.name, action="store_true", help=meta["help"])
             continue
         p.add_argument(
-            meta["flag"], dest=f.name, type=types.get(meta["kind"]), metavar=meta["metavar"], help=meta["help"]
+            meta["flag"],
+            dest=f.name,
+            type=types.get(meta["kind"]),  # pyright: ignore[reportArgumentType] - None (count, path): argparse's default, the text
+            metavar=meta["metavar"],
+            help=meta["help"],
         )
 
 
