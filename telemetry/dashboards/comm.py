@@ -10,7 +10,7 @@ bandwidth is bytes x the nccl-tests bus factor of the op / that time, as the exp
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Iterator, cast
 
 import numpy as np
 import pandas as pd
@@ -56,7 +56,7 @@ def over_steps(df: pd.DataFrame, max_points: int = MAX_LINE_POINTS) -> pd.DataFr
     consecutive steps (labelled by its first)."""
     if df.empty:
         return pd.DataFrame(columns=["step", "op", "measure", "value"])
-    steps = np.sort(df["step"].unique())
+    steps = np.sort(cast(np.ndarray, df["step"].unique()))  # a column of ints
     if len(steps) > max_points:
         width, nb = _blocks(len(steps), max_points)
         pos = np.searchsorted(steps, df["step"].to_numpy())
@@ -83,9 +83,9 @@ def by_dimension(
         return empty, pd.DataFrame(columns=["step", "dimension", "value"])
     t = table
     if steps is not None:
-        t = t[(t["step"] >= steps[0]) & (t["step"] <= steps[1])]
+        t = cast(pd.DataFrame, t[(t["step"] >= steps[0]) & (t["step"] <= steps[1])])
     if ranks:
-        t = t[t["rank"].isin(ranks)]
+        t = cast(pd.DataFrame, t[t["rank"].isin(ranks)])
     rows, lines = [], []
     for d in dims:
         sec, nbytes = f"comm_group.{d}_s", f"comm_group.{d}_bytes"
@@ -95,9 +95,11 @@ def by_dimension(
         rows.append(per.reset_index().assign(dimension=d))
         over = t.groupby("step")[sec].median() * 1e3
         lines.append(pd.DataFrame({"step": over.index, "dimension": d, "value": over.to_numpy()}))
-    per_rank_dim = pd.concat(rows, ignore_index=True)[["rank", "dimension", "blocked ms/step", "MB/step"]]
+    per_rank_dim = cast(
+        pd.DataFrame, pd.concat(rows, ignore_index=True)[["rank", "dimension", "blocked ms/step", "MB/step"]]
+    )
     series = pd.concat(lines, ignore_index=True).dropna()
-    steps_all = np.sort(series["step"].unique())
+    steps_all = np.sort(cast(np.ndarray, series["step"].unique()))
     if len(steps_all) > MAX_LINE_POINTS:  # a point per block of steps, labelled by its first
         width, _ = _blocks(len(steps_all), MAX_LINE_POINTS)
         series = series.assign(step=(series["step"] - steps_all[0]) // width * width + steps_all[0])

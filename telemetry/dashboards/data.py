@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import pandas as pd
@@ -258,8 +258,8 @@ def focus(view: RunView, card: dict[str, Any], max_lines: int = 8) -> Focus:
     """The finding's series over its steps, a tenth of its span (at least 5 steps) either side."""
     m = view.matrix
     a, label, note = focus_series(m, card)
-    first = card.get("first_step") if card.get("first_step") is not None else int(m.steps[0])
-    last = card.get("last_step") if card.get("last_step") is not None else int(m.steps[-1])
+    first = cast(int, card.get("first_step")) if card.get("first_step") is not None else int(m.steps[0])
+    last = cast(int, card.get("last_step")) if card.get("last_step") is not None else int(m.steps[-1])
     pad = max(5, (last - first) // 10)
     steps = (max(int(m.steps[0]), first - pad), min(int(m.steps[-1]), last + pad))
     cols = step_columns(m, steps)

@@ -5,6 +5,8 @@ step's end), in display units. No Streamlit here.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -105,7 +107,7 @@ def throttle_reasons(m: StepMatrix, steps: tuple[int, int] | None = None) -> pd.
     for c in m.columns:
         if not c.startswith("dev." + THROTTLE_PREFIX):
             continue
-        a = m.extra(c)[:, cols]
+        a = cast(np.ndarray, m.extra(c))[:, cols]  # a column it has
         seen = np.isfinite(a).sum(axis=1)
         with np.errstate(all="ignore"):
             share = np.nansum(a > 0, axis=1) / seen

@@ -5,7 +5,7 @@ order, their changes, and the runs either side of one compared).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import streamlit as st
 
@@ -127,14 +127,17 @@ def history_view(view: S.RunView, choice: Choice, hist: "H.History | None") -> N
         f"{len(changes)} change(s); as `telemetry history` finds them"
     )
     left, right = st.columns([1, 1])
-    metric = left.selectbox("series", H.metrics(hist), key="history_metric")
+    metric = cast(str, left.selectbox("series", H.metrics(hist), key="history_metric"))  # step time at least
     has_start = df["start"].notna().any()
-    x = right.radio(
-        "x axis",
-        ["n", "start"] if has_start else ["n"],
-        format_func={"n": "run number", "start": "start time"}.get,
-        horizontal=True,
-        key="history_x",
+    x = cast(
+        str,
+        right.radio(
+            "x axis",
+            ["n", "start"] if has_start else ["n"],
+            format_func={"n": "run number", "start": "start time"}.get,
+            horizontal=True,
+            key="history_x",
+        ),
     )
     st.altair_chart(H.chart(df, metric, changes, x), width="stretch")
     st.caption(

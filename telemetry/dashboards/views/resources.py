@@ -5,6 +5,8 @@ message size, per rank), Input and devices (data-loader wait, device and host si
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import pandas as pd
 import streamlit as st
 
@@ -14,6 +16,9 @@ from .. import charts, comm, devices, io
 from .. import data as D
 from .. import source as S
 from .common import Choice, step_title
+
+if TYPE_CHECKING:
+    from pandas.io.formats.style import Styler
 
 
 def collectives(view: S.RunView, choice: Choice) -> None:
@@ -54,7 +59,9 @@ def collectives(view: S.RunView, choice: Choice) -> None:
     ops = sorted(df["op"].unique())
     cols = st.columns(4)
     cols[0].metric("ops", len(ops), help=", ".join(ops))
-    cols[1].metric("calls per step (median)", f"{df.groupby(['rank', 'step'])['calls'].sum().median():.0f}")
+    cols[1].metric(
+        "calls per step (median)", f"{cast(pd.Series, df.groupby(['rank', 'step'])['calls'].sum()).median():.0f}"
+    )
     cols[2].metric("latency per call (median)", f"{df['latency_ms'].median():.2f} ms")
     bw = df["busbw_gbps"].median()
     cols[3].metric("bus bandwidth (median)", f"{bw:.2f} GB/s" if bw == bw else "-")
@@ -62,12 +69,17 @@ def collectives(view: S.RunView, choice: Choice) -> None:
     left, right = st.columns(2)
     left.subheader("Latency per call over steps")
     left.altair_chart(
-        charts.lines(series[series["measure"] == "latency_ms"], "ms per call (median over ranks)", "op", "op"),
+        charts.lines(
+            cast(pd.DataFrame, series[series["measure"] == "latency_ms"]), "ms per call (median over ranks)", "op", "op"
+        ),
         width="stretch",
     )
     right.subheader("Bus bandwidth over steps")
     right.altair_chart(
-        charts.lines(series[series["measure"] == "busbw_gbps"], "GB/s (median over ranks)", "op", "op"), width="stretch"
+        charts.lines(
+            cast(pd.DataFrame, series[series["measure"] == "busbw_gbps"]), "GB/s (median over ranks)", "op", "op"
+        ),
+        width="stretch",
     )
     sizes = comm.by_size(view.run, choice.steps, choice.ranks)
     if not sizes.empty:
@@ -83,7 +95,10 @@ def collectives(view: S.RunView, choice: Choice) -> None:
     op = st.selectbox("op", ops, key="comm_op")
     st.altair_chart(
         charts.rank_bars(
-            table[table["op"] == op], "blocked ms/step", f"{op}: ms blocked per step (median)", D.marked_ranks(view)
+            cast(pd.DataFrame, table[table["op"] == op]),
+            "blocked ms/step",
+            f"{op}: ms blocked per step (median)",
+            D.marked_ranks(view),
         ),
         width="stretch",
     )
@@ -96,7 +111,7 @@ def input_and_devices(view: S.RunView, choice: Choice) -> None:
     st.subheader("Data-loader wait")
     wait = devices.data_wait(m, choice.steps)
     if choice.ranks:
-        wait = wait[wait["rank"].isin(choice.ranks)]
+        wait = cast(pd.DataFrame, wait[wait["rank"].isin(choice.ranks)])
     left, right = st.columns([1, 1])
     left.altair_chart(
         charts.rank_bars(wait, "median ms", "data-loader wait (ms per step, median)", marked), width="stretch"
@@ -114,7 +129,7 @@ def input_and_devices(view: S.RunView, choice: Choice) -> None:
     else:
         st.subheader("Host (no GPU)")
         st.info("No GPU was sampled on this run (no NVML device): the process's CPU share and memory are shown.")
-    signal = st.selectbox("signal", names, format_func=devices.label, key="signal")
+    signal = cast(str, st.selectbox("signal", names, format_func=devices.label, key="signal"))  # there are some
     cells = D.rank_step_cells(view, lambda x: devices.grid(x, signal), choice.ranks or None, choice.steps)
     st.altair_chart(charts.heatmap(cells, devices.label(signal), marked, value="value"), width="stretch")
     st.caption("Each step carries the latest reading at its end (sampled every `device_interval_s`).")
@@ -181,7 +196,7 @@ def io_view(view: S.RunView, choice: Choice) -> None:
         + ("summed over the node's GPUs" if by_node else "the rank's GPU")
         + "), highlighted when it grew."
     )
-    styled = table.style.format(precision=3)
+    styled = cast("Styler", table.style.format(precision=3))  # format returns the Styler itself
     if errors:
         styled = styled.map(
             lambda v: "background-color: #f8d7da; color: #721c24" if isinstance(v, (int, float)) and v > 0 else "",

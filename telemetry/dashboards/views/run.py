@@ -5,7 +5,7 @@ and the evidence behind one).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import streamlit as st
 
@@ -15,8 +15,11 @@ from .. import source as S
 from ..grid import rank_bands
 from .common import Choice, finding_list, finding_title, step_title
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def overview(view: S.RunView, choice: Choice, percentiles: Any) -> None:
+
+def overview(view: S.RunView, choice: Choice, percentiles: pd.DataFrame) -> None:
     s = view.analysis.summary
     cols = st.columns(5)
     cols[0].metric("median step time", f"{s['step_time_s'] * 1e3:.1f} ms", help="data wait included")
@@ -72,12 +75,15 @@ def ranks(view: S.RunView, choice: Choice) -> None:
     options = ["compute", "blocked", "data"] + [p for p in m.phase_compute if p != "data"]
     if m.comm is None:
         options.remove("blocked")
-    what = st.selectbox(
-        "series",
-        options,
-        help="compute: busy time; blocked: time in collectives; data: "
-        "data-loader wait; a phase: its compute, blocked time removed",
-    )
+    what = cast(
+        str,
+        st.selectbox(
+            "series",
+            options,
+            help="compute: busy time; blocked: time in collectives; data: "
+            "data-loader wait; a phase: its compute, blocked time removed",
+        ),
+    )  # one of the options: compute and data at least
     try:
         cells = D.view_heatmap(view, what, choice.ranks or None, choice.steps)
     except S.ViewError as exc:
@@ -103,7 +109,9 @@ def findings(view: S.RunView, choice: Choice) -> None:
     finding_list(cards, collecting=view.analysis.summary.get("collecting"), trace_url=D.trace_ui_url(view))
     if cards:
         st.subheader("The evidence behind one finding")
-        i = st.selectbox("finding", range(len(cards)), format_func=lambda k: finding_title(cards[k]), key="focus")
+        i = cast(
+            int, st.selectbox("finding", range(len(cards)), format_func=lambda k: finding_title(cards[k]), key="focus")
+        )  # there are cards
         f = D.focus(view, cards[i])
         st.caption(
             f"{f.label}: {f.note}; steps {f.steps[0]}-{f.steps[1]} (the finding's steps and a margin "

@@ -5,7 +5,7 @@ idle and why), a capture's diff against its peer, the top kernels and ops of one
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import streamlit as st
@@ -26,7 +26,7 @@ def kernels_view(view: S.RunView, choice: Choice) -> None:
             "here too: `telemetry dashboard TRACE_DIR`."
         )
         return
-    i = st.selectbox("traces", range(len(srcs)), format_func=lambda k: srcs[k].label, key="kernels_source")
+    i = cast(int, st.selectbox("traces", range(len(srcs)), format_func=lambda k: srcs[k].label, key="kernels_source"))
     src = srcs[i]
     bd, problems = _source_breakdown(src)
     for p in problems:
@@ -70,7 +70,7 @@ def kernels_view(view: S.RunView, choice: Choice) -> None:
     ranks = [int(r) for r in bd.get("ranks", {})]
     if ranks:
         st.subheader("Top kernels and ops of one rank")
-        r = st.selectbox("rank", ranks, key="kernels_rank")
+        r = cast(int, st.selectbox("rank", ranks, key="kernels_rank"))  # there are ranks
         for what in ("kernels", "ops"):
             df = kernels.top_table(bd, r, what)
             if not df.empty:
