@@ -66,7 +66,7 @@ def step(
                 f"or is used bare as a decorator; got {fn!r}"
             )
         return step_decorator(fn)
-    # Recorder.step, inline (a call would cost a tenth of the step): the active recorder's step
+    # Recorder.step, inline (a call is a large share of the step's cost): the active recorder's step
     # context, loaded with this step's counts; a new one while a step is open (nested: ignored).
     rec = _current._active
     if rec._open is not None:

@@ -1,27 +1,13 @@
 """Every process the package starts dies with the process that started it, however that one ends.
 
-Two halves, because one is not enough:
-
-- **Clean-up by the parent** (``telemetry demo``'s launcher, ``telemetry dashboard``): SIGTERM, SIGINT
-  and SIGHUP raise :class:`KeyboardInterrupt` (:func:`interrupt_on_signals`), so ``finally`` blocks
-  run; the clean-up itself runs with those signals held (:func:`signals_held`): a second signal
-  (``timeout`` sends SIGTERM to the whole group, then the shell forwards another) waits until the
-  children are stopped instead of interrupting their stopping. Each child runs in a session of its
-  own (a Ctrl-C in the terminal reaches only the parent, which stops them in order), and is stopped
-  with SIGTERM to its process group, then SIGKILL after a grace period (:func:`stop_group`).
-- **The kernel, when the parent cannot clean up** (SIGKILL, a crash): the child asks Linux for a
-  parent-death signal first thing (:func:`die_with_parent`: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``); if
-  the parent died before that call, the child sees that it has been re-parented and exits. SIGKILL,
-  not SIGTERM: a rank blocked in a collective on a dead peer runs no Python signal handler until the
-  collective times out (gloo: 30 minutes by default). What the rank recorded in its last second is
-  lost then; nothing else is.
-
-A signal the command was started with ignored stays ignored (``nohup``'s SIGHUP; an inherited
-ignored SIGINT, which Python itself leaves so): the parent's clean-up then runs on the others.
-
-Limits: Linux only (elsewhere only the parent's clean-up holds). The parent-death signal is sent when
-the *thread* that started the child ends; the package starts children from the thread that runs the
-command (the main thread), never from a helper thread that ends before them.
+Two halves, because one is not enough: the parent cleans up (:func:`interrupt_on_signals` turns
+SIGTERM, SIGINT and SIGHUP into an interrupt so that ``finally`` runs; :func:`signals_held` keeps a
+second signal from cutting the clean-up short; :func:`stop_group` stops each child's own session with
+SIGTERM, then SIGKILL), and the kernel does when the parent cannot (:func:`die_with_parent`:
+``PR_SET_PDEATHSIG`` with SIGKILL, since a rank blocked in a collective runs no Python handler). A
+signal the command was started with ignored stays ignored. Limits: Linux only for the kernel's half;
+its signal comes when the *thread* that started the child ends, so children are started from the
+command's main thread. The guarantee: docs/faults.md.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ class Config:
     online: bool = True  # online detection, with a multi-rank process group
     online_every: int = 10  # steps per summary block
     online_window: int | str = (
-        "auto"  # blocks kept for analysis; auto: 200, fewer beyond 2,500 ranks (500,000 // ranks, at least 20: rank 0's analysis of a block stays under 1 s)
+        "auto"  # blocks kept for analysis; auto: 200, fewer beyond 2,500 ranks (500,000 // ranks, at least 20: rank 0's analysis of a block stays bounded)
     )
     online_wait_blocks: int = 3  # how many blocks late a rank may be before it is named missing
     capture: bool = True  # profile the ranks a new online finding names, and a healthy peer, for a few steps
@@ -217,7 +217,7 @@ class Config:
         return [f.name for f in fields(self) if f.compare and getattr(self, f.name) != getattr(other, f.name)]
 
     # ---- validation ---------------------------------------------------------------------
-    def _set(self, name: str, value: Any) -> None:
+    def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
 
     def _validate(self) -> None:
@@ -351,7 +351,7 @@ def _check_buckets(cfg: Config, name: str) -> None:
     object.__setattr__(cfg, name, buckets)
 
 
-def _check_number(name: str, value: Any, lo: float, hi: float) -> float:
+def _check_number(name: str, value: object, lo: float, hi: float) -> float:
     """A real number in [lo, hi] (NumPy's too), as a float."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{name}={_show(value)} is not a number; accepted: a number from {lo} to {hi}")
@@ -364,7 +364,7 @@ def _check_number(name: str, value: Any, lo: float, hi: float) -> float:
     return number
 
 
-def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+def _check_int(name: str, value: object, lo: int, hi: int) -> int:
     """An integer in [lo, hi] (NumPy's too), as an int."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{name}={_show(value)} is not an integer; accepted: an integer from {lo} to {hi}")
@@ -374,7 +374,7 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
     return number
 
 
-def _check_window(value: Any) -> int | str:
+def _check_window(value: object) -> int | str:
     """``online_window``: "auto" (the world size decides, :func:`telemetry.online.detector.online_window`)
     or a number of blocks from 8 to 100000 (an integer, or its digits from the environment)."""
     accepted = (
@@ -406,7 +406,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _check_path(name: str, value: Any) -> str:
+def _check_path(name: str, value: object) -> str:
     """A path as a str that the OS can take: no NUL byte, encodable, no name over 255 bytes."""
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{name}={value!r} must be a path string")
@@ -424,7 +424,7 @@ def _check_path(name: str, value: Any) -> str:
     return path
 
 
-def check_trace_ui_url(name: str, url: Any) -> str:
+def check_trace_ui_url(name: str, url: object) -> str:
     """``url`` when it is empty or an http(s) URL holding ``{trace_id}``; else a ConfigError naming ``name``."""
     if isinstance(url, str) and (not url or (_is_url(url.replace("{trace_id}", "0")) and "{trace_id}" in url)):
         return url
@@ -452,7 +452,7 @@ _FALSE = {"0", "false", "no", "off"}
 _TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 
-def check_tags(tags: Any) -> tuple[str, ...]:
+def check_tags(tags: object) -> tuple[str, ...]:
     """``tags`` (a mapping, or ``key=value`` strings, or one such string comma-separated) -> sorted
     ``key=value`` strings, one per key."""
     if isinstance(tags, str):

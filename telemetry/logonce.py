@@ -1,8 +1,6 @@
-"""Log once, count the rest: how telemetry reports a problem that may repeat every step.
-
-A dead collector or a bad value can fail thousands of times a minute; the log must say so once,
-clearly, and the count must say how often. Each :class:`LogOnce` logs the first occurrence of each
-key and counts every occurrence; ``counts`` is what ``telemetry.stats()`` and the exporters show.
+"""Log once, count the rest: how telemetry reports a problem that may repeat every step. Each
+:class:`LogOnce` logs the first occurrence of each key and counts every one; ``counts`` is what
+``telemetry.stats()`` and the exporters show.
 
 >>> once = LogOnce()
 >>> once("export", "telemetry: export failed: %s (further failures counted)", "timeout")

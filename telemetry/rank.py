@@ -1,37 +1,10 @@
-"""Where this process sits in the job: rank, local rank, world size, node.
+"""Where this process sits in the job: rank, local rank, world size, node (:class:`RankContext`).
 
-Read at ``init`` from the launcher's environment, first match wins (the manual's table, docs/
-integrations.md, lists each with its source):
-
-=================  ======================================================================================
-launcher           variables (rank, local rank, world, local world, node rank)
-=================  ======================================================================================
-kubeflow           PyTorchJob, one process per pod: ``RANK``, ``WORLD_SIZE`` (with ``MASTER_ADDR`` in a
-                   Kubernetes pod) and none of torchrun's local variables: local rank 0, node rank = rank
-torchrun           torchrun / torchelastic and what runs it (``accelerate launch``): ``RANK``,
-                   ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
-deepspeed          DeepSpeed's launcher: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_SIZE``, ``CROSS_RANK``
-ray                Ray Train's TorchTrainer workers: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-                   ``LOCAL_WORLD_SIZE``, ``NODE_RANK``
-env                any other ``RANK`` / ``WORLD_SIZE`` (what torch's env:// reads)
-slurm              ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``, ``SLURM_NTASKS_PER_NODE``, ``SLURM_NODEID``
-openmpi            ``OMPI_COMM_WORLD_RANK``, ``..._LOCAL_RANK``, ``..._SIZE``, ``..._LOCAL_SIZE``, ``..._NODE_RANK``
-mpich              MPICH and Intel MPI (Hydra): ``PMI_RANK``, ``MPI_LOCALRANKID``, ``PMI_SIZE``, ``MPI_LOCALNRANKS``
-=================  ======================================================================================
-
-With none of them, ``torch.distributed``'s process group is the truth (:func:`from_group`): after
-``init_process_group`` (``torch.multiprocessing.spawn``, a hand-written launcher) the rank and world
-size are the group's, and the local rank is this process's place among the group's ranks on the same
-host (each rank posts its host name to the group's store: :func:`exchange_hosts`). Where the
-environment and the group disagree, the group wins (said once). A process with no launcher variables
-and no group yet, but one on its way (:func:`group_may_come`: started by ``multiprocessing``, or
-``MASTER_ADDR``/``MASTER_PORT`` set) waits for the group before it writes anything as any rank. Otherwise
-it is rank 0 of a world of 1.
-
-The node is SLURM's name for it (``SLURMD_NODENAME``) under SLURM, else the host name. In a
-Kubernetes pod (``KUBERNETES_SERVICE_HOST`` set) the pod's name (``POD_NAME``, else the host name,
-which Kubernetes sets to it) and namespace (``POD_NAMESPACE``, else the service account's namespace
-file) are kept too: the run store's rank meta and the Prometheus targets carry them as labels.
+Read at ``init`` from the launcher's environment, first match wins (kubeflow, torchrun, deepspeed, ray,
+any ``RANK``, slurm, openmpi, mpich: each launcher's variables are in docs/integrations.md, "Launchers");
+with none of them, ``torch.distributed``'s process group is the truth (:func:`from_group`,
+:func:`group_may_come`), and where the two disagree the group wins. The node is ``SLURMD_NODENAME``
+under SLURM, else the host name; in a Kubernetes pod its name and namespace are kept too (:func:`_kubernetes`).
 
 >>> RankContext.from_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}).rank
 3
@@ -148,7 +121,9 @@ _NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def _kubernetes(env: Mapping[str, str], host: str, namespace_file: str = _NAMESPACE_FILE) -> tuple[str, str]:
-    """(pod, namespace) inside a Kubernetes pod, else ("", "")."""
+    """(pod, namespace) inside a Kubernetes pod, else ("", ""): ``POD_NAME``, else the host name
+    (which Kubernetes sets to it), and ``POD_NAMESPACE``, else the service account's namespace file.
+    The run store's rank meta and the Prometheus targets carry them as labels."""
     if "KUBERNETES_SERVICE_HOST" not in env and "POD_NAME" not in env:
         return "", ""
     pod = env.get("POD_NAME") or host

@@ -3,7 +3,7 @@
 :class:`RunLog` is a handler on the package's logger (never the root's), from the moment a session knows
 its rank until it shuts down. A warning is said once on the console as before (Python's last-resort
 handler says it when the application configured no logging; the application's handlers when it did)
-and written to the rank's file, which is opened at the first warning: a healthy run has none. A file
+and appended to the rank's file (made at the first warning: a healthy run has none). A file
 that is the process's stderr already (the demo sends its ranks' output there) is not written twice.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import IO
 
 log = logging.getLogger("telemetry")
 LOGS_DIR = "logs"
@@ -26,31 +25,20 @@ class RunLog(logging.Handler):
     def __init__(self, path: str) -> None:
         super().__init__(logging.WARNING)
         self.path = path
-        self._file: IO[str] | None = None
         self._failed = False
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self._failed and not _is_stderr(self.path):
-            try:
-                if self._file is None:
-                    os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                    self._file = open(self.path, "a", encoding="utf-8")  # kept open until close
-                self._file.write(self.format(record) + "\n")
-                self._file.flush()
+            try:  # opened for each warning (they are few): no file held open on the run's disk between them
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(self.format(record) + "\n")
             except (OSError, ValueError):  # a full or read-only disk: the console still says it
                 self._failed = True
         if not configured() and logging.lastResort is not None:
             if record.levelno >= logging.lastResort.level:
                 logging.lastResort.handle(record)
-
-    def close(self) -> None:
-        try:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-        finally:
-            super().close()
 
 
 def _is_stderr(path: str) -> bool:
@@ -75,6 +63,10 @@ def configured() -> bool:
 
 
 def attach(run_dir: str, rank: int) -> RunLog:
+    """The session's log, in place of any an earlier session of this process left (one session at a time:
+    a second would say each warning twice)."""
+    for old in [h for h in log.handlers if isinstance(h, RunLog)]:
+        detach(old)
     handler = RunLog(path_for(run_dir, rank))
     log.addHandler(handler)
     return handler

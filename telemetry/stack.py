@@ -1,46 +1,12 @@
 """``telemetry stack init DIR [--force] [--wheel WHEEL]``: the monitoring stack, written out of the
-installed package for a pip user.
+installed package for a pip user (:func:`init_stack`).
 
-Everything comes from the package's data (:mod:`importlib.resources`), so it works from a wheel:
-
-- ``DIR/prometheus/``: ``prometheus.yml``, ``recording.rules.yml``, ``alerts.rules.yml`` and the rules'
-  promtool tests in ``tests/`` (``promtool test rules DIR/prometheus/tests/*.yml``); ``agent.yml``, for
-  Prometheus in agent mode remote-writing to a central store (not used by the compose file);
-- ``DIR/alertmanager/alertmanager.yml``, ``DIR/grafana/{provisioning,dashboards}/``, ``DIR/otel/collector.yml``;
-- ``DIR/docker-compose.yml``: Prometheus, Alertmanager, the Pushgateway, the OpenTelemetry Collector,
-  Jaeger, Grafana, and the Streamlit dashboard on the runs under ``DIR/runs`` (or ``TELEMETRY_RUNS_DIR``);
-- ``DIR/Dockerfile`` and ``DIR/wheels/``: the dashboard's image. It installs the newest
-  ``training_telemetry-*.whl`` found in ``wheels/`` (the wheel you installed from, copied there when pip
-  recorded one, or the one given with ``--wheel``), else the build argument ``TELEMETRY_SPEC``
-  (default ``training-telemetry[dashboard,otel]==<this version>``) from your package index; torch is
-  the CPU build.
-- ``DIR/runs/``: where your jobs' run directories go; Prometheus reads the file_sd targets the
-  Prometheus sink writes (``runs/prometheus_targets/<job>.json``, beside the run directory, or
-  ``TELEMETRY_PROMETHEUS_SD_DIR``), the dashboard reads the runs.
-
-The training job is not in the compose file: it runs where the user runs it, on this machine, and
-its ranks serve ``/metrics`` on the host (127.0.0.1 by default). How the containerized Prometheus
-reaches them, and the limits of the choice:
-
-- Prometheus stays on compose's bridge network (no host networking: every published port binds
-  127.0.0.1, the same rule the repository's compose file is held to) and maps ``host.docker.internal``
-  to the host's gateway (``extra_hosts: host-gateway``). ``prometheus.yml`` rewrites a target whose
-  address is loopback (``127.x.x.x``, ``localhost``, ``[::1]``) to ``host.docker.internal:<port>``.
-- Docker Desktop (macOS, Windows) forwards ``host.docker.internal`` to the host, so the default
-  ``127.0.0.1`` works unchanged there. We could not run Docker where this was written: that path is
-  documented by Docker, not tested here.
-- Docker Engine on Linux: the gateway is the ``docker0`` bridge (172.17.0.1 by default), and a
-  socket bound to the host's 127.0.0.1 cannot be reached from a container at all. The job must then
-  bind its ranks to the bridge's address: ``TELEMETRY_PROMETHEUS_HOST=172.17.0.1`` (targets then say
-  ``172.17.0.1:<port>``, which the container reaches directly). That address is not loopback: this
-  machine and its containers reach it, other machines have no route to Docker's bridge network,
-  but a neighbour on the same network segment could add one (Linux answers for any of its
-  addresses on any interface) unless a firewall drops it; a host firewall that drops traffic from
-  Docker's networks (ufw's default policy) blocks the scrape itself. Where neither suits, push
-  instead: ``TELEMETRY_PUSHGATEWAY_URL=http://127.0.0.1:9091`` (published on loopback, reached from the
-  host on every platform), with ``TELEMETRY_PROMETHEUS_SD_DIR=off``.
-- One machine: the rewrite sends every loopback target to this host, so a multi-node job's other
-  nodes must serve on an address Prometheus can reach (their own ``TELEMETRY_PROMETHEUS_HOST``).
+Everything comes from the package's data (:mod:`importlib.resources`), so it works from a wheel: the
+Prometheus, Alertmanager, Grafana and collector files (and ``agent.yml``, for Prometheus in agent mode,
+not used by the compose file), ``docker-compose.yml``, the dashboard's ``Dockerfile`` with ``wheels/``,
+and ``runs/`` for the jobs' run directories. The training job is not in the compose file: it runs on
+the host and its ranks serve ``/metrics`` there; how the containerized Prometheus reaches them on
+Docker Desktop and on Linux, and the limits of each way: docs/stack.md, "For a pip user".
 """
 
 from __future__ import annotations
@@ -165,7 +131,14 @@ def _write(dest: str, rel: str, data: bytes) -> None:
 
 def init_stack(dest: str, force: bool = False, wheel: str | None = None, out: TextIO | None = None) -> list[str]:
     """Write the stack into ``dest``; returns the paths written (relative to it). Prints what was
-    written and the next steps to ``out`` (stdout). StackError: a sentence, nothing written."""
+    written and the next steps to ``out`` (stdout). StackError: a sentence, nothing written.
+
+    The dashboard's image installs the newest ``training_telemetry-*.whl`` in ``wheels/`` (the wheel
+    installed from, copied there when pip recorded one, or ``wheel``), else the build argument
+    ``TELEMETRY_SPEC`` (default ``training-telemetry[dashboard,otel]==<this version>``) from the package
+    index; torch is the CPU build. The compose file's dashboard reads ``DIR/runs`` (or
+    ``TELEMETRY_RUNS_DIR``), Prometheus the file_sd targets in ``runs/prometheus_targets/`` (or
+    ``TELEMETRY_PROMETHEUS_SD_DIR``)."""
     out = out or sys.stdout
     _check_dir(dest, force)
     wheel = _check_wheel(wheel) if wheel else installed_wheel()

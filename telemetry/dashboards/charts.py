@@ -4,6 +4,8 @@ colour-blind-safe scheme."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import altair as alt
 import pandas as pd
 
@@ -71,9 +73,11 @@ def heatmap(df: pd.DataFrame, title: str, marked: dict[int, str], value: str = "
         rank_title = "rank"
     lo, hi = (float(df[value].quantile(q)) for q in (0.01, 0.99)) if df[value].notna().any() else (0.0, 1.0)
     # the rows in rank order and the y axis in the order they come (sort=None): a sort by a list of labels
-    # is an expression evaluated for every cell, which Streamlit's Vega (its CSP-safe interpreter, not
-    # compiled code) took 0.4 s over for 40,000 cells in headless Chromium here
-    df = df.sort_values(["rank", "step"], kind="stable")[["step", "label", value]]  # what it draws: no more sent
+    # is an expression evaluated for every cell, slow over tens of thousands of cells in Streamlit's Vega
+    # (its CSP-safe interpreter, not compiled code: bench/RESULTS.md, "Dashboard in headless Chromium")
+    df = cast(
+        pd.DataFrame, df.sort_values(["rank", "step"], kind="stable")[["step", "label", value]]
+    )  # what it draws: no more sent
     return (
         alt.Chart(df)
         .mark_rect()
@@ -136,7 +140,7 @@ def rank_bars(df: pd.DataFrame, value: str, title: str, marked: dict[int, str], 
         title = f"{title}: the {most} highest of {len(df):,} ranks" + (
             ", and the ranks findings name" if marked else ""
         )
-        df = pd.concat([top, df[df["rank"].isin(list(marked))]]).drop_duplicates("rank")
+        df = pd.concat([top, cast(pd.DataFrame, df[df["rank"].isin(list(marked))])]).drop_duplicates("rank")
     df = df.sort_values("rank", kind="stable")  # the y axis in the order the rows come (sort=None: see heatmap)
     df = df.assign(label=[f"{r}  <- {marked[r]}" if r in marked else str(r) for r in df["rank"]])
     order = list(dict.fromkeys(df["label"]))

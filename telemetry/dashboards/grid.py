@@ -3,6 +3,8 @@ chart can hold before consecutive steps are grouped into blocks. No Streamlit he
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -13,10 +15,9 @@ MAX_LINE_POINTS = 2000  # steps per line chart, beyond which consecutive steps a
 # ranks are grouped into at most this many bands (each cell the band's highest: a slow rank shows), so
 # that a 10,000-rank heatmap is a picture a page can hold (1,024 rows were 0.7 px each) and a browser draws
 MAX_HEATMAP_ROWS = 256
-# ... and, banded, into no more bands than keep the cells at this many (at least 64 bands): a browser draws
-# a cell in about 30-40 us here (headless Chromium, 2 cores): 256 bands of 157 columns drew in 1-2 s, each
-# band 2.4 px of a 720 px chart; at 20,000 cells the views with a heatmap took 2.9-3.3 s to be drawn at
-# 10^8 records, at 10,000 0.3 s less; 10,000 ranks x 157 columns are now 64 bands of 157, 11 px each
+# ... and, banded, into no more bands than keep the cells at this many (at least 64 bands): a browser's
+# time to draw a heatmap grows with its cells (bench/RESULTS.md, "Dashboard in headless Chromium"), and
+# 256 bands of a 720 px chart are under 3 px each; 10,000 ranks x 157 columns are 64 bands of 157
 MAX_HEATMAP_CELLS = 10_000
 MIN_HEATMAP_BANDS = 64
 
@@ -81,6 +82,6 @@ def grid_cells(
 def rank_bands(cells: pd.DataFrame) -> tuple[list[tuple[int, int]], int]:
     """The bands of cells :func:`grid_cells` grouped by rank (a ``last_rank`` column): each band's first
     and last rank, in rank order, and the ranks a band holds."""
-    b = cells[["rank", "last_rank"]].drop_duplicates().sort_values("rank")
+    b = cast(pd.DataFrame, cells[["rank", "last_rank"]]).drop_duplicates().sort_values("rank")
     pairs = list(zip(b["rank"].astype(int).tolist(), b["last_rank"].astype(int).tolist()))
     return pairs, pairs[0][1] - pairs[0][0] + 1

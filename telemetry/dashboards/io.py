@@ -1,24 +1,18 @@
-"""The I/O view's tables: checkpoints save by save, the input per rank, and the network per node, from
-the steps table's ``io.*`` and ``dev.*`` columns (each an (R, S) grid of the StepMatrix, NaN where a
-row lacks it). Each part is empty when the run has none of its columns. No Streamlit here.
+"""The I/O view's tables: checkpoints save by save (:func:`checkpoint_saves`, :func:`checkpoint_lines`,
+:func:`checkpoint_per_rank`), the input per rank (:func:`input_per_rank`) and the network per node
+(:func:`network`), from the steps table's ``io.*`` and ``dev.*`` columns (each an (R, S) grid of the
+StepMatrix, NaN where a row lacks it). Each part is empty when the run has none of its columns. No
+Streamlit here.
 
-**Checkpoints.** A row per rank and step that holds one: a save (``io.checkpoint_saves`` > 0), time
-blocked without a save (a load), or an async save's upload (``io.checkpoint_async_s``) completing.
-Bandwidth is the step's bytes over the rank's own storage seconds (``io.checkpoint_io_s``): a DCP
-save ends with every rank waiting for the slowest, so only that part tells a slow rank's storage
-apart. Where the storage time is 0 (``telemetry.checkpoint``, a DCP storage layer we cannot count),
-it is the bytes over the time blocked plus the async upload, as the slow_checkpoint detector does,
-and ``bandwidth from`` says which.
-
-**Counters.** ``dev.*`` counters (``input_fetch_seconds``, ``nic_bytes_*``, ``nic_errors_*``,
-``gpu_nvlink_errors_*``) hold the reading at each step's end. Their growth over the chosen steps is
-counted from the reading at the end of the step before them (from the end of the first chosen step
-when there is none before it: the time of that step is then left out too), a reading that went back
-(a reset, a restart) counting from 0 again. Rates divide by the rank's time in those steps (step time,
-data wait included): time between steps is not counted.
+Two rules: a checkpoint's bandwidth is its bytes over the rank's own storage seconds (a DCP save ends
+with every rank waiting for the slowest), else over the time blocked plus the async upload, as the
+slow_checkpoint detector does; a counter's growth counts from the reading at the end of the step
+before the chosen ones (:func:`growth`). More: docs/dashboard.md, "The I/O view".
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -123,7 +117,13 @@ def checkpoint_lines(
     lines = pd.concat(
         [
             pd.DataFrame({"step": g.median().index, "rank": "median over ranks", "value": g.median().to_numpy()}),
-            pd.DataFrame({"step": g.min().index, "rank": "lowest rank", "value": g.min().to_numpy()}),
+            pd.DataFrame(
+                {
+                    "step": cast(pd.Series, g.min()).index,
+                    "rank": "lowest rank",
+                    "value": cast(pd.Series, g.min()).to_numpy(),
+                }
+            ),
         ],
         ignore_index=True,
     )
@@ -143,16 +143,19 @@ def checkpoint_per_rank(saves: pd.DataFrame) -> pd.DataFrame:
         kinds = sorted(set(v) - {""})
         return kinds[0] if len(kinds) == 1 else ("mixed" if kinds else "")
 
-    return pd.DataFrame(
-        {
-            "saves": g["saves"].sum().astype(int),
-            "blocking s (total)": g["blocking s"].sum(),
-            "async s (total)": g["async s"].sum(),
-            "MB (total)": g["MB"].sum(),
-            "median MB/s": g["MB/s"].median(),
-            "bandwidth from": g["bandwidth from"].agg(source),
-        }
-    ).reset_index()[cols]
+    return cast(
+        pd.DataFrame,
+        pd.DataFrame(
+            {
+                "saves": cast(pd.Series, g["saves"].sum()).astype(int),
+                "blocking s (total)": g["blocking s"].sum(),
+                "async s (total)": g["async s"].sum(),
+                "MB (total)": g["MB"].sum(),
+                "median MB/s": g["MB/s"].median(),
+                "bandwidth from": g["bandwidth from"].agg(source),
+            }
+        ).reset_index()[cols],
+    )
 
 
 def _step_time(m: StepMatrix) -> np.ndarray:
@@ -255,7 +258,7 @@ def input_per_rank(m: StepMatrix, steps: tuple[int, int] | None = None, ranks: l
             out["worker fetch s"] = fetch[0]
             busy = fetch[0] / (span_time(m, fetch[1]) * np.maximum(np.nan_to_num(n, nan=1.0), 1.0))
             out["% workers busy"] = 100 * busy
-    return out[_rows(m, ranks)].reset_index(drop=True)
+    return cast(pd.DataFrame, out[_rows(m, ranks)]).reset_index(drop=True)
 
 
 def network_signals(m: StepMatrix) -> list[str]:
@@ -299,14 +302,14 @@ def network(
     per["node"] = m.nodes if m.nodes is not None else per["rank"].astype(str)
     for c, title in ((NIC_TX, "NIC sent GB/s"), (NIC_RX, "NIC received GB/s")):
         if c in names:
-            g, span = growth(m, c, cols)
+            g, span = cast("tuple[np.ndarray, np.ndarray]", growth(m, c, cols))  # a network signal it has
             t = span_time(m, span)
             with np.errstate(all="ignore"):
                 per[title] = np.where(t > 0, g / t / GB, np.nan)
     errors = [c for c in names if c.startswith((NIC_ERRORS, NVLINK_ERRORS))]
     for c in errors:
-        per[_label(c)] = growth(m, c, cols)[0]
-    per = per[_rows(m, ranks)]
+        per[_label(c)] = cast("tuple[np.ndarray, np.ndarray]", growth(m, c, cols))[0]
+    per = cast(pd.DataFrame, per[_rows(m, ranks)])
     err = [_label(c) for c in errors]
     if m.nodes is None:
         return per.drop(columns="node").reset_index(drop=True), err, False
@@ -317,6 +320,6 @@ def network(
     if any(e.startswith("NVLink") for e in err):  # a sum of NaN is 0: keep NaN where no rank read one
         for e in err:
             if e.startswith("NVLink"):
-                table[e] = table[e].where(g[e].count() > 0)
+                table[e] = cast(pd.Series, table[e]).where(g[e].count() > 0)
     table.insert(0, "ranks", g["rank"].agg(lambda r: rank_list(list(r))))
     return table.reset_index(), err, True

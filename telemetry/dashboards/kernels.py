@@ -17,8 +17,8 @@ import pandas as pd
 
 from telemetry.analysis.inputs.load import KINETO_TRACES, RunInput
 from telemetry.analysis.traces.breakdown import breakdown
-from telemetry.analysis.traces.waits import summarize
 from telemetry.analysis.traces.captures import read_manifests, trace_path
+from telemetry.analysis.traces.waits import summarize
 from telemetry.steptable.table import TableError
 
 PERFETTO = "https://ui.perfetto.dev"

@@ -2,16 +2,11 @@
 ``python -I -c "from telemetry.dashboards.serve import main; ..." [streamlit run flags]``.
 
 Isolated mode (``-I``): neither the current directory nor PYTHONPATH is on ``sys.path``, so a folder
-that holds its own ``telemetry/`` or ``streamlit/`` can never run its code as the user who opens the
-dashboard (``python -m`` puts the current directory first). Streamlit puts the folder of the script it
-runs first on ``sys.path``: the script lives alone in ``script/`` so that nothing but it is there.
-
-Streamlit runs the app's script only when a browser connects, so a plain ``streamlit run`` makes
-the first visitor wait for every import (pandas, pyarrow, Altair, the detectors: about 2 s here)
-on top of the run's load and analysis. This process imports them and runs the loader and the
-detectors once on a tiny simulated table before it starts serving; the app, run in this same
-process, then finds them ready. Then it reads the run it was given (and its base run), waiting for
-that read (``READY_WAIT_S`` at most) before it serves, so the first visitor does not wait for it either.
+holding its own ``telemetry/`` or ``streamlit/`` never runs its code as the user who opens the
+dashboard; the script lives alone in ``script/``, since Streamlit puts its folder first on ``sys.path``.
+Streamlit runs the script only when a browser connects, so this process imports pandas, pyarrow,
+Altair and the detectors, warms them on a tiny simulated table, and reads the run it was given (at
+most ``READY_WAIT_S``) before it serves: the first visitor waits for none of it.
 """
 
 from __future__ import annotations

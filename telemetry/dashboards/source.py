@@ -12,7 +12,7 @@ import os
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from telemetry.analysis import AnalysisOptions, analyze_run
 from telemetry.analysis.detectors import Analysis
@@ -23,11 +23,11 @@ from telemetry.steptable.matrix import StepMatrix
 from telemetry.steptable.table import TableError
 
 ZOOM_ROWS = 2_000_000  # a long run's chosen steps x ranks of at most this many rows are read row by row
-# a long run's steps of every rank, at most this many, are drawn from its kept picture (load_picture): 4,096
-# steps of 10,000 ranks' picture are read in about 0.35 s here (200 in 0.17 s, 10,000 in 1.2 s)
+# a long run's steps of every rank, at most this many, are drawn from its kept picture (load_picture); the
+# read grows with the steps (bench/RESULTS.md, "Dashboard at 10^8 records")
 PICTURE_STEPS = 4_096
 # of a long run, at most this many records are read with their spans and per-op columns (the Collectives
-# view: about 13 us a record here, so about 3 s)
+# view: its read grows with the records)
 RECORD_ROWS = 200_000
 LIVE_REFRESH_S = 5.0  # a run directory still being written is checked for new steps this often (at least)
 PROMETHEUS_REFRESH_S = 15.0  # a Prometheus job is queried again this often
@@ -86,8 +86,9 @@ class RunView:
     picture: Picture | None = None
 
     @property
-    def matrix(self) -> StepMatrix | None:
-        return self.analysis.matrix
+    def matrix(self) -> StepMatrix:
+        # a view has steps: a run with none is a ViewError (load_view, load_zoom, load_prometheus)
+        return cast(StepMatrix, self.analysis.matrix)
 
 
 def changed_at(path: str) -> float:
@@ -152,33 +153,25 @@ def load_view(path: str, seen: float | None = None) -> RunView:
         raise ViewError("no run chosen: start the dashboard with a run directory or a steps table")
     if not os.path.exists(path):
         raise ViewError(f"{path} does not exist")
-    if os.path.isdir(path):
-        long = _from_blocks(path)
-        if long is not None:
-            return long
     try:
-        run = open_input(path)
+        result = analyze_run(path, options())  # as telemetry analyze reads it: a long run from its blocks
     except (TableError, OSError) as exc:
         raise ViewError(str(exc)) from None
-    if not len(run.table):
+    if result.blocks is not None:
+        return _from_blocks(path, result)
+    if not len(result.input.table):
         raise ViewError(f"{path} holds no steps yet")
-    return _analyzed(run)
+    return _analyzed(result.input, result)
 
 
-def _from_blocks(path: str) -> RunView | None:
-    """A run directory of more than ``coarse.COARSE_ROWS`` rows, as ``telemetry analyze`` reads it:
-    its blocks' medians, analyzed from them (the ranked findings measured again on raw rows); the
-    views draw the blocks. None for a shorter run (read row by row)."""
-    from telemetry.analysis.longrun.blockrun import coarse_analysis
+def _from_blocks(path: str, result: Analysis) -> RunView:
+    """A run directory of more than ``coarse.COARSE_ROWS`` rows as ``analyze_run`` read it: its blocks'
+    medians, analyzed from them (the ranked findings measured again on raw rows); the views draw the
+    blocks."""
     from telemetry.analysis.longrun.kept import KEPT
     from telemetry.store.aggregates import BLOCK
 
-    try:
-        result = coarse_analysis(path, options())
-    except (TableError, OSError) as exc:
-        raise ViewError(str(exc)) from None
-    if result is None or result.blocks is None:
-        return None
+    assert result.blocks is not None
     table, note, s = result.blocks, result.note or "", result.summary
     view = _analyzed(replace(result.input, table=table, records=[]), result)  # records: read for a zoom (load_zoom)
     view.blocks = Blocks(path, BLOCK, s["first_step"], s["last_step"], int(table["rank"].nunique()), note, KEPT in note)
@@ -278,7 +271,7 @@ def load_prometheus(url: str, job: str | None, minutes: float | None) -> RunView
     if not len(run.table):
         if minutes:
             raise ViewError(f"job {job!r} made no step in the last {minutes:.0f} min")
-        raise Collecting(collecting_line(collecting(run)))
+        raise Collecting(collecting_line(cast("dict[str, Any]", collecting(run))))  # no steps: still collecting
     return _analyzed(run, result)
 
 
@@ -371,7 +364,7 @@ def liveness(run: RunInput, now: float) -> Liveness:
     prog = list(run.progress.values())
     if not prog:
         return Liveness(False, None, None, None, False)
-    beats = [p.get("time_s") for p in prog if p.get("time_s")]
+    beats = cast("list[float]", [p.get("time_s") for p in prog if p.get("time_s")])
     ends = [(p.get("last_step"), p.get("last_step_end_s")) for p in prog if p.get("last_step") is not None]
     finished = all(p.get("finished") for p in prog)
     beat = max(beats) if beats else None

@@ -1,41 +1,11 @@
 """Injected faults: the one :class:`Fault` record, ``--inject`` specs for ``telemetry demo``
-(parsing, validation), and what each does in the demo job.
+(:func:`parse_inject`, :func:`check_against_job`), and what each does to a rank (:class:`FaultPlan`).
 
-A :class:`Fault` is the ground truth a detector should find, for the demo job here and for the
-simulator (:mod:`.simulate`, which knows more kinds: ``imbalance``, ``stage_imbalance``,
-``memory_growth``, ``host_overhead`` (host work per step, ``delay_s``, in the step outside any phase),
-intermittent and bounded faults). In the demo every fault is real work or real
-delay inside the training job, on the named rank and phase, so the detectors see what a real job
-would show:
-
-- ``straggler:rank=R,phase=P,factor=F[,start=S]``: rank R's phase P takes F times as long (after the
-  phase's own work, the rank stays busy in that phase for (F-1) x its measured time: a slower device).
-- ``data_stall:rank=R,delay_ms=D[,start=S]``: rank R's data loader takes D ms longer per batch.
-- ``regression:factor=F,start=S[,phase=P]``: from step S every rank's phase P (default: forward,
-  backward and optimizer) does F times its compute: after the phase's own work the rank computes
-  (F-1) x the CPU time that work took (real work, not a sleep: on a machine with fewer cores than
-  ranks a sleep would only hand the CPU to the other ranks, and the job would not get slower).
-- ``slow_comm:factor=F[,start=S]``: every gradient all-reduce does F times the communication work
-  for its payload (inside the call, beneath telemetry's wrapper), as over a link F times slower.
-- ``hang:rank=R,step=S``: rank R stops inside the forward phase of step S and never returns.
-- ``host_gap:delay_ms=D[,start=S]``: from step S every rank does D ms more host work between steps,
-  outside ``telemetry.step`` (a sleep after the step: logging, a synchronizing ``.item()``, evaluation
-  in the loop): the step time is unchanged and the job's busy share falls (a utilization regression).
-- ``cpu_hog:rank=R[,start=S]``: from step S a competing process spins on rank R's CPU, and rank R is
-  pinned to that CPU with it: it gets about half a core (a noisy neighbour, a runaway data worker).
-- ``slow_op:rank=R,op=NAME,factor=F[,start=S]``: from step S rank R's forward also runs the torch op
-  NAME (``exp``, ``softmax``, ``sort``, ``cumsum``) on its logits, over and over, until its forward
-  has taken F times its own compute: one extra heavy op on one rank (what a profiler capture and its
-  diff against a peer should name).
-- ``slow_checkpoint:rank=R,factor=F[,start=S]``: from step S rank R's checkpoint writes take F times
-  as long (after each write its storage writer waits (F-1) x the time the write took: a disk F times
-  slower). The demo then saves a checkpoint every ``--checkpoint-every`` steps (25 unless given).
-- ``slow_input:rank=R,factor=F[,start=S]``: from step S rank R's reads of its token file take F times
-  as long, at least (F-1) ms more per batch (its storage F times slower: I/O wait, not CPU). Every
-  rank reads its batches in order from its own file (``RUN_DIR/data/rank-N.tokens``), written and
-  dropped from the page cache first: the kernel reads it from storage once, ahead of the batches.
-- ``kill:rank=R,step=S``: rank R's process is killed (SIGKILL, as by the OOM killer or a lost pod)
-  inside the forward phase of step S: no shutdown, no last flush. The launcher then stops the job.
+A :class:`Fault` is the ground truth a detector should find, for the demo job and for the simulator
+(:mod:`.simulate`, which knows more kinds). In the demo every fault is real work or real delay inside
+the job, on the named rank and phase (never a sleep where compute is meant: on fewer cores than ranks
+a sleep only hands the CPU to the other ranks), so the detectors see what a real job would show. Each
+spec and what it does: docs/demo.md, "Faults it can inject".
 
 >>> parse_inject("straggler:rank=2,phase=forward,factor=1.5")
 Fault(kind='straggler', ranks=(2,), phase='forward', factor=1.5, start=0, end=None, probability=1.0, delay_s=0.0, stage=None, cause=None, op=None)

@@ -31,9 +31,9 @@ from ..store.segments import write_columns
 from .simulate import COLUMNS, SIM_EPOCH_S, Scenario, rank_table, simulate_chunks, simulate_pieces
 
 RANKS_PER_NODE = 8
-# (rank, step) cells simulated, or turned into rows, at once: the process peaked at 0.83 GiB writing
-# 10,000 ranks, against 5.5 GiB when a piece of 2,048 steps of every rank was held whole
-# (bench/simulate_memory.py).
+# (rank, step) cells simulated, or turned into rows, at once: bounds the process's memory whatever the
+# ranks, where a piece of 2,048 steps of every rank held whole grew with them (bench/RESULTS.md,
+# "Simulate at 10,000 ranks: peak memory").
 MAX_CELLS = 2_000_000
 
 

@@ -1,36 +1,10 @@
 """A documented simulation of synchronous data-parallel steps, for scoring detectors.
 
-Model of step s on rank r: the rank starts when its previous optimizer step ends,
-start_r = end(s-1) + o_r(s-1); it waits for data d_r, computes forward f_r and backward b_r, then
-meets all ranks in the gradient all-reduce (inside backward), which ends when the last rank
-arrives plus the collective's own time c; then its optimizer o_r. So
-
-    arrival_r = start_r + d_r + f_r + b_r,   end(s) = max_r arrival_r + c,
-    comm_s(r) = end(s) - arrival_r  (waiting for the last rank, plus c),
-    duration_s(r) = f_r + b_r + comm_s(r) + o_r,   data_s(r) = d_r.
-
-A slow optimizer on one rank therefore delays its next arrival, as it does in a real job.
-
-Each phase time is base x static rank factor x per-step lognormal jitter, independent per phase.
-Noise traps: warm-up (first steps slower), one-off spikes on one rank (GC, page faults),
-checkpoint steps that hit every rank, static rank differences, heavy jitter, large worlds, host work
-between steps (``gap_s``).
-Faults (each a :class:`Fault`, the ground truth): straggler (persistent, from/to a step, or
-intermittent with a probability per step), data_stall, slow_comm, regression, moving imbalance
-(per-step work factors shared by a rank's phases), stage imbalance (pipeline groups), memory growth,
-host overhead in the step (``host_overhead``: host work outside any phase, before the all-reduce:
-Python, launches; the device idles in it) and between steps (``host_gap``: work outside
-``telemetry.step``). The true cost of a fault is measured by simulating the same random draws without it.
-
-Device signals (``gpu_signals=True``; off by default, so the tables of scenarios without them stay as
-they were): per rank, NVML's GPU utilization (any kernel running: the phases' compute and the
-collective's kernel, which spins while it waits for the last rank), SM activity (compute kernels keep
-85% of the SMs busy, the collective's kernel 6%) and MFU (42% of peak while computing), each over the
-rank's time from one step's start to the next (data wait and host gaps idle), with 1% noise, then
-sampled every ``sample_s`` seconds of job time: each step carries the time-weighted mean of the sample
-window its end falls in, as the device sampler's readings are attributed to steps by time. A job whose
-ranks compute 60-80% of the time (the common case) is a healthy scenario with a larger ``comm_s``
-(exposed communication), ``data_s`` or ``gap_s``: ``Scenario(comm_s=0.012)`` computes about 70%.
+:class:`Scenario` is the job (its step model is in its docstring), :class:`~.faults.Fault` each injected
+fault (the ground truth); :func:`simulate` gives the steps table the job would write (pieces for long
+jobs: :func:`simulate_chunks`, :func:`simulate_pieces`), with device signals when ``gpu_signals`` is on
+(:func:`_device_signals`). The true cost of a fault is measured by simulating the same random draws
+without it (:func:`true_slowdown`).
 
 >>> table = simulate(Scenario(ranks=8, steps=100, faults=(Fault("straggler", ranks=(3,), phase="forward", factor=1.5),)))
 """
@@ -49,6 +23,25 @@ PHASES = {"forward": 0.010, "backward": 0.020, "optimizer": 0.004}
 
 @dataclass(frozen=True)
 class Scenario:
+    """A simulated job. Step s on rank r starts when its previous optimizer step ends,
+    start_r = end(s-1) + o_r(s-1); it waits for data d_r, computes forward f_r and backward b_r, then
+    meets all ranks in the gradient all-reduce (inside backward), which ends when the last rank
+    arrives plus the collective's own time c; then its optimizer o_r. So::
+
+        arrival_r = start_r + d_r + f_r + b_r,   end(s) = max_r arrival_r + c,
+        comm_s(r) = end(s) - arrival_r  (waiting for the last rank, plus c),
+        duration_s(r) = f_r + b_r + comm_s(r) + o_r,   data_s(r) = d_r.
+
+    A slow optimizer on one rank therefore delays its next arrival, as in a real job. Each phase time is
+    base x static rank factor x per-step lognormal jitter, independent per phase. Noise traps: warm-up,
+    one-off spikes on one rank, checkpoint steps that hit every rank, static rank differences, heavy
+    jitter, large worlds, host work between steps (``gap_s``). Faults beyond the demo's: moving
+    imbalance (per-step work factors shared by a rank's phases), stage imbalance (pipeline groups),
+    memory growth, ``host_overhead`` (host work in the step outside any phase, before the all-reduce),
+    intermittent and bounded faults. A job whose ranks compute 60-80% of the time (the common case)
+    is a healthy scenario with a larger ``comm_s``, ``data_s`` or ``gap_s``: ``Scenario(comm_s=0.012)``
+    computes about 70%."""
+
     name: str = "scenario"
     ranks: int = 8
     steps: int = 300
@@ -65,7 +58,7 @@ class Scenario:
     gap_s: float = 0.0  # host work between steps (outside telemetry.step): the next step starts this much later
     stages: int = 1
     ranks_per_node: int = 0  # > 0: a node column (node0, node1, ...), consecutive ranks per node
-    gpu_signals: bool = False  # add dev.gpu_utilization_ratio, dev.gpu_sm_activity_ratio and mfu (see above)
+    gpu_signals: bool = False  # add dev.gpu_utilization_ratio, dev.gpu_sm_activity_ratio and mfu (_device_signals)
     sample_s: float = 1.0  # the device signals' sampling period, seconds of job time
     faults: tuple[Fault, ...] = field(default_factory=tuple)
 
@@ -78,7 +71,7 @@ def _active(f: Fault, s: int, coin: float) -> bool:
 
 
 SIM_EPOCH_S = 1.7e9  # the simulated job's first step starts here (telemetry simulate moves it to the run's start)
-CHUNK_CELLS = 20_000_000  # ranks x steps simulated at once (random draws included): about 1.5 GB
+CHUNK_CELLS = 20_000_000  # ranks x steps simulated at once (random draws included): bounds a piece's memory
 
 
 def simulate(sc: Scenario) -> pd.DataFrame:
@@ -283,8 +276,14 @@ GPU_BUSY = {"sm_compute": 0.85, "sm_comm": 0.06, "mfu_compute": 0.42, "kernel_ga
 
 
 def _device_signals(table: pd.DataFrame, sc: Scenario, lo: int) -> None:
-    """GPU utilization, SM activity and MFU per rank and step (see the module doc), sampled every
-    ``sc.sample_s`` seconds of job time within this piece of the table (steps lo..)."""
+    """GPU utilization, SM activity and MFU per rank and step, sampled every ``sc.sample_s`` seconds of
+    job time within this piece of the table (steps lo..). Off by default, so that the tables of
+    scenarios without them stay as they were. Per rank, over its time from one step's start to the
+    next (data wait and host gaps idle), with 1% noise: NVML's GPU utilization (any kernel running: the
+    phases' compute and the collective's kernel, which spins while it waits for the last rank), SM
+    activity (compute kernels keep 85% of the SMs busy, the collective's kernel 6%) and MFU (42% of peak
+    while computing); each step carries the time-weighted mean of the sample window its end falls in,
+    as the device sampler's readings are attributed to steps by time."""
     R = sc.ranks
     n = len(table) // R
 

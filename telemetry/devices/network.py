@@ -1,38 +1,12 @@
-"""The node's RDMA NICs (InfiniBand, RoCE), read from the kernel's port counters on the sampler thread.
+"""The node's RDMA NICs (InfiniBand, RoCE), read from the kernel's port counters on the sampler thread
+(:class:`NicSource`, :func:`build_network_sources`).
 
-=========================================  =============================================================
-reading                                    what it is (a counter: the node's total since telemetry started)
-=========================================  =============================================================
-nic_bytes_tx                               bytes sent through every RDMA port of the node
-                                           (``port_xmit_data`` x 4: the kernel counts 4-byte words)
-nic_bytes_rx                               bytes received (``port_rcv_data`` x 4)
-nic_errors_<counter>                       errors counted by the ports' counter file ``<counter>``:
-                                           symbol_error, link_downed, port_rcv_errors,
-                                           link_error_recovery, port_xmit_discards,
-                                           local_link_integrity_errors,
-                                           excessive_buffer_overrun_errors (those the ports have)
-=========================================  =============================================================
-
-Source: ``/sys/class/infiniband/<dev>/ports/<port>/counters/<counter>``, summed over every device and
-port of the node. These are node totals: every process on the node counts (other jobs, a filesystem
-over InfiniBand), the port a rank's traffic took is not told apart (read the files themselves for
-that), and every rank on a node reads the same counters (Prometheus has one series per rank: take
-``max by (node)``). A machine without RDMA devices gets no source (its reason is said once, by the
-sampler) and records nothing: never a false 0.
-
-The totals only grow. Each file's last value is kept and its growth since then added; a file whose
-value went back (counters reset, a device removed and added again) counts from 0 again (its new
-value is its growth), so a rate taken downstream is never negative. A reset followed within one
-interval by more growth than the old value is not seen. A file seen for the first time (a port
-that appeared) counts from its first value. A file that cannot be read or parsed is skipped for
-that reading (said once per file; its growth is counted when it reads again) and a reading none
-of whose files could be read is left out. A counter the kernel stops at its maximum (older ports
-without 64-bit counters; the error counters are 4 to 16 bits wide) is said once: its growth is no
-longer seen until it is reset.
-
-The ports are listed again every :data:`RESCAN_EVERY` readings and after any reading in which a
-file failed: a port or device that appears later is counted from then on, one that went is
-dropped. A machine whose RDMA driver loads after ``telemetry.init`` is not seen.
+Readings ``nic_bytes_tx``, ``nic_bytes_rx`` (``port_xmit_data`` / ``port_rcv_data`` x 4: the kernel counts
+4-byte words) and ``nic_errors_<counter>``: counters since telemetry started, summed over every device
+and port of ``/sys/class/infiniband``, so node totals (every process on the node counts; every rank on
+a node reads the same: take ``max by (node)``). The rule a reader must know: the totals only grow (a
+counter that went back counts from 0 again), and a machine without RDMA devices records nothing, never
+a false 0. Each reading, the rescans and the limits: docs/instrumenting.md, "Devices and host".
 """
 
 from __future__ import annotations
@@ -91,7 +65,15 @@ def _value(path: str) -> int:
 
 
 class NicSource:
-    """The node's RDMA port counters as node totals since this source started."""
+    """The node's RDMA port counters as node totals since this source started.
+
+    Each file's last value is kept and its growth since then added; a file whose value went back
+    counts from 0 again (its new value is its growth): a reset followed within one interval by more
+    growth than the old value is not seen. A file seen for the first time counts from its first value;
+    one that cannot be read is skipped for that reading (said once; its growth counts when it reads
+    again), and a reading none of whose files could be read is left out. A counter stopped at its
+    maximum is said once. The ports are listed again every :data:`RESCAN_EVERY` readings and after a
+    failed read; a machine whose RDMA driver loads after ``telemetry.init`` is not seen."""
 
     def __init__(self, root: str = "/sys", rescan_every: int = RESCAN_EVERY) -> None:
         self.base = os.path.join(root, "class", "infiniband")

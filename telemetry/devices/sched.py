@@ -1,31 +1,12 @@
 """The scheduler's account of a rank, read on the sampler thread at its interval: how long the
-training thread waited for a CPU, whether its cgroup's CPU quota throttled it, and the host's CPU
-pressure.
+training thread waited for a CPU (:class:`ThreadSchedSource`, from its ``schedstat``), whether its
+cgroup's CPU quota throttled it (:class:`CgroupCpuSource`, v1 or v2, :class:`CpuCgroup`), and the host's
+CPU pressure (:class:`PressureSource`, PSI); :func:`build_sched_sources` builds those the platform has.
 
-=================================  ==================================================================
-reading                            what it is (over the sampler's last interval; totals since start)
-=================================  ==================================================================
-cpu_running_ratio                  seconds per second the training thread ran on a CPU
-cpu_runqueue_wait_ratio            seconds per second it was runnable but waited on a run queue
-cpu_runqueue_wait_seconds          its total run-queue wait (a counter)
-cpu_throttled_ratio                seconds per second its cgroup was throttled by the CPU quota
-                                   (summed over CPUs: above 1 when several CPUs were throttled at once)
-cpu_throttled_seconds              the cgroup's total throttled time (a counter)
-cpu_throttled_periods_ratio        the share of the quota's enforcement periods that were throttled
-cpu_throttled_periods              the cgroup's throttled periods (a counter)
-cpu_quota_cores                    the cgroup's CPU quota in cores (quota / period); absent unlimited
-cpu_pressure_some_ratio            seconds per second some task on the host waited for a CPU (PSI)
-=================================  ==================================================================
-
-Sources: ``/proc/<pid>/task/<tid>/schedstat`` (the training thread: the one that called
-``telemetry.init``; run time and run-queue delay in ns), the CPU controller's ``cpu.stat`` of the
-process's own cgroup (``/proc/self/cgroup``, found through ``/proc/self/mountinfo``: v1's
-``nr_periods``, ``nr_throttled``, ``throttled_time`` (ns) with ``cpu.cfs_quota_us`` and
-``cpu.cfs_period_us``; v2's ``nr_periods``, ``nr_throttled``, ``throttled_usec`` with ``cpu.max``),
-and ``/proc/pressure/cpu`` (``some ... total=`` in µs). A source the platform lacks is not built
-(its reason is said once, by the sampler) and records nothing: never a false 0. The cgroup is
-looked up again at every reading (a process moved into another cgroup is followed; the interval of
-the move gives no rates). A quota set on an ancestor cgroup only is not seen.
+Ratios are seconds per second over the sampler's last interval, totals are counters since start. A
+source the platform lacks is not built (said once) and records nothing: never a false 0. The cgroup is
+looked up again at every reading; a quota set on an ancestor only is not seen. Each reading:
+docs/instrumenting.md, "Devices and host".
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
-"""Bytes this rank read from storage: its own process and its children (a DataLoader's workers, and
-anything they start), from the kernel's per-process I/O accounting, read on the sampler thread.
+"""Bytes this rank read from storage (``storage_read_bytes``, a counter the pipeline turns into each
+step's ``io.read_bytes``): its own process and its children (a DataLoader's workers, and anything they
+start), from ``read_bytes`` of ``/proc/<pid>/io``, read on the sampler thread (:class:`StorageSource`).
 
-=====================  ====================================================================
-reading                what it is
-=====================  ====================================================================
-storage_read_bytes     bytes the rank's process and its children read from storage since
-                       telemetry started (a counter; the pipeline turns it into each step's
-                       ``io.read_bytes``)
-=====================  ====================================================================
-
-Source: ``read_bytes`` of ``/proc/<pid>/io``: bytes the process caused to be fetched from the storage
-layer. A read served from the page cache is not a storage read and is not counted (a dataset read twice
-from a warm cache reads 0 bytes the second time); a network filesystem's reads count where the
-filesystem accounts them (NFS does; a FUSE mount counts in its daemon, which is not the rank's child).
-The children are found through ``/proc/<pid>/task/<tid>/children`` (the kernel's list, one file per
-thread), and their children in turn; where the kernel lacks those files, through psutil (a walk of
-every process).
-
-The total only grows. Each process's count is followed from the reading it was first seen at (a child
-started since the last reading counts from 0: it began there); a child that exits between two
-readings loses what it read since the last one (at most one interval's bytes; the kernel gives a
-parent its dead children's counts only through taskstats, which needs privileges). A pid that comes
-back as another process with a smaller count counts from 0 again.
+A page-cache hit is not a storage read (a dataset read twice from a warm cache reads 0 bytes the
+second time). Children are found through ``/proc/<pid>/task/<tid>/children``, else psutil. The total
+only grows: a child is followed from the reading it was first seen at (one started since counts from
+0), a child that exits between two readings loses what it read since the last one, and a pid that
+comes back as another process with a smaller count counts from 0 again. More: docs/instrumenting.md,
+"The input pipeline".
 """
 
 from __future__ import annotations

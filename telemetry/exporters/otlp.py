@@ -1,43 +1,13 @@
-"""OpenTelemetry traces (and optionally metrics) over OTLP, built after the fact.
+"""OpenTelemetry traces (and optionally metrics) over OTLP, built after the fact: the ``otlp`` sink.
 
-The pipeline thread turns each exported step record into spans with the exact recorded start and
-end times: every rank emits its own step span (``train.rank_step``) as a child of the job's step
-root (``train.step``), with child spans per phase, per collective (nested in the phase it ran in)
-and for the data wait. The trace id and the root's span id are derived from (job, step), so all
-ranks' spans of step N form one trace without any communication.
-
-Shapes that nest. A rank's step span covers every interval of the step
-(:func:`~telemetry.pipeline.records.span_extent`): the data wait comes before the step's own start
-(the store times a step from its batch's arrival), so the span starts where the wait starts. The
-root is emitted by rank 0, late: it must cover every rank's span of the step, and rank 0 cannot know
-the others' times when it exports its own. Online detection carries them: each rank's block summary
-ends with the extents of the steps it traced, and rank 0's online thread hands them to this sink
-(:class:`~telemetry.pipeline.records.TraceRoots`), which then emits the root from the earliest start
-to the latest end (``training.root_ranks``: how many ranks' spans it covers). So a root arrives a
-block or two (``online_every`` steps) after its step; a block read before every rank posted it waits
-up to 10 s more for the late ranks (``online.detector.LATE_ROOTS_S``). Where no extents come (a single-rank job,
-online detection off, no process group, or nothing within ``ROOT_WAIT_S``, and at shutdown for the
-steps of the last, unposted block) the root is rank 0's own span, with ``training.root_ranks`` 1.
-A trace that only one rank chose (a step slow on that rank alone) gets its root the same way.
-
-Where spans go follows the OpenTelemetry SDK's own ``OTEL_TRACES_EXPORTER`` (the config's
-``otlp_traces_exporter`` when it has one): ``otlp`` (the default) to the collector at
-``otlp_endpoint``, ``console`` printed on this process's stdout by the SDK's ConsoleSpanExporter
-(no collector needed), ``none``: this sink does not start.
-
-Sampling (:class:`StepSampler`): every ``otlp_sample_every``-th step, and always a step that
-failed or took more than twice the median of the rank's last 50 steps (once it has 10). Once
-started, the sink says so in ``run_info["trace_sampler"]`` so that the Prometheus sink puts trace
-exemplars only on the steps whose traces are exported (see :class:`StepSampler`).
-
-Spans go into a bounded queue; a worker thread exports batches, so a dead or silent collector
-costs only that thread. ``stats()`` accounts for every span: ``spans_accepted`` (built and handed
-to the queue) = ``spans_delivered`` + ``dropped`` + ``spans_pending``, and ``spans_dropped`` says
-why each was lost (``queue_full``, ``export_failed``, ``closed_before_delivery``: still queued or
-being exported when the shutdown deadline came). The SDK's own log records of the exports this
-sink runs (retries, failures) are re-logged through the ``telemetry`` logger, prefixed
-``telemetry: otlp:``, at most once a minute per SDK logger; ``last_error`` keeps the first message
-of the latest run of failures (its cause).
+The pipeline thread turns each exported step record into spans with the exact recorded times: each
+rank's ``train.rank_step`` (children per phase, per collective inside its phase, and the data wait)
+under the job's ``train.step`` root, which rank 0 emits late, from every rank's step extents that
+online detection carries (:class:`~telemetry.pipeline.records.TraceRoots`), else from its own span.
+Trace ids come from (job, step), so all ranks' spans of a step are one trace with no communication;
+which steps are traced: :class:`StepSampler`. Spans wait in a bounded queue for a worker thread, so a
+dead collector costs only that thread, and ``stats()`` accounts for every span. The shapes, the
+exporters, sampling and the accounting: docs/exporters.md, "OpenTelemetry".
 """
 
 from __future__ import annotations

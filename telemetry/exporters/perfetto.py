@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from telemetry.analysis.exports import Export
 
 if TYPE_CHECKING:
-    from telemetry.analysis.load import RunInput
+    from telemetry.analysis.inputs.load import RunInput
 
 TRACKS = {"step": 1, "phase": 2, "collective": 3, "data": 4}
 

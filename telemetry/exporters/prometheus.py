@@ -1,37 +1,13 @@
-"""Prometheus: one /metrics endpoint per rank, on ``prometheus_port + local_rank``.
+"""Prometheus: one /metrics endpoint per rank, on ``prometheus_port + local_rank``, from a registry of
+this sink's own (never the process-global one).
 
-Every series carries ``job``, ``rank``, ``local_rank`` and ``node`` (``rank`` is always the
-exporting rank: rank 0's per-rank straggler scores name the scored rank ``scored_rank``); ``phase``,
-``op`` and ``name`` where they apply, each capped at ``max_label_values`` distinct values per rank
-(beyond the cap a value is dropped and counted). Never a step number or a shape as a label. The
-registry is this sink's own, never the process-global one. Scrape with ``honor_labels: true`` so
-that the ``job`` label stays the training job's.
-
-The cardinality budget, ``metrics_level`` (each metric's level is in :mod:`telemetry.metrics.names`):
-``full`` exports everything; ``phase`` leaves out the per-op and per-group families (the collective
-duration histogram, calls, bytes, bandwidth gauges, the per-group counters) but keeps the two per-op
-counters the recorded bus bandwidth and its alert read (``train_collective_seconds_total``,
-``train_collective_bus_bytes_total``); ``job`` also leaves out the per-phase families and the logged
-values (``train_phase_duration_seconds``, ``train_phase_blocked_seconds_total``, ``train_log_value``).
-What is left out is never declared: no family, no ``# HELP`` line, no label value taken from the caps.
-
-No false zeros: a series whose value is not known yet has no sample until its first real value
-(MFU without ``flops_per_token``, tokens or samples per second on a rank whose steps carry none,
-the last step before the first one ends).
-
-I/O, from each step's ``io`` (the steps table's ``io.*`` columns): ``train_checkpoint_seconds_total
-{kind,part}`` counts the step's checkpoint spans (part ``blocking``, or ``async`` for an async save's
-upload) and its own storage seconds ``io.checkpoint_io_s`` (part ``storage``, only when known: see
-:func:`storage_by_kind` for its kind); ``train_input_steps_total`` and ``train_input_ready_steps_total``
-start together at the first step with a watched batch (``io.input_ready``), and
-``train_input_read_bytes_total`` at the first storage reading (``io.read_bytes``).
-
-Exemplars: a bucket of ``train_step_duration_seconds`` carries a ``trace_id`` exemplar only for a
-step whose trace the OTLP sink of this session exports (``run_info["trace_sampler"]``, set by that
-sink once it has started: see ``telemetry.traceids.StepSampler``); without an OTLP sink, no exemplars.
-
-Service discovery (file_sd targets): :mod:`.prometheus_targets`; the collectors read at scrape time:
-:mod:`.prometheus_collectors`.
+Every series carries ``job``, ``rank`` (always the exporting rank: a scored rank is ``scored_rank``),
+``local_rank`` and ``node``; ``phase``, ``op`` and ``name`` are capped at ``max_label_values`` values per
+rank (beyond: dropped and counted); never a step number or a shape as a label. ``metrics_level`` leaves
+whole families out (:mod:`telemetry.metrics.names`), and a value not known yet has no sample: never a
+false zero. Checkpoint I/O by part: :func:`storage_by_kind`; exemplars only on steps the OTLP sink
+exports; targets: :mod:`.prometheus_targets`; scrape-time collectors: :mod:`.prometheus_collectors`. What
+is exported, and why: docs/exporters.md, "Prometheus".
 """
 
 from __future__ import annotations
@@ -45,7 +21,7 @@ import ssl
 import sys
 import time
 import weakref
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeGuard
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -321,7 +297,9 @@ class PrometheusSink(Sink):
                 if child is not None:
                     child.observe(sec)
                     # 0 too: a phase's series starts with the phase, so "no waiting" never reads as "not known"
-                    self._child(self.phase_blocked, "phase", name).inc(r.phase_comm.get(name, 0.0))
+                    blocked = self._child(self.phase_blocked, "phase", name)
+                    if blocked is not None:  # made with the phase's histogram child: the same names
+                        blocked.inc(r.phase_comm.get(name, 0.0))
             for span in r.spans if self.coll_hist is not None else ():
                 if span.kind == rec_types.SPAN_COLLECTIVE:
                     child = self._child(self.coll_hist, "op", span.name)
@@ -349,7 +327,9 @@ class PrometheusSink(Sink):
                 child = self._child(self.group_blocked, "group", group)
                 if child is not None:
                     child.inc(sec)
-                    self._child(self.group_bytes, "group", group).inc(nbytes)
+                    group_bytes = self._child(self.group_bytes, "group", group)
+                    if group_bytes is not None:  # made with the group's seconds child: the same names
+                        group_bytes.inc(nbytes)
             if r.io:
                 self._io(r)
             if r.tokens:
@@ -395,11 +375,13 @@ class PrometheusSink(Sink):
         if _finite(nbytes) and nbytes >= 0:
             self.read_bytes.inc(nbytes)
 
-    def progress(self, p: Progress) -> None:
-        if p.device:
-            self._device = p.device
-        self.step_open.set(max(0.0, p.time_s - p.open_step_since_s) if p.open_step_since_s else 0.0)
-        self.in_coll.set(1 if p.collective else 0)
+    def progress(self, progress: Progress) -> None:
+        if progress.device:
+            self._device = progress.device
+        self.step_open.set(
+            max(0.0, progress.time_s - progress.open_step_since_s) if progress.open_step_since_s else 0.0
+        )
+        self.in_coll.set(1 if progress.collective else 0)
         if not self._targets.done and self.ctx.rank == 0:
             self._targets.merge()
 
@@ -431,7 +413,7 @@ class PrometheusSink(Sink):
         return out
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: object) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 

@@ -1,29 +1,13 @@
-"""Timing checkpoints: ``telemetry.checkpoint(...)`` around any save or load, and
-``torch.distributed.checkpoint``'s ``save``, ``async_save`` and ``load`` timed by themselves.
+"""Timing checkpoints: ``telemetry.checkpoint(...)`` around any save or load (:class:`CheckpointTimer`),
+and ``torch.distributed.checkpoint``'s ``save``, ``async_save`` and ``load`` timed by themselves
+(:func:`instrument_checkpoints`; wrapped at once when DCP is imported, else by an import hook).
 
-Each becomes one CHECKPOINT event (recorder/events.py) when the call returns: the time the calling
-thread was blocked in it, the bytes, and the rank's own storage time (the time its storage writer
-or reader took for this rank's part: every rank of a DCP save waits for the slowest at its end, so
-only this part tells the slow rank apart). An ``async_save``'s upload is a second event, not
-blocking, appended when its future completes (by the thread that completes it). In the steps table
-(``io.checkpoint_s``, ``io.checkpoint_async_s``, ``io.checkpoint_bytes``, ``io.checkpoint_io_s``) a
-checkpoint counts in the step in which it returns; one between steps, in the next step, as data wait
-does.
-
-Bytes come from what the storage layer reports, through DCP's public storage interfaces: a save's
-``WriteResult.size_in_bytes`` of this rank's writes (plus the metadata file, on the rank that writes
-it, where the writer is DCP's ``FileSystemWriter``); a load's ``length`` of each stored item this rank
-reads (from the checkpoint's ``Metadata.storage_data``). The storage writer or reader is the one the
-caller passed, or, given only ``checkpoint_id``, a ``FileSystemWriter``/``FileSystemReader`` when
-DCP's own check says the id is a local path (what DCP would pick); else the call is timed without
-bytes (said once). The wrappers never change what the call does or returns, and an exception passes
-through unchanged (the checkpoint is then not counted).
-
-``init`` imports nothing: DCP is wrapped at once when already imported, else by an import hook as
-soon as something imports it (so ``from torch.distributed.checkpoint import save`` after ``init`` gets
-the timed one). Not covered: a name bound before ``init`` (``from torch.distributed.checkpoint import
-save`` ahead of it); checkpoints written by other means (``torch.save``): wrap them in
-``telemetry.checkpoint``.
+Each becomes one CHECKPOINT event (recorder/events.py) when the call returns: the time blocked, the
+bytes the storage layer reports and the rank's own storage time (:class:`_Count`: every rank of a DCP
+save waits for the slowest at its end, so only this part tells the slow rank apart); an async save's
+upload is a second, non-blocking event. The wrappers never change what the call does or returns; an
+exception passes through (the checkpoint is then not counted). The columns and the limits:
+docs/instrumenting.md, "Checkpoints".
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Timing torch.distributed collectives called through the Python API.
+"""Timing torch.distributed collectives called through the Python API (:func:`instrument_collectives`).
 
-``instrument_collectives()`` replaces the public functions in ``torch.distributed`` (and in
-``torch.distributed.distributed_c10d``, where torch's own helpers find them) with thin wrappers
-that read the clock around the call and append one event: op name, bytes moved (from the tensor
-shapes and dtypes), group size and label (its parallel dimension: :mod:`.groups`), and the
-nccl-tests bus-bandwidth factor. A collective called from
-inside another (torch helpers do this) is counted once, as the outer one. The wrappers add no
-collective and no device synchronization; exceptions pass through unchanged.
-
-With ``async_op=True`` (and for isend, irecv, batch_isend_irecv) the returned Work is wrapped: the
-op's duration runs from the call until the Work completes (its future's callback, or the end of
-``wait()`` when that comes first), and the time the caller spent in ``wait()`` is its blocked time.
-
-FSDP (1 and 2) calls these functions through ``torch.distributed`` and is covered. Not covered (see the
-manual, docs/instrumenting.md): code that bound a function before instrumentation (``from torch.distributed import
-all_reduce``), DDP's gradient all-reduce (it runs in C++; use :func:`telemetry.hooks.ddp.ddp_comm_hook`).
-Functional collectives (DTensor's, in eager): :mod:`.functional`. Compiled graphs: not timed.
+The public functions of ``torch.distributed`` (and ``distributed_c10d``, where torch's own helpers find
+them) become thin wrappers that read the clock around the call and append one event: op, bytes (from
+the tensors' shapes and dtypes), group size and label (:mod:`.groups`) and the nccl-tests bus-bandwidth
+factor. A collective called inside another is counted once, as the outer one; no collective and no
+device synchronization is added; exceptions pass through unchanged. An async op's Work is wrapped
+(:class:`_TimedWork`): its duration runs to completion, its blocked time is the caller's ``wait()``.
+What is not covered: docs/instrumenting.md, "Collectives"; DDP: :mod:`.ddp`; functional: :mod:`.functional`.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """``telemetry.watch_dataset(dataset)``: the time a DataLoader's workers spend fetching, seen from the
 dataset they fetch from (the DataLoader's own internals are never touched).
 
-The wrapper times each ``__getitem__``, ``__getitems__`` (a whole batch, where the DataLoader fetches
-that way) or, for an iterable dataset, each ``next()`` of its iterator, in whatever process runs it:
-each DataLoader worker adds its fetch time and item count to its own slot of a small shared-memory
-table (made before the workers start, so a forked or a spawned worker writes the same memory), and
-the rank's device sampler reads the sums at its interval, off the training thread:
-
-=========================  =================================================================
-reading                    what it is (cumulative since the dataset was wrapped)
-=========================  =================================================================
-input_fetch_seconds        seconds spent fetching items, summed over the workers (and the
-                           rank's own process, when the loader has no workers)
-input_fetched_items        items fetched (a ``__getitems__`` call counts its items)
-input_workers              the most workers seen fetching at once (0: the rank fetches itself)
-=========================  =================================================================
-
-Over an interval, ``input_fetch_seconds`` grown by ``input_workers`` x the interval means every worker
-was busy the whole time: more workers (or cheaper items) would help. Limits: at most 64 workers have
-their own slot (worker ``k`` writes slot ``k % 64``; two workers sharing a slot may lose an addition
-that lands at the same instant); a worker killed mid-item loses that item's time; the collate function's
-time is not counted (it runs after the fetch, in the DataLoader).
+:class:`WatchedDataset` (map-style) and :class:`WatchedIterableDataset` time each fetch in whatever
+process runs it; each worker adds its fetch time and item count to its own slot of a small
+shared-memory table (:class:`_Slots`, made before the workers start, so forked and spawned workers
+write the same memory), and the rank's sampler reads the sums off the training thread
+(:class:`_Fetches`): ``input_fetch_seconds``, ``input_fetched_items``, ``input_workers``. Limits: at
+most ``SLOTS`` workers have a slot of their own (two sharing one may lose an addition made at the same
+instant); a worker killed mid-item loses that item's time; the collate function is not counted. More:
+docs/instrumenting.md, "The input pipeline".
 """
 
 from __future__ import annotations

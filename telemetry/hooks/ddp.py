@@ -1,21 +1,12 @@
 """Timing DDP's gradient all-reduce, which runs in C++ and bypasses the Python collectives.
 
-With ``collectives`` on (the default), ``init`` makes every DistributedDataParallel model time its
-gradient all-reduce by itself: at the model's first forward, if no comm hook is registered, ours
-is (DDP's default all-reduce, average over the group, timed per bucket from issue to completion).
-A hook the user registered stays theirs; its collectives are timed only where it calls the Python
-``torch.distributed`` API, and that is said once. (First forward, not construction: DDP takes one
-hook only, and users register theirs after wrapping the model.) By hand, as before::
-
-    model = DistributedDataParallel(model)
-    telemetry.instrument_ddp(model)       # = model.register_comm_hook(None, telemetry.ddp_comm_hook)
-
-DDP overlaps bucket all-reduces with backward compute, and the training thread blocks only at the
-end of backward, waiting for the buckets still in flight. That wait is not visible from Python, so
-the hook estimates it as the last bucket's whole duration (when the last bucket is issued, backward
-compute is over and nothing else runs); earlier buckets count as overlapped (blocked 0). A rank that
-computes slowly issues its last bucket late and waits little, which is what the straggler detector
-needs to see.
+With ``collectives`` on, ``init`` makes every DistributedDataParallel model register :func:`ddp_comm_hook`
+(DDP's default all-reduce, timed per bucket) at its first forward unless it has a hook
+(:func:`auto_instrument_ddp`; first forward, not construction: DDP takes one hook only, and users
+register theirs after wrapping); by hand, :func:`instrument_ddp`. The end-of-backward wait is not
+visible from Python: it is estimated as the last bucket's whole duration, earlier buckets count as
+overlapped (blocked 0), so a rank that computes slowly waits little, as the straggler detector needs.
+More: docs/instrumenting.md, "DDP".
 """
 
 from __future__ import annotations

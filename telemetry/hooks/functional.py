@@ -1,25 +1,14 @@
 """Timing functional collectives (``torch.distributed._functional_collectives``): DTensor's and tensor
-parallelism's collectives, FSDP2's when it uses them, and any code that calls them in eager mode.
+parallelism's collectives, FSDP2's when it uses them, and any code that calls them in eager mode
+(:func:`instrument_functional`).
 
-A functional collective is issued by one call (``funcol.all_reduce(t, "sum", (mesh, dim))``) and
-returns at once an ``AsyncCollectiveTensor``; the caller blocks only when the result is first used,
-in ``wait_tensor``. The module's public functions and its ``wait_tensor`` are replaced (DTensor looks
-them up on the module at each call, so this reaches it) by wrappers that:
-
-- at issue: read the clock, compute the bytes (as nccl-tests counts them) and the group's size and
-  label (its mesh dimension's name: the group argument ``(mesh, dim)`` names it; :mod:`.groups`),
-  and remember the op under its output's storage address;
-- at ``wait_tensor`` of that output (or a view of it): time the wait and emit one collective event:
-  issue to the wait's end (an upper bound of the op's own time: completion is not observable from
-  Python without a device synchronization), blocked = the issue call plus the wait (what the
-  training thread waited).
-
-No device synchronization, no extra collective. Not reached, and so not timed: collectives inside
-compiled graphs (``torch.compile`` calls the ``_c10d_functional`` ops from generated code; while
-Dynamo traces, these wrappers step aside and add nothing to the graph), ``torch.ops._dtensor`` ops
-(DTensor's shard-to-shard all-to-all), and the ops' autograd backward issued by torch itself (the
-``_autograd`` variants' gradients). A result never waited on is forgotten after
-:data:`MAX_IN_FLIGHT` later ops (counted in ``unwaited``).
+The module's public functions and its ``wait_tensor`` are replaced (DTensor looks them up on the module
+at each call): at issue a wrapper reads the clock, the bytes and the group (:mod:`.groups`) and
+remembers the op under its output's storage; at ``wait_tensor`` of that output one collective event is
+emitted, issue to the wait's end (an upper bound: completion is not observable without a device
+synchronization), blocked = the issue call plus the wait. No device synchronization, no extra
+collective. Not reached: compiled graphs, ``torch.ops._dtensor`` ops, and the ``_autograd`` variants'
+gradients issued by torch itself. More: docs/instrumenting.md, "Functional collectives".
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Which parallel dimension a collective belongs to: every process group gets a label.
+"""Which parallel dimension a collective belongs to: every process group gets a label (:func:`group_info`).
 
-- A group of a DeviceMesh dimension with a name (``init_device_mesh(..., mesh_dim_names=("dp",
-  "tp"))``) is labelled by that name (``dp``, ``tp``, ``dp_shard``, ``pp``, ``cp``, ``ep``: as the
-  user named it). It is known three ways, each cheap: a mesh built after ``telemetry.init`` says so
-  as it is built (``DeviceMesh.__init__`` is wrapped), a functional collective over ``(mesh, dim)``
-  names its dimension as it is called, and torch itself describes each dimension's group as
-  ``mesh_<name>`` (its ``group_desc``), which covers a mesh built before ``init``.
-- The default group, and any group of every rank, is ``world`` (unless a named dimension is that
-  group: a 1-D mesh named ``tp`` over the whole job is ``tp``).
-- Any other group is ``g`` and 8 hex digits of a hash of its ranks: the same on every rank of it.
-
-Labels are read once per group (the lookup is a dict and a weak reference per collective) and are
-valid Prometheus label values and column names (``comm_group.<label>_s``).
+A DeviceMesh dimension with a name gives its groups that name (known from a mesh built after ``init``,
+:func:`watch_meshes`; from a functional collective's ``(mesh, dim)``, :func:`mesh_dim_info`; or from
+torch's own ``mesh_<name>`` group description, for a mesh built before ``init``); the default group and
+any group of every rank is ``world`` (unless a named dimension is that group); any other is ``g`` and 8
+hex digits of a hash of its ranks (:func:`of_ranks`). Labels are read once per group and are valid
+Prometheus label values and column names. More: docs/instrumenting.md, "Parallel dimensions".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Hugging Face ``transformers``: ``Trainer(..., callbacks=[TelemetryCallback()])``.
 
-Records every optimizer step (``on_step_begin`` .. ``on_step_end``, numbered by the Trainer's
-``global_step``), its ``optimizer`` phase (``on_pre_optimizer_step`` .. ``on_optimizer_step``),
-``forward`` and ``backward`` through hooks on the model (the Trainer does not expose them; a
-gradient-accumulation micro-step ends at ``on_substep_end``), tokens (the Trainer's
-``num_input_tokens_seen`` when it counts them, else the ``input_ids`` the model was called with),
-and the Trainer's logged scalars (``on_log``: loss, learning rate, grad norm, ...). The Trainer logs
-after a step has ended, so those values are recorded with the step that follows. A checkpoint the
-Trainer saves is marked from ``on_save`` on the main process, after the fact, from its folder's
-files (bytes their sizes, its time the span of their modification times: a lower bound, since the
-Trainer says nothing before it saves; said once), in the step that follows.
-
-``telemetry.init`` is called at ``on_train_begin`` with the keyword arguments given here, unless the
-user started telemetry already; the session it started is shut down at ``on_train_end``.
+Records every optimizer step (numbered by the Trainer's ``global_step``), its ``optimizer`` phase, and
+``forward`` and ``backward`` through hooks on the model (the Trainer does not expose them), with tokens
+and the Trainer's logged scalars (logged after a step has ended, so recorded with the step that
+follows); a checkpoint the Trainer saves is marked after the fact, from its files. ``telemetry.init``
+is called at ``on_train_begin`` with the keyword arguments given here, unless the user started
+telemetry already; the session it started is shut down at ``on_train_end``. What each hook records
+and the limits: docs/integrations.md, "Hugging Face".
 """
 
 from __future__ import annotations

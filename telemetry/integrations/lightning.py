@@ -1,17 +1,11 @@
 """PyTorch Lightning: ``Trainer(..., callbacks=[TelemetryCallback()])``, from ``lightning`` or
 ``pytorch_lightning``, whichever is installed.
 
-A telemetry step is one optimizer step, numbered by ``trainer.global_step``: it begins at the first
-``on_train_batch_start`` after the last optimizer step and ends at the ``on_train_batch_end`` of the
-batch whose optimizer stepped, so with gradient accumulation (batches that skip the optimizer) the
-step numbers stay the Trainer's. Phases: ``forward`` from the batch's start to
-``on_before_backward`` (the training_step and its loss), ``backward`` to ``on_after_backward``,
-``optimizer`` from ``on_before_optimizer_step`` to ``on_before_zero_grad`` (or the batch's end).
-Tokens and samples are counted from the batch (``input_ids``, else its first integer tensor: shapes
-only). Values the module logs with ``self.log`` are recorded from ``trainer.callback_metrics`` at
-each step's end. Each checkpoint the Trainer writes is timed (its strategy's
-``checkpoint_io.save_checkpoint``, on the rank that writes: blocking time and the file's bytes), in
-the step that follows it.
+A telemetry step is one optimizer step, numbered by ``trainer.global_step`` (with gradient accumulation
+it spans the batches up to the one whose optimizer stepped); phases ``forward``, ``backward`` and
+``optimizer`` from the Trainer's hooks; tokens and samples from the batch (shapes only); ``self.log``
+values from ``trainer.callback_metrics``; each checkpoint the Trainer writes timed in the step that
+follows it. The hooks and the limits: docs/integrations.md, "PyTorch Lightning".
 """
 
 from __future__ import annotations

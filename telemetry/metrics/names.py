@@ -2,24 +2,14 @@
 
 The Prometheus sink declares its metrics from these records, the Prometheus reader builds its PromQL
 from them, the rules' and dashboards' tests check every name against :data:`ALL`, and the manual's
-reference is generated from them.
+reference is generated from them. Each metric says the least ``metrics_level`` that exports it
+(:data:`LEVELS`). Conventions (Prometheus'): base units in the name, counters with ``_total``,
+:data:`BASE_LABELS` on every per-rank series, never a step number or a tensor shape as a label value.
 
 >>> STEPS.series
 ('train_steps_total',)
 >>> STEP_DURATION.sum, STEP_DURATION.count
 ('train_step_duration_seconds_sum', 'train_step_duration_seconds_count')
->>> by_series("train_gpu_power_watts") is DEVICE["gpu_power_watts"]
-True
-
-Levels (the setting ``metrics_level``): each metric says the least level that exports it
-(:data:`LEVELS`); a rank at ``phase`` or ``job`` leaves the more detailed families out, under their
-own names and labels unchanged.
-
->>> [m.name for m in ALL if not m.exported_at("phase")][:2]
-['train_collective_duration_seconds', 'train_collective_bytes']
-
-Conventions (Prometheus'): base units in the name, counters with ``_total``, :data:`BASE_LABELS` on
-every per-rank series, never a step number or a tensor shape as a label value.
 """
 
 from __future__ import annotations
@@ -86,10 +76,13 @@ class Metric:
         return BASE_LABELS + self.labels
 
     def exported_at(self, level: str) -> bool:
-        """Whether a rank exports this metric at ``metrics_level`` ``level``.
+        """Whether a rank exports this metric at ``metrics_level`` ``level``: a rank at ``phase`` or
+        ``job`` leaves the more detailed families out, the others under their own names and labels.
 
         >>> PHASE_DURATION.exported_at("phase"), PHASE_DURATION.exported_at("job")
         (True, False)
+        >>> [m.name for m in ALL if not m.exported_at("phase")][:2]
+        ['train_collective_duration_seconds', 'train_collective_bytes']
         """
         return LEVELS.index(level) >= LEVELS.index(self.level)
 
@@ -503,5 +496,9 @@ if len(_BY_SERIES) != sum(len(m.series) for m in ALL):  # pragma: no cover - a d
 
 def by_series(sample_name: str) -> Metric | None:
     """The metric a sample name (``train_steps_total``, ``train_step_duration_seconds_bucket``,
-    ``train_gpu_power_watts``) belongs to, or None when it is none of ours."""
+    ``train_gpu_power_watts``) belongs to, or None when it is none of ours.
+
+    >>> by_series("train_gpu_power_watts") is DEVICE["gpu_power_watts"]
+    True
+    """
     return _BY_SERIES.get(sample_name)

@@ -2,26 +2,12 @@
 ranks and one healthy peer for a few steps, all from the same future step; a job-wide finding is
 captured on the ranks of the run's baseline capture, to be compared with it.
 
-Rank 0's online thread plans (:meth:`Captures.consider`, after each analysis): for a new finding at
-warning or above of kind ``straggler``, ``slow_comm``, ``data_stall`` or ``input_bound`` that names ranks, within the
-budget (at most ``capture_max`` per run, ``capture_min_interval_s`` apart), it picks the peer (the
-unflagged rank whose compute is the median in the latest block, on the first flagged rank's node when
-the ranks per node are known and another rank is there: a peer on the same host shares its CPU,
-memory and network, so what differs is the rank), a first step far enough ahead for every rank to
-hear of it (``online_wait_blocks`` + 2 blocks, and at least 3 s of steps at the latest block's step
-time) and after the last step of the plan before (plans never overlap), writes
-``RUN_DIR/captures/<id>/manifest.json`` and posts the plan under the store key :data:`PLAN_KEY` (the
-latest :data:`POSTED` plans), where every rank's pipeline thread looks once per block it posts
-(:meth:`Captures.poll`, one ``check`` of one key) and arms its
-:class:`~telemetry.recorder.capture.ProfilerCapture` for each plan that names it. The traces land in
-``RUN_DIR/captures/<id>/rank-N.json.gz`` (each rank's own run directory: on a job of several nodes,
-rank 0's holds the manifest and its own trace).
-
-With no finding to capture, the first analysis plans the run's baseline once (``capture_baseline``):
-rank 0 and a peer, roles ``baseline``, counted in ``capture_max`` but not starting its interval. A
-job-wide finding (``regression``, ``utilization_regression``, a ``slow_comm`` or ``data_stall`` with
-no ranks) at warning or above is captured on the baseline's ranks, the manifest naming the baseline
-(``job_wide``, ``baseline``; none when the baseline began after the change did).
+Rank 0's online thread plans (:meth:`Captures.consider`, after each analysis: the kinds in
+:data:`TRIGGERS` at warning or above, within the budget; the peer, preferably on the first flagged
+rank's node; a first step far enough ahead for every rank to hear of it), writes the manifest and posts
+the plan under :data:`PLAN_KEY`; every rank looks once per block it posts (:meth:`Captures.poll`) and
+arms its :class:`~telemetry.recorder.capture.ProfilerCapture`. Who, when, where and the budget:
+docs/captures.md, "Captures on findings".
 """
 
 from __future__ import annotations
@@ -35,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.captures import JOB_WIDE  # without ranks: captured against the baseline
+from ..analysis.traces.captures import JOB_WIDE  # without ranks: captured against the baseline
 from ..logonce import LogOnce
 from ..store.layout import write_json_atomic
 from .wire import FIXED, Block

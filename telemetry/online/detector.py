@@ -19,7 +19,7 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -42,13 +42,18 @@ from .wire import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
+    from torch._C._distributed_c10d import Store  # torch.distributed.Store
+
+    from ..analysis.detectors.utilization import UtilizationParams
     from ..analysis.findings import Finding
+    from .capture import Captures
 
 log = logging.getLogger("telemetry")
 LATE_ROOTS_S = 10.0  # how long a block's trace roots wait for its late ranks' extents
 # The window online_window="auto" keeps: WINDOW_BLOCKS blocks, or WINDOW_ROWS rows (ranks x blocks)
-# where that is fewer, never under WINDOW_MIN_BLOCKS. Rank 0's table and analysis grow with the rows:
-# 500,000 of them took 0.24-0.48 s a block here (10,000 ranks x 50 blocks), 2,000,000 about 1 s.
+# where that is fewer, never under WINDOW_MIN_BLOCKS. Rank 0's table and analysis grow with the rows
+# (the time per block at 10,000 ranks: bench/RESULTS.md, "Online detection at scale").
 WINDOW_BLOCKS = 200
 WINDOW_ROWS = 500_000
 WINDOW_MIN_BLOCKS = 20  # low_utilization needs 20 blocks; a persistent straggler shows after about 7
@@ -58,7 +63,7 @@ def online_window(setting: int | str, world: int) -> int:
     """The blocks rank 0 keeps for analysis: ``setting`` (the ``online_window`` setting) when it is a
     number, as given; for "auto" (the default), 200 up to 2,500 ranks, then 500,000 // ``world`` (50 at
     10,000 ranks), at least 20: a window of rows, so that the gather, table and analysis of a block stay
-    under 1 s at 10,000 ranks."""
+    bounded whatever the world size (bench/RESULTS.md, "Online detection at scale")."""
     if setting != "auto":
         return int(setting)
     return min(WINDOW_BLOCKS, max(WINDOW_MIN_BLOCKS, WINDOW_ROWS // max(1, world)))
@@ -74,7 +79,9 @@ def online_finding(finding: Finding, every: int) -> dict[str, Any]:
     return d
 
 
-def further_rise(table: Any, f: Finding, since: int = -1, utilization: Any = None) -> Finding | None:
+def further_rise(
+    table: pd.DataFrame, f: Finding, since: int = -1, utilization: UtilizationParams | None = None
+) -> Finding | None:
     """A further rise inside the ongoing job-wide finding ``f``, or None. A job-wide change that lasts
     hides a second one after it: the regression search merges adjacent raised segments into one
     finding of the same key, never new again. So ``f``'s own stretch (from its first step, or from
@@ -87,7 +94,7 @@ def further_rise(table: Any, f: Finding, since: int = -1, utilization: Any = Non
     if f.ranks or f.kind not in JOB_WIDE or f.first_step is None:
         return None
     start = max(int(f.first_step), since)
-    part = table[table["step"] >= start]
+    part = cast("pd.DataFrame", table[table["step"] >= start])
     steps = np.unique(part["step"].to_numpy())
     if len(steps) < 2 * MIN_WINDOWS:
         return None
@@ -116,7 +123,7 @@ class OnlineDetector:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         rank: int,
         world: int,
         every: int,
@@ -125,7 +132,7 @@ class OnlineDetector:
         min_interval_s: float = 5.0,
         options: AnalysisOptions | None = None,
         trace_sampler: Callable[[], Callable[[StepRecord], bool]] | None = None,
-        captures: Any = None,
+        captures: Captures | None = None,
     ) -> None:
         self.store = store
         self.captures = captures  # online/capture.py's Captures: profiler captures on findings
@@ -158,7 +165,7 @@ class OnlineDetector:
         self.analyses = 0
         self.analysis_s = 0.0  # rank 0: seconds spent building tables and analyzing, in all
         self.analysis_max_s = 0.0
-        self._results: queue.Queue = queue.Queue()  # OnlineResult, for the pipeline to hand on
+        self._results: queue.Queue[OnlineResult | TraceRoots] = queue.Queue()  # for the pipeline to hand on
         self._inbox: queue.Queue = queue.Queue()
         self._seen: set[tuple] = set()
         self._rises: dict[tuple, int] = {}  # an ongoing job-wide finding's key -> its latest further rise's step
@@ -170,7 +177,7 @@ class OnlineDetector:
         self._stop = threading.Event()
         self._thread = None
         if rank == 0:
-            # Import the analyzer (pandas, the detectors: about 0.5 s here) now, inside init, rather
+            # Import the analyzer (pandas, the detectors: a noticeable pause) now, inside init, rather
             # than in the online thread mid-run, where it would hold the GIL against rank 0's
             # training thread and make rank 0 a straggler of its own telemetry's making.
             from ..analysis import detectors  # noqa: F401 - imported for its cost, paid here
@@ -179,7 +186,7 @@ class OnlineDetector:
             self._thread.start()
 
     # ---- every rank, pipeline thread --------------------------------------------------
-    def poll(self) -> list[OnlineResult]:
+    def poll(self) -> list[OnlineResult | TraceRoots]:
         out = []
         while True:
             try:
@@ -403,7 +410,9 @@ class OnlineDetector:
             self._once("analysis", "telemetry: online analysis failed (further failures counted)", exc_info=True)
         return True  # a failed analysis waits its interval too: no retry storm
 
-    def _further_rises(self, table: Any, ongoing: list[Finding], util: Any) -> list[Finding]:
+    def _further_rises(
+        self, table: pd.DataFrame, ongoing: list[Finding], util: UtilizationParams | None
+    ) -> list[Finding]:
         """Each ongoing job-wide finding searched again from its own first step (or from the latest
         further rise found in it): :func:`further_rise`. One more analysis of those blocks, only while
         such a finding lasts."""
@@ -412,7 +421,7 @@ class OnlineDetector:
             key = (f.kind, (), f.phase)
             g = further_rise(table, f, self._rises.get(key, -1), util)
             if g is not None:
-                self._rises[key] = int(g.first_step)
+                self._rises[key] = int(cast(int, g.first_step))  # further_rise's have steps
                 out.append(g)
         return out
 

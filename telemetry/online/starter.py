@@ -47,7 +47,7 @@ class OnlineStarter:
 
     ``telemetry.init`` usually runs after ``init_process_group``, and detection starts at once; when
     it ran first, each pipeline tick checks (one cheap call) until the group appears. Starting on
-    rank 0 imports the analyzer there (about 0.5 s, once). If the job ends with no group, that is
+    rank 0 imports the analyzer there (a pause, once). If the job ends with no group, that is
     said once at shutdown.
     """
 
@@ -75,7 +75,7 @@ class OnlineStarter:
         if self.try_start() and self.detector is not None:  # (started: a detector)
             self.detector.on_records(records)
 
-    def poll(self) -> list[OnlineResult]:
+    def poll(self) -> list[OnlineResult | TraceRoots]:
         return self.detector.poll() if self.detector is not None else []
 
     def finish(self, budget_s: float) -> list[OnlineResult | TraceRoots]:

@@ -1,16 +1,12 @@
 """Events -> one StepRecord per (rank, step). Runs on the pipeline thread; pure logic, no I/O.
 
-Attribution rule: an event whose time falls after the end of step N-1 and up to the end of step N
-belongs to step N. So the data-loader wait before a step (``for batch in telemetry.watch(loader)``)
-and phases run between steps count towards the next step, while ``duration_s`` is the step's own
-wall time. A finished step is held for one pipeline tick before it is built, so that events
-appended late by other threads (an async collective's completion callback, DDP's bucket
-callbacks) still reach the step their time belongs to.
-``comm_s`` is the time blocked in collectives inside the step's window; per-phase blocked time is
-kept so that detectors can separate compute from waiting.
-
-Values logged as CUDA tensors arrive as PendingValue; a record waits (in order) until its values
-are on the host, for at most ``pending_timeout_s``, then the unread values are dropped and counted.
+The attribution rule: an event whose time falls after the end of step N-1 and up to the end of step N
+belongs to step N, so the data wait before a step and phases run between steps count towards the
+next step, while ``duration_s`` is the step's own wall time. A finished step is held for one pipeline
+tick before it is built, so that events appended late by other threads (an async collective's
+callback, DDP's bucket callbacks) still reach their step. ``comm_s`` is the time blocked in collectives
+inside the step's window, kept per phase too. Values logged as CUDA tensors (PendingValue) are waited
+for, in order, at most ``pending_timeout_s``; then the unread values are dropped and counted.
 """
 
 from __future__ import annotations
@@ -61,9 +57,9 @@ if TYPE_CHECKING:
 
 MAX_SPANS_PER_STEP = 512
 # A batch was already waiting when the loader's next() returned within the larger of READY_NS and a tenth
-# of the step: taking a ready batch off a DataLoader's queue costs 0.1 to a few ms (its tensors' shared
-# memory is passed from the worker: 1.3-4.1 ms p10-p90 with 4 ranks and 8 workers on 2 cores, where a
-# fixed 2 ms called half the healthy ranks' batches late); a batch still being made costs its making
+# of the step: taking a ready batch off a DataLoader's queue is not free (its tensors' shared memory is
+# passed from the worker, slower on a loaded host, where a fixed bound alone called healthy batches late:
+# docs/instrumenting.md, "The input pipeline"); a batch still being made costs its making
 READY_NS = 2_000_000
 READY_SHARE = 10  # of the step's time (its own span: the wait before it is not in it)
 STORAGE_READ = "storage_read_bytes"  # the sampler's reading (devices/storage.py)

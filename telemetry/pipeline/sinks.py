@@ -1,11 +1,10 @@
-"""The one small interface every sink implements, and the guard that isolates a failing one.
+"""The one small interface every sink implements (:class:`Sink`), and the guard that isolates a failing one.
 
 A sink receives batches of :class:`~telemetry.pipeline.records.StepRecord` on a worker thread of its
-own (:mod:`.workers`), one call at a time: it need not be thread-safe, and a sink that blocks delays
-only itself (its backlog is bounded; what does not fit is dropped and counted). Sinks are named
-in the config and found as entry points of the group ``training_telemetry.sinks`` (see
-:mod:`telemetry.plugins`; the built-in ones are declared in pyproject.toml like any other), so the
-recorder imports no exporter and a new backend is one new module plus one entry point.
+own (:mod:`.workers`), one call at a time: it need not be thread-safe, and one that blocks delays only
+itself (its backlog is bounded; what does not fit is dropped and counted). Sinks are found as entry
+points of the group ``training_telemetry.sinks`` (:mod:`telemetry.plugins`; the built-in ones too), so
+the recorder imports no exporter and a new backend is one new module plus one entry point.
 
 >>> class Printer(Sink):
 ...     name = "printer"

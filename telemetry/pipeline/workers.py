@@ -1,23 +1,13 @@
-"""Each sink on a thread of its own, behind a bounded backlog, so that one sink that blocks (an NFS
-stall under the run store, a socket with no timeout, a user's sink) delays no other sink, no step of
-training and no shutdown beyond its bound.
+"""Each sink on a thread of its own (:class:`SinkWorker`), behind a bounded backlog, so that one sink that
+blocks (an NFS stall under the run store, a socket with no timeout, a user's sink) delays no other
+sink, no step of training and no shutdown beyond its bound.
 
-The pipeline thread hands a :class:`SinkWorker` each batch of records, each online result and the
-latest heartbeat; it never waits for the sink. The worker calls its sink (through the
-:class:`~telemetry.pipeline.sinks.GuardedSink` that isolates its failures) one call at a time, in
-order: a sink never sees two calls at once and need not be thread-safe. After each round of work it
-delivers the latest heartbeat (older ones are superseded, never queued) and flushes.
-
-Bounds: a worker holds at most ``max_records`` records not yet written (``sink_backlog_records``).
-A batch that does not fit is dropped, counted in the sink's ``dropped`` (so in
-``train_telemetry_dropped_total{sink}`` and shutdown's warning), and said once. A call that has run
-longer than ``stall_after_s`` is said once (which sink, which call, for how long). At shutdown every
-worker is closed at once and given what is left of the deadline; a worker still inside a call at the
-deadline is abandoned (its thread is a daemon): what it still held is counted as dropped.
-
-Chosen over one thread with deadlines and a watchdog: a call cannot be interrupted in Python, so a
-watchdog can only say that a sink is stuck, not free the thread it holds; a thread per sink costs
-about the same per record (bench/sinks.py) and keeps every other sink moving.
+The pipeline thread hands a worker each batch, online result and the latest heartbeat and never
+waits; the worker calls its sink (through :class:`~telemetry.pipeline.sinks.GuardedSink`) one call at a
+time, in order, so a sink need not be thread-safe. A batch over ``max_records`` is dropped and counted,
+a call past ``stall_after_s`` is said once, and a worker still in a call at the shutdown deadline is
+abandoned (a daemon thread; what it held counts as dropped). A thread per sink, not one thread with a
+watchdog: a Python call cannot be interrupted, so a watchdog could not free the thread a sink holds.
 """
 
 from __future__ import annotations

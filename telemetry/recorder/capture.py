@@ -1,19 +1,13 @@
-"""A profiler capture on the training thread: torch.profiler started at the first planned step's
-begin and stopped at the begin of the step after the last, then written by a thread of its own.
+"""A profiler capture on the training thread (:class:`ProfilerCapture`): torch.profiler started at the
+first planned step's begin and stopped at the begin of the step after the last, then written by a
+thread of its own.
 
-The profiler records the operations of the thread that starts it, so it is started here, from the
-recorder's step begin (:meth:`telemetry.recorder.wall.Recorder._begin_step` calls :meth:`on_step`
-while ``rec.capture`` is set, which it is only while a capture is armed: otherwise the hot path pays
-one attribute test per step). :meth:`arm` is called from the pipeline thread when the job plans a
-capture that names this rank (:mod:`telemetry.online.capture`). Never raises into the training loop:
-a failure is counted and said once, and the capture is dropped.
-
-- A step already past the plan's last when armed: ``missed``.
-- Several plans may be held at once (the job plans them over disjoint steps: a baseline, a finding's,
-  one asked for): each runs in turn, by its first step.
-- The user's own profiler session active: ``skipped`` (said once): two sessions cannot run at once.
-- The trace is exported (``export_chrome_trace``) and gzipped to the plan's path by a daemon thread,
-  never on the training thread; a trace over ``max_bytes`` is deleted and counted ``over_budget``.
+The profiler records the operations of the thread that starts it, so it is started from the
+recorder's step begin (``Recorder._begin_step`` calls :meth:`~ProfilerCapture.on_step` while
+``rec.capture`` is set, only while a capture is armed: otherwise the hot path pays one attribute test
+per step); :meth:`~ProfilerCapture.arm` is called from the pipeline thread when the job plans a capture
+naming this rank (:mod:`telemetry.online.capture`). The rule: it never raises into the training loop (a
+failure is counted and said once, and the capture dropped).
 """
 
 from __future__ import annotations
@@ -31,9 +25,17 @@ from typing import IO, TYPE_CHECKING, Callable
 from ..logonce import LogOnce
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from torch.profiler import profile
 
-    from .wall import Recorder
+    class CaptureHost(Protocol):
+        """What a capture needs of its recorder (a :class:`~telemetry.recorder.wall.Recorder`): the attribute
+        its step begin asks while set, which :meth:`ProfilerCapture.arm` sets and :meth:`ProfilerCapture._done`
+        clears."""
+
+        capture: ProfilerCapture | None
+
 
 log = logging.getLogger("telemetry")
 
@@ -93,7 +95,16 @@ PENDING = 4  # plans held at once (a baseline, a finding's and an asked capture,
 
 
 class ProfilerCapture:
-    def __init__(self, rec: Recorder, rank: int, max_bytes: int = 256 << 20) -> None:
+    """One rank's captures: the plans it holds, the one running, and what became of each (``stats``).
+
+    - A step already past the plan's last when armed: ``missed``.
+    - Several plans may be held at once (the job plans them over disjoint steps: a baseline, a
+      finding's, one asked for): each runs in turn, by its first step.
+    - The user's own profiler session active: ``skipped`` (said once): two sessions cannot run at once.
+    - The trace is exported (``export_chrome_trace``) and gzipped to the plan's path by a daemon thread,
+      never on the training thread; a trace over ``max_bytes`` is deleted and counted ``over_budget``."""
+
+    def __init__(self, rec: CaptureHost, rank: int, max_bytes: int = 256 << 20) -> None:
         self.rec = rec
         self.rank = rank
         self.max_bytes = max_bytes

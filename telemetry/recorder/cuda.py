@@ -1,14 +1,12 @@
 """The CUDA-event recorder: CUDA events recorded on the hot path, read on the pipeline thread.
 
-On a GPU the host returns from a kernel launch long before the kernel ends, so wall-clock phase
-times measure launches, not work. With ``device_timing`` on (the default when CUDA is available),
-every step, phase and collective also records a CUDA event on the current stream at its start and
-end (``event.record()``: no synchronization), in the device-timed event kinds of :mod:`.events`.
-The pipeline waits until the step's end event has completed (``event.query()``, which never
-blocks), places every event on the GPU timeline relative to the step's start event, and assembles
-the record from those GPU times; the events then go back to the pool. An async collective also
-records events around its ``wait()``, where the current stream starts to wait for the
-communication stream.
+On a GPU the host returns from a launch long before the kernel ends, so wall-clock phase times measure
+launches, not work. With ``device_timing`` on (the default with CUDA), every step, phase and collective
+also records a CUDA event on the current stream at its start and end (``event.record()``: no
+synchronization), in the device-timed kinds of :mod:`.events`. The pipeline waits until the step's end
+event has completed (``event.query()``, never blocking), places every event on the GPU timeline from
+the step's start event, and returns the events to the pool. An async collective also records events
+around its ``wait()``, where the current stream starts to wait for the communication stream.
 
 >>> pool = EventPool(factory=lambda: FakeEvent())     # doctest: +SKIP
 """
@@ -17,25 +15,16 @@ from __future__ import annotations
 
 import collections
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from . import events as ev
+from .protocols import TimingEvent as TimingEvent  # re-exported: where the hooks and the pipeline name it
 from .wall import PhaseContext, Recorder, StepContext
 
 if TYPE_CHECKING:
     from types import TracebackType
 
 _STEP_END_DEV, _PHASE_DEV = ev.STEP_END_DEV, ev.PHASE_DEV
-
-
-class TimingEvent(Protocol):
-    """What the recorder needs of a timing event: ``torch.cuda.Event(enable_timing=True)``'s calls."""
-
-    def record(self) -> None: ...
-
-    def query(self) -> bool: ...
-
-    def elapsed_time(self, end_event: "TimingEvent", /) -> float: ...
 
 
 class EventPool:
@@ -95,7 +84,7 @@ class CudaPhase(PhaseContext):
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         clock = self._clock
         t1 = clock()
         try:
@@ -148,7 +137,7 @@ class CudaStep(StepContext):
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         rec = self._rec
         if rec._open is not self:  # never opened (nested: ignored)
             return False

@@ -1,29 +1,11 @@
 """The tuples the hot path appends to the recorder's buffer: their kinds and named field positions.
 
-Timestamps are ``time.perf_counter_ns()`` integers; the pipeline turns them into epoch seconds.
-Every event's field ``T`` is the time it was appended, so the buffer is in time order for one
-thread. An event is one plain tuple (the cheapest thing to build on the hot path); readers index
-it through the names below, never by counting fields. Layouts (index: meaning):
-
-STEP_BEGIN      (0, t_begin, index)                          not appended by the recorders (the STEP_END
-                carries the step's start; the heartbeat reads the open step off the recorder): kept, and
-                skipped by the assembler, for event lists made by hand
-STEP_END        (1, t_end, index, t_begin, ok, tokens, samples)
-PHASE           (2, t_end, name, t_begin, ok)
-COLLECTIVE      (3, t_end, op, t_begin, nbytes, group_size, group_name, blocked_ns, busbw_factor)
-DATA            (4, t_end, t_begin, samples, tokens)          time blocked in a data loader's next()
-LOG             (5, t, {name: value})                        value: float, int or a PendingValue
-DEVICE          (6, t, {name: value})                        a device/host reading (sampler thread)
-CHECKPOINT      (10, t_end, kind, t_begin, nbytes, blocking, io_ns)  a checkpoint save or load: blocking
-                the call the training thread waited in; not blocking, an async save's upload (appended
-                by the thread that ran it, when it ended); io_ns the rank's own storage time, 0 unknown
-
-Device-timed variants (the CUDA recorder): the same fields, then the interval's start and end
-device events (CUDA events recorded on the current stream, read later by the pipeline):
-
-STEP_END_DEV    (7, ...STEP_END fields..., e_begin, e_end)
-PHASE_DEV       (8, ...PHASE fields..., e_begin, e_end)
-COLLECTIVE_DEV  (9, ...COLLECTIVE fields..., e_begin, e_end)
+An event is one plain tuple (the cheapest thing to build on the hot path); readers index it through
+the names below, never by counting fields. Timestamps are ``time.perf_counter_ns()`` integers (the
+pipeline turns them into epoch seconds); every event's ``T`` is the time it was appended, so the
+buffer is in time order for one thread. The device-timed kinds (the CUDA recorder's ``*_DEV``) carry
+their host kind's fields, then the interval's start and end CUDA events (recorded on the current
+stream, read later by the pipeline). What each kind's fields mean: the comments below.
 """
 
 STEP_BEGIN = 0
@@ -45,7 +27,9 @@ HOST_KIND = {STEP_END_DEV: STEP_END, PHASE_DEV: PHASE, COLLECTIVE_DEV: COLLECTIV
 KIND = 0
 T = 1  # when the event was appended (for an interval: its end)
 
-# STEP_BEGIN, STEP_END(_DEV)
+# STEP_BEGIN, STEP_END(_DEV). STEP_BEGIN (kind, t_begin, index) is not appended by the recorders (STEP_END
+# carries the step's start; the heartbeat reads the open step off the recorder): kept, and skipped by the
+# assembler, for event lists made by hand.
 STEP_INDEX = 2
 STEP_T0 = 3
 STEP_OK = 4
@@ -72,15 +56,18 @@ COLL_FACTOR = 8
 COLL_E0 = 9
 COLL_E1 = 10
 
-# DATA
+# DATA: the time blocked in a data loader's next()
 DATA_T0 = 2
 DATA_SAMPLES = 3
 DATA_TOKENS = 4
 
-# LOG, DEVICE
+# LOG, DEVICE: {name: value}; a logged value is a float, an int or a PendingValue; DEVICE is a
+# device/host reading (the sampler thread)
 VALUES = 2
 
-# CHECKPOINT
+# CHECKPOINT: a save or load. Blocking: the call the training thread waited in; not blocking: an async
+# save's upload, appended by the thread that ran it when it ended. CKPT_IO_NS: the rank's own storage time,
+# 0 when unknown.
 CKPT_KIND = 2  # "save" or "load"
 CKPT_T0 = 3
 CKPT_BYTES = 4

@@ -7,13 +7,13 @@ function decorated before ``init`` records once ``init`` runs.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Literal, ParamSpec, TypeVar
 
 from ..usage import UsageErrors
-from .current import phase_decorator, step_decorator
+from .decorators import phase_decorator, step_decorator
 
 if TYPE_CHECKING:
-    from .cuda import TimingEvent
+    from .protocols import TimingEvent
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -27,7 +27,7 @@ class NullContext:
     def __enter__(self) -> "NullContext":
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:

@@ -1,30 +1,17 @@
 """Profiler ranges: every step and phase also opens a ``torch.profiler`` range (``profiler_ranges``).
 
 With ``init(profiler_ranges=True)`` the recorder is one of the two classes below (chosen once, at
-``init``; the default recorders do not change and pay nothing). Each step opens a range named
-``telemetry.step#N`` (N: the step's index, as the run store numbers it) and each phase a range
-named after the phase (``forward``, ...), so that a PyTorch profiler (Kineto) trace of the job
-shows telemetry's steps and phases, and ``telemetry analyze TRACE_DIR`` (:mod:`telemetry.analysis.
-kineto`) reads them back as the run store's own steps and phases. The ranges are user-scope record
-functions (category ``user_annotation`` in the trace, projected onto the GPU timeline as
-``gpu_user_annotation`` by Kineto), opened with ``torch._C._autograd._record_function_with_args_
-enter``/``_exit``: about 2.5 us a range here, with or without a profiler running; a step with three
-phases costs about 10-13 us more than with the default recorder (``bench/profiler_ranges.py``).
-``torch.autograd.profiler.record_function``, the fallback where torch lacks them, costs about 7 us;
-``_RecordFunctionFast`` 0.5 us, but its ranges are ``cpu_op``s, which Kineto does not project onto
-the GPU timeline and no tool reads as annotations. The ranges are open whether or not a profiler
-is recording (checking would save the cost between profiled windows, but
-``_profiler_enabled()`` does not see on-demand (dynolog) profiling or other RecordFunction
-observers such as execution traces). torch is imported only when this is on.
-
-A phase's range encloses its timed interval; a step's range opens just after the step's start is
-read (its index is known then) and closes after its end is read. A step's range therefore holds
-its phases' ranges, which is how the trace reader tells telemetry's phases from other annotations.
+``init``; the default recorders do not change and pay nothing; torch is imported only then). A step
+opens ``telemetry.step#N`` (N: the run store's step index) and a phase a range of its name, user-scope
+record functions (:func:`range_functions`), so that a Kineto trace shows telemetry's steps and phases
+and ``telemetry analyze TRACE_DIR`` reads them back. The rule the trace reader relies on: a phase's
+range encloses its timed interval, and a step's range (opened just after its start is read, closed
+after its end) holds its phases' ranges. The cost per step: bench/RESULTS.md, "Profiler ranges".
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from .cuda import CudaPhase, CudaRecorder, CudaStep
 from .wall import PhaseContext, Recorder, StepContext
@@ -51,7 +38,12 @@ RangeFunctions = tuple[Callable[[str], Any], Callable[[Any], Any]]
 
 def range_functions() -> RangeFunctions:
     """(enter, exit): ``enter(name)`` opens a user-scope profiler range and returns its handle,
-    ``exit(handle)`` closes it. The cheapest pair torch offers."""
+    ``exit(handle)`` closes it. The cheapest pair torch offers whose ranges Kineto projects onto the GPU
+    timeline (``user_annotation``, ``gpu_user_annotation``): ``torch.autograd.profiler.record_function``
+    is the slower fallback where torch lacks it; ``_RecordFunctionFast``'s ranges are ``cpu_op``s, which
+    Kineto does not project and no tool reads as annotations. The ranges are open whether or not a
+    profiler is recording: ``_profiler_enabled()`` does not see on-demand (dynolog) profiling or other
+    RecordFunction observers such as execution traces."""
     import torch
 
     autograd = getattr(torch._C, "_autograd", None)
@@ -70,15 +62,15 @@ def range_functions() -> RangeFunctions:
 
         enter, leave = enter_function, leave_function
 
-    # torch's first range sets itself up (about 0.1 ms here, later ones 2-14 us): pay it now, at init,
-    # not inside the first step, where it would lengthen step 0 and its first phase.
+    # torch's first range sets itself up, far slower than the later ones: pay it now, at init, not
+    # inside the first step, where it would lengthen step 0 and its first phase.
     leave(enter(WARMUP_RANGE))
     return enter, leave
 
 
 class _RangedStep(_StepBase):
     """A step context that is also a profiler range: mixed before a strategy's step class, named in
-    ``_base`` (called directly: super() costs about 3 us a step more here)."""
+    ``_base`` (called directly: super() would cost more on every step)."""
 
     __slots__ = ()
     _base: type[StepContext]
@@ -93,7 +85,7 @@ class _RangedStep(_StepBase):
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         if self._rec._open is not self:
             return False
         self._base.__exit__(self, exc_type, exc, tb)
@@ -122,7 +114,7 @@ class _RangedPhase(_PhaseBase):
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         self._base.__exit__(self, exc_type, exc, tb)
         self._rec._range_exit(self._ranges.pop())
         return False

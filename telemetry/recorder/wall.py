@@ -1,21 +1,8 @@
-"""The wall-clock recorder: timestamps into a bounded in-memory buffer, nothing else.
-
-A :class:`Recorder` is what ``telemetry.step``, ``phase``, ``log``, ``watch`` and the collective
-hooks write to. Each call reads the clock and appends one tuple (see :mod:`.events`); it does no
-I/O, takes no lock that is held across user code, never touches the device, and decides nothing
-per call that could have been decided at ``init``. When the buffer is full the event is dropped
-and counted. The pipeline thread drains the buffer.
-
-Strategies (the CUDA-event recorder in :mod:`.cuda`) subclass :class:`Recorder` through a small
-protected interface: they name their context types (``_step_type``, ``_phase_type``), which the
-recorder makes ahead (one step context per recorder, one phase context per phase name) and hands
-out again at each call. Contexts read the clock through a local (``clock = self._clock; clock()``: called as
-``self._clock()``, a callable held in an attribute is looked up unspecialized, a tenth of a phase's
-cost), append inline (``buf = self._buf``; append while ``len(buf) < self._cap``, else
-``rec._drop()``: a call to ``emit()`` would cost as much as the append itself), open a step inline when they can and with ``_begin_step(ctx)``
-otherwise (nesting, an index to check, a capture armed), and close it inline, as
-:class:`StepContext` does. The open step and phase are read off the contexts by the pipeline
-(``open_step``, ``current_phase``), not written by the hot path.
+"""The wall-clock recorder (:class:`Recorder`, what ``telemetry.step``, ``phase``, ``log``, ``watch`` and the
+collective hooks write to): each call reads the clock and appends one tuple (:mod:`.events`) to a
+bounded buffer, nothing else: no I/O, no lock held across user code, no device, nothing decided per
+call that ``init`` could decide. A full buffer drops and counts; the pipeline thread drains it.
+Strategies (:mod:`.cuda`) subclass :class:`Recorder` (its docstring says how).
 
 >>> rec = Recorder(capacity=1024)
 >>> with rec.step(tokens=128):
@@ -30,11 +17,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Literal, ParamSpec, TypeVar
 
 from ..usage import UsageErrors
 from . import events as ev
-from .current import phase_decorator, step_decorator
+from .decorators import phase_decorator, step_decorator
 from .null import NULL_CONTEXT
 from .values import NotANumber, convert
 
@@ -42,8 +29,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .capture import ProfilerCapture
-    from .cuda import TimingEvent
     from .null import NullContext
+    from .protocols import TimingEvent
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,7 +41,17 @@ _STEP_END, _PHASE, _LOG = ev.STEP_END, ev.PHASE, ev.LOG
 
 
 class Recorder:
-    """The wall-clock strategy: every interval is timed with the host clock."""
+    """The wall-clock strategy: every interval is timed with the host clock.
+
+    Strategies subclass it through a small protected interface: they name their context types
+    (``_step_type``, ``_phase_type``), which the recorder makes ahead and hands out again at each call.
+    Contexts read the clock through a local (``clock = self._clock; clock()``: a callable held in an
+    attribute is looked up unspecialized when called as ``self._clock()``), append inline (``buf =
+    self._buf``; append while ``len(buf) < self._cap``, else ``rec._drop()``: a call to ``emit()`` would
+    cost as much as the append itself), open a step inline when they can and with ``_begin_step(ctx)``
+    otherwise (nesting, an index to check, a capture armed), and close it inline, as
+    :class:`StepContext` does. The open step and phase are read off the contexts by the pipeline
+    (``open_step``, ``current_phase``), never written by the hot path."""
 
     # This strategy's context types (a strategy's subclass names its own): the step context is made
     # once per recorder and handed out again at every step; a phase context once per phase name.
@@ -263,7 +260,7 @@ class StepContext:
         if rec._open is not None or self._index is not None or rec.capture is not None:
             rec._begin_step(self)  # nested, an index to check, or a capture to ask
             return self
-        # _begin_step, inline (a call would cost a quarter of the step)
+        # _begin_step, inline (a call is a large share of the step's cost)
         self._index = rec.step_index
         rec._open = self
         clock = self._clock
@@ -272,7 +269,7 @@ class StepContext:
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         rec = self._rec
         if rec._open is not self:  # never opened (nested: ignored)
             return False
@@ -324,7 +321,7 @@ class PhaseContext:
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         clock = self._clock
         t1 = clock()
         buf = self._buf

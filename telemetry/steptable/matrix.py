@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -119,7 +119,7 @@ def nanmedian(a: np.ndarray, axis: int | None = None) -> np.ndarray:
 
 def nanpercentile(a: np.ndarray, q: float | Sequence[float], axis: int) -> np.ndarray:
     """np.nanpercentile(a, q, axis=axis) (the linear method, the same numbers), vectorized: numpy's
-    loops in Python over the slices (0.33 s for 10,000 x 157, NaN or not); this sorts once, for one
+    loops in Python over the slices (slow for many ranks, NaN or not); this sorts once, for one
     percentile or several (``q`` a sequence: stacked first, as numpy gives them)."""
     a = np.asarray(a, dtype=float)
     nan = np.isnan(a)
@@ -128,8 +128,8 @@ def nanpercentile(a: np.ndarray, q: float | Sequence[float], axis: int) -> np.nd
     s = np.sort(a, axis=axis)  # NaNs last
     n = (~nan).sum(axis=axis, keepdims=True)
     if np.ndim(q):
-        return np.stack([_picked(s, n, float(one), axis) for one in q])
-    return _picked(s, n, float(q), axis)
+        return np.stack([_picked(s, n, float(one), axis) for one in cast(Sequence[float], q)])
+    return _picked(s, n, float(cast(float, q)), axis)
 
 
 def _picked(s: np.ndarray, n: np.ndarray, q: float, axis: int) -> np.ndarray:
@@ -244,7 +244,7 @@ def job_components(m: StepMatrix) -> dict[str, np.ndarray]:
     median over ranks), each where the table has it."""
     out = {name: rank_median(arr) for name, arr in m.phase_compute.items() if name != "data"}
     if m.comm is not None:
-        out[COMM] = m.comm_own()
+        out[COMM] = cast(np.ndarray, m.comm_own())  # not None: the matrix has comm
     if "data" in m.phases:
         out[DATA] = rank_median(m.data)
     return out
@@ -306,7 +306,7 @@ def from_table(table: pd.DataFrame) -> StepMatrix:
     gcol = "stage" if "stage" in table.columns else ("pp_rank" if "pp_rank" in table.columns else None)
     if gcol is not None:
         per_rank = table.groupby("rank")[gcol].first().reindex(ranks)
-        groups = pd.to_numeric(per_rank, errors="coerce").fillna(-1).to_numpy(dtype=int)
+        groups = cast(pd.Series, pd.to_numeric(per_rank, errors="coerce")).fillna(-1).to_numpy(dtype=int)
     else:
         groups = np.zeros(len(ranks), dtype=int)
     columns = {

@@ -1,13 +1,9 @@
-"""The steps table: the interchange format between the store, analysis and everyone else.
+"""The steps table: the interchange format between the store, analysis and everyone else (:func:`validate`).
 
-One row per (rank, step). Required: ``rank`` (int), ``step`` (int), ``start_s`` (epoch seconds),
-``duration_s`` (the step's wall time). Optional: ``tokens``, ``samples``. Every other column named
-``<identifier>_s`` is seconds spent in that phase during the step (``data_s``, ``forward_s``, ...);
-``comm_s`` is seconds blocked in collectives, whichever phase they ran in. Columns this library
-adds, all ignored by readers that do not know them: ``ok``, ``comm_bytes``, ``comm.<phase>_s``
-(seconds blocked in collectives inside a phase), ``log.<name>`` (values from ``telemetry.log``),
-``dev.<name>`` (the latest host/GPU reading), ``mfu``, and ``row_steps`` (how many steps a row stands
-for, its times being per-step means: a window of a live job read from Prometheus; 1 when absent).
+One row per (rank, step): ``rank``, ``step``, ``start_s`` (epoch seconds), ``duration_s``; every other
+``<identifier>_s`` column is seconds in that phase, ``comm_s`` seconds blocked in collectives, a column
+with a dot never a phase (docs/runs.md, "The steps table"). :data:`ROW_STEPS`: how many steps a row
+stands for, its times per-step means (a live job's window; 1 when absent).
 
 >>> import pandas as pd
 >>> t = validate(pd.DataFrame({"rank": [0], "step": [0], "start_s": [0.0], "duration_s": [0.1],
@@ -20,10 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("telemetry")
 
@@ -122,7 +121,7 @@ def records_to_table(rows: Iterable[dict[str, Any]], warnings: list[str] | None 
 
 
 def columns_to_table(
-    columns: Any, before: pd.DataFrame | None = None, warnings: list[str] | None = None
+    columns: pa.Table, before: pd.DataFrame | None = None, warnings: list[str] | None = None
 ) -> pd.DataFrame:
     """The run store's step columns (format 2, an Arrow table already named as the steps table
     names them) -> steps table, after ``before`` (format 1's rows of the same run, which later rows
@@ -187,7 +186,7 @@ def validate(
             unread = int((before & t[c].isna().to_numpy()).sum())
             if unread:
                 said(f"{unread} value(s) in {c} are not numbers; read as missing")
-    if len(t) and not t[list(REQUIRED)].notna().any(axis=0).all():
+    if len(t) and not cast(pd.DataFrame, t[list(REQUIRED)]).notna().any(axis=0).all():
         empty = [c for c in REQUIRED if not t[c].notna().any()]
         raise TableError(
             f"{source}: column(s) {', '.join(empty)} hold no number in any of its {len(t)} row(s); "
@@ -211,7 +210,7 @@ def validate(
     if odd.any():
         said(f"{int(odd.sum())} row(s) whose rank or step is not an integer skipped{_where(t, odd)}")
     if bad.any() or odd.any():
-        t = t[~(bad | odd)]
+        t = cast(pd.DataFrame, t[~(bad | odd)])
     for c in phase_columns(t) + ["comm_s"]:
         if c in t.columns:
             neg = (t[c] < 0).to_numpy()
@@ -225,7 +224,9 @@ def validate(
     n_dup = _duplicates(t["rank"].to_numpy(), t["step"].to_numpy())
     if n_dup:
         said(f"{n_dup} duplicate (rank, step) row(s); the last of each kept (a restarted job re-ran those steps)")
-        t = t[~t.duplicated(["rank", "step"], keep="last")].sort_values(["rank", "step"], kind="stable")
+        t = cast(pd.DataFrame, t[~t.duplicated(["rank", "step"], keep="last")]).sort_values(
+            ["rank", "step"], kind="stable"
+        )
     return t.reset_index(drop=True)
 
 

@@ -1,13 +1,6 @@
-"""One writer per rank: a live process holds its rank's lock in the run directory while it runs.
-
-``RUN_DIR/ranks/rank-NNNNN.lock`` is locked (``flock``, exclusive, not waited for) by the session
-that writes rank N's files, and names it (pid, host, start time). A second live process that would
-write the same rank of the same run directory finds it locked and is refused with a sentence naming
-the first (:class:`RankInUse`); the kernel releases the lock when its holder exits, however it exits,
-so a restart after a crash or a kill goes on as before. Limits: the lock holds between hosts only
-where the file system locks between hosts (local disks, NFS with its lock manager; not every network
-file system does); a run directory where no lock file can be made (read-only, full) is written
-without one (the sinks then say why they cannot write).
+"""One writer per rank: a live process holds its rank's lock (``RUN_DIR/ranks/rank-NNNNN.lock``, ``flock``)
+while it runs; a second is refused with :class:`RankInUse` naming the first, and the kernel releases
+the lock however its holder exits (:func:`claim_rank`). Limits: docs/integrations.md, "Launchers".
 
 >>> import tempfile; run = tempfile.mkdtemp()
 >>> first = claim_rank(run, 3)

@@ -1,23 +1,11 @@
 """Step records as columns: the run store's format on disk (format 2).
 
-A batch of :class:`~telemetry.pipeline.records.StepRecord` becomes two Arrow record batches:
-
-- **steps**: one row per record (columns: phases in the order a step first ran them), named as the steps table names them (``rank``, ``step``,
-  ``start_s``, ``duration_s``, ``ok``, ``tokens``, ``samples``, ``comm_s``, ``comm_bytes``,
-  ``<phase>_s``, ``comm.<phase>_s``, ``comm_group.<group>_s`` and ``_bytes`` (per process group's
-  label: its parallel dimension), ``log.<name>``, ``dev.<name>``, ``io.<name>`` (checkpoints: seconds
-  blocked and of async upload, bytes, the rank's own storage seconds), ``mfu``, ``host.duration_s``),
-  plus what only the store keeps: ``spans_dropped`` and each collective op's per-step statistics
-  (``op.<name>.count``, ``.duration_s``, ``.blocked_s``, ``.bytes``, ``.bus_bytes``). A phase that
-  did not run in a step took 0 s in it; a missing reading is null. NaN and infinities logged by the
-  user are kept as they are (Arrow has them).
-- **spans**: one row per span (what trace exporters need, never read for the steps table):
-  ``step``, ``kind``, ``name``, ``offset_s`` and ``duration_s`` (float32, from the step's start: they
-  compress to a few bytes where absolute epoch times would not), ``ok``, ``nbytes``, ``group`` (a
-  collective's process group label; null otherwise, and absent from segments written before it).
-
-:func:`records_from_columns` turns both back into the store's record dicts (the JSON-lines
-format's shape), for the readers that want spans (trace export, the dashboard's collectives view).
+A batch of :class:`~telemetry.pipeline.records.StepRecord` becomes two Arrow record batches: the
+**steps** (:func:`steps_batch`, one row per record, named as the steps table names its columns, plus
+what only the store keeps) and the **spans** (:func:`spans_batch`, one row per span, what trace
+exporters need, never read for the steps table); each function's docstring lists its columns.
+:func:`records_from_columns` turns both back into the store's record dicts (the JSON-lines format's
+shape), for the readers that want spans (trace export, the dashboard's collectives view).
 """
 
 from __future__ import annotations
@@ -45,7 +33,17 @@ SPAN_SCHEMA = pa.schema(
 
 def steps_batch(records: Sequence[Any]) -> pa.RecordBatch:
     """Step records -> one record batch, columns in a stable order (sorted within each family).
-    One pass per column (list comprehensions): the cost per record falls with the batch's size."""
+    One pass per column (list comprehensions): the cost per record falls with the batch's size.
+
+    Columns (phases in the order a step first ran them): ``rank``, ``step``, ``start_s``,
+    ``duration_s``, ``ok``, ``tokens``, ``samples``, ``comm_s``, ``comm_bytes``, ``<phase>_s``,
+    ``comm.<phase>_s``, ``comm_group.<group>_s`` and ``_bytes`` (per process group's label: its
+    parallel dimension), ``log.<name>``, ``dev.<name>``, ``io.<name>`` (checkpoints: seconds blocked
+    and of async upload, bytes, the rank's own storage seconds), ``mfu``, ``host.duration_s``; and
+    what only the store keeps: ``spans_dropped`` and each collective op's per-step statistics
+    (``op.<name>.count``, ``.duration_s``, ``.blocked_s``, ``.bytes``, ``.bus_bytes``). A phase that
+    did not run in a step took no time in it (0); a missing reading is null. NaN and infinities
+    logged by the user are kept as they are (Arrow has them)."""
     rs = records
     names = [
         "rank",
@@ -130,6 +128,10 @@ def _family(name: str) -> int:
 
 
 def spans_batch(records: Sequence[Any]) -> pa.RecordBatch:
+    """Step records' spans -> one record batch, a row per span: ``step``, ``kind``, ``name``,
+    ``offset_s`` and ``duration_s`` (float32, from the step's start: they compress to a few bytes
+    where absolute epoch times would not), ``ok``, ``nbytes``, ``group`` (a collective's process group
+    label; null otherwise, and absent from segments written before it)."""
     step, kind, name, off, dur, ok, nb, grp = [], [], [], [], [], [], [], []
     for r in records:
         for s in r.spans:

@@ -1,28 +1,12 @@
 """Compaction: a rank's sealed segments merged into fewer, larger files, while the job runs.
 
 Each rank's writer (on its sink's own thread, never the training thread) merges every
-``COMPACT_SEGMENTS`` segments it sealed into one compacted segment, ``rank-N.seg-FIRST-LAST.parquet``
-(the step columns, row groups of ``ROW_GROUP`` rows, each with its ``step`` statistics, so that a
-window of steps still skips what it does not need) and ``rank-N.spans-FIRST-LAST.parquet``, the rows
-in the order they were written; at shutdown it merges what is left. A rank that runs 100,000 steps
-then leaves 4 compacted segments (3 of 16 x 2,048 steps and the rest), not 49.
-
-The steps of a compaction, each of which a kill may end (tests/unit/telemetry/store/test_compact.py
-kills a process at every one of them):
-
-1. read the segments (nothing written);
-2. write the spans, then the aggregates over blocks of steps (:mod:`.aggregates`, made anew from the
-   merged rows), each to a temporary file, renamed: compacted spans or aggregates without their step
-   columns are ignored by readers, and removed later;
-3. write the step columns to a temporary file (on the disk itself: fsync), rename it: the commit.
-   From here every reader takes the compacted segment instead of the files it merged;
-4. delete the merged files (superseded: a reader that still finds some ignores them).
-
-So a kill before 3 leaves the segments as they were and a temporary file; a kill after it leaves
-superseded files; either way no row is lost or read twice, and the rank's next session (or
-``telemetry compact``) removes what was left. A reader that listed a file this step then deleted
-lists the directory again (:func:`telemetry.store.segreads.read_step_columns`). A segment that cannot
-be read (damaged) is not merged: its group stays as it was, and the failure is counted.
+``COMPACT_SEGMENTS`` segments it sealed (:func:`merge`) into ``rank-N.seg-FIRST-LAST.parquet`` (row groups
+of ``ROW_GROUP`` rows with their ``step`` statistics) and ``rank-N.spans-FIRST-LAST.parquet``, the rows in
+the order they were written; at shutdown it merges what is left; ``telemetry compact`` runs
+:func:`compact_rank`. The rule: a kill at any step of a compaction loses no row and reads none twice
+(the steps and why: :func:`merge`); what it left is removed later (:func:`tidy`). More: docs/runs.md,
+"Compaction".
 """
 
 from __future__ import annotations
@@ -60,7 +44,23 @@ STAGES = (
 def merge(run_dir: str, rank: int, seqs: Sequence[int]) -> str:
     """Merge ``rank``'s sealed segments ``seqs`` (ascending, two or more, none compacted, no
     compacted segment between them) into one; returns its path. Raises OSError or
-    ``pa.ArrowException`` (nothing changed then but a temporary file, removed)."""
+    ``pa.ArrowException`` (nothing changed then but a temporary file, removed).
+
+    The steps, each of which a kill may end (tests/unit/telemetry/store/test_compact.py kills a
+    process at every one of them):
+
+    1. read the segments (nothing written);
+    2. write the spans, then the aggregates (:mod:`.aggregates`, made anew from the merged rows), each
+       to a temporary file, renamed: compacted spans or aggregates without their step columns are
+       ignored by readers, and removed later;
+    3. write the step columns to a temporary file (on the disk itself: fsync), rename it: the commit.
+       From here every reader takes the compacted segment instead of the files it merged;
+    4. delete the merged files (superseded: a reader that still finds some ignores them).
+
+    So a kill before 3 leaves the segments as they were and a temporary file, a kill after it leaves
+    superseded files, and the rank's next session (or ``telemetry compact``) removes them. A reader
+    that listed a file this step then deleted lists the directory again
+    (:func:`telemetry.store.segreads.read_step_columns`)."""
     if len(seqs) < 2 or list(seqs) != sorted(seqs):
         raise ValueError(f"merge: seqs {list(seqs)!r}; accepted: two or more, ascending")
     first, last = seqs[0], seqs[-1]

@@ -41,7 +41,7 @@ def footer(path: str) -> tuple[pa.Schema, int | None, int | None]:
 
 # segment path -> (its aggregates' path, their (mtime, size), first step, last step): learned when the
 # aggregates are read, so that a window of steps opens only the segments that hold some of them
-# (at 50,000 segments, reading each one's footer costs half a minute)
+# (reading every segment's footer instead grows with the segments: slow at tens of thousands)
 _RANGES: dict[str, tuple[str, tuple[float, int], int, int]] = {}
 
 

@@ -1,27 +1,13 @@
-"""The run-store sink (format 2): per rank, a live tail of JSON lines sealed into columnar segments.
+"""The run-store sink (format 2, :class:`RunStoreSink`): per rank, a live tail of JSON lines sealed into
+columnar segments.
 
-Every pipeline tick (default 0.5 s) the tick's records are appended to this rank's tail
-(``rank-N.tail-SEQ.jsonl``: a header object, then one JSON array per step, the record's fields in
-order), opened, written and closed again (no file is held open between ticks): readable while the
-job runs. A SIGKILL loses the steps of about the last two ticks (a step is held one tick for late
-events, then written at the next; measured 0.5-1.0 s at the default 0.5 s). Every ``SEAL_RECORDS`` records (or
-``SEAL_INTERVAL_S`` seconds) and at shutdown the records held since the last seal are written as
-two Parquet files, the step columns (``rank-N.seg-SEQ.parquet``) and the spans apart
-(``rank-N.spans-SEQ.parquet``), each to a temporary name and renamed; then the tail is deleted and
-the next one opened. Every ``compact.COMPACT_SEGMENTS`` seals (and at shutdown) the segments sealed
-since the last compaction are merged into one (:mod:`.compact`), on this sink's thread. A tail left by
-a crash is sealed by the next session of that rank (a restart) before it writes, and what a stopped
-compaction left is removed; readers read tails as they are. A torn last line is skipped by the reader. For a
-(rank, step) seen twice the reader keeps the one in the later file (a restarted job's re-run steps
-win).
-
-A run directory that cannot be written (disk full, read-only, gone): training goes on; the first
-failure is logged once (every later one of the run store is counted, not logged); the records the
-tail could not take are held in memory, at most ``MAX_UNWRITTEN`` (the oldest beyond are dropped),
-and written, in order, at the first tick the directory takes them again. What was never written,
-by shutdown, is counted in ``stats()['sinks']['store']['dropped']`` with its steps
-(``lost_steps``) and said in shutdown's warning. A seal that fails leaves the tail as it is (its
-records are not lost) and is retried after ``SEAL_RETRY_S``.
+Every pipeline tick the tick's records are appended to this rank's tail (``rank-N.tail-SEQ.jsonl``),
+opened, written and closed again: readable while the job runs, no file held open between ticks. Every
+``SEAL_RECORDS`` records (or ``SEAL_INTERVAL_S``) and at shutdown they are sealed into a step-columns and
+a spans Parquet file, each written to a temporary name and renamed, then compacted (:mod:`.compact`).
+A crash's tail is sealed by the rank's next session; for a (rank, step) seen twice the later file
+wins. A directory that cannot be written costs no training: records wait in memory (at most
+``MAX_UNWRITTEN``), what is never written is counted. The rules: docs/runs.md, docs/faults.md.
 """
 
 from __future__ import annotations

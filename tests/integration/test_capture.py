@@ -18,7 +18,17 @@ from tests.helpers.paths import ROOT
 
 def test_a_finding_is_captured_on_its_rank_and_a_peer_and_the_diff_names_the_op(tmp_path):
     run = str(tmp_path / "run")
-    env = {**os.environ, "TELEMETRY_CAPTURE": "1", "TELEMETRY_ONLINE_INTERVAL_S": "2", "TELEMETRY_SINKS": "store"}
+    # beside another worker's jobs a neighbour can make another rank a straggler first (CI once saw rank 3's
+    # backward from step 19): no interval between captures, and room for a few, so that one cannot hold
+    # back rank 2's; the test looks for rank 2's finding among those captured
+    env = {
+        **os.environ,
+        "TELEMETRY_CAPTURE": "1",
+        "TELEMETRY_ONLINE_INTERVAL_S": "2",
+        "TELEMETRY_SINKS": "store",
+        "TELEMETRY_CAPTURE_MIN_INTERVAL_S": "0",
+        "TELEMETRY_CAPTURE_MAX": "8",
+    }
     demo = subprocess.run(
         [sys.executable, "-m", "telemetry", "demo", "--ranks", "4", "--steps", "400", "--run-dir", run]
         + ["--inject", "slow_op:rank=2,op=exp,factor=3,start=20", "--json"],
@@ -31,16 +41,16 @@ def test_a_finding_is_captured_on_its_rank_and_a_peer_and_the_diff_names_the_op(
     assert demo.returncode in (0, 1), demo.stderr[-3000:]
     with open(os.path.join(run, "findings.jsonl")) as f:
         online = [json.loads(line) for line in f]
-    captured = [d for d in online if d.get("capture_id")]
-    assert captured and captured[0]["kind"] == "straggler" and captured[0]["ranks"] == [2], online
+    captured = [d for d in online if d.get("capture_id") and d["kind"] == "straggler" and d["ranks"] == [2]]
+    assert captured, online
     manifests = {}
     for path in glob.glob(os.path.join(run, "captures", "*", "manifest.json")):
         with open(path) as f:
             manifests[path] = json.load(f)
-    # the run's baseline (rank 0 and a peer, after the first analysis) and the finding's capture
-    assert sorted(m["reason"] for m in manifests.values()) == ["baseline", "finding"], manifests
-    ((manifest_path, manifest),) = [(p, m) for p, m in manifests.items() if m["reason"] == "finding"]
-    assert manifest["id"] == captured[0]["capture_id"] and manifest["ranks"][0] == 2
+    # the run's baseline (rank 0 and a peer, after the first analysis), once, and rank 2's finding's capture
+    assert [m["reason"] for m in manifests.values()].count("baseline") == 1, manifests
+    ((manifest_path, manifest),) = [(p, m) for p, m in manifests.items() if m["id"] == captured[0]["capture_id"]]
+    assert manifest["reason"] == "finding" and manifest["ranks"][0] == 2
     (peer,) = [int(r) for r, role in manifest["roles"].items() if role == "peer"]
     assert peer != 2 and manifest["steps"][1] - manifest["steps"][0] == 2  # 3 steps, the same on both ranks
     for rank in (2, peer):

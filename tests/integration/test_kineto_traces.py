@@ -35,8 +35,13 @@ def test_real_traces_become_the_run_stores_steps(profiled):
         assert c in t.columns and (t[c] > 0).all(), c
     # The trace's steps are the run store's steps: same numbers, same starts and durations.
     s = store.table.set_index(["rank", "step"]).loc[t.set_index(["rank", "step"]).index]
-    assert np.abs(t["start_s"].to_numpy() - s["start_s"].to_numpy()).max() < 1e-3
-    assert np.abs(t["duration_s"].to_numpy() - s["duration_s"].to_numpy()).max() < 1e-4
+    # a few microseconds apart, unless the scheduler preempts the job between telemetry's clock read and
+    # the profiler's range (as for the data wait below): typically under 0.1 ms, never a sizeable part of a step
+    step = float(np.median(s["duration_s"]))
+    start = np.abs(t["start_s"].to_numpy() - s["start_s"].to_numpy())
+    took = np.abs(t["duration_s"].to_numpy() - s["duration_s"].to_numpy())
+    assert np.median(start) < 1e-4 and start.max() < 0.25 * step, start
+    assert np.median(took) < 1e-4 and took.max() < 0.25 * step, took
     # the data wait: the profiler's DataLoader range lies inside telemetry.watch's next(): the same to well
     # under a ms, but a preemption between the two marks adds to one step's (4.1 ms once, on a fresh clone's
     # make test beside other jobs): the median under 1 ms, none over a quarter of a step
@@ -45,8 +50,9 @@ def test_real_traces_become_the_run_stores_steps(profiled):
     # Rank 1's forward does extra work; rank 0 waits for it in the gradient all-reduce.
     by = t.groupby("rank").median(numeric_only=True)
     assert by.loc[1, "forward_s"] > 5 * by.loc[0, "forward_s"]
-    # (by how much depends on the machine: 2.4x rather than 3x with the parity demos on the other worker)
-    assert by.loc[0, "comm_s"] > 1.5 * by.loc[1, "comm_s"]
+    # by how much depends on the machine (2.4x rather than 3x with the parity demos on the other worker):
+    # rank 0's extra wait is at least half of rank 1's extra forward
+    assert by.loc[0, "comm_s"] - by.loc[1, "comm_s"] > 0.5 * (by.loc[1, "forward_s"] - by.loc[0, "forward_s"])
 
 
 def test_analyze_names_the_slow_rank_from_its_traces(profiled, capsys):
@@ -100,4 +106,5 @@ def test_profiler_steps_alone_give_the_same_steps(profiled, tmp_path, capsys):
     assert np.median(wait) < 1e-3 and wait.max() < 0.25 * s["duration_s"].median(), wait
     assert cli(["analyze", str(dst), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [f["ranks"] for f in doc["findings"] if f["kind"] == "straggler"] == [[kt.SLOW]]
+    stragglers = [f["ranks"] for f in doc["findings"] if f["kind"] == "straggler"]
+    assert [kt.SLOW] in stragglers and all(kt.SLOW in ranks for ranks in stragglers), stragglers

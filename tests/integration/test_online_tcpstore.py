@@ -184,8 +184,16 @@ def test_rank_zero_gets_every_row_names_lost_ranks_skips_bad_summaries_and_finds
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and (blocks - 1 - 3) not in det._rows:
             time.sleep(0.05)
-        time.sleep(0.3)
-        results = det.poll()
+        assert (blocks - 1 - 3) in det._rows, "the blocks were not read in 20 s"
+
+        def told(kind: str) -> list:
+            return [f for r in results for f in r.findings if f["kind"] == kind]
+
+        # the last analyses may still run: poll until both lost ranks and the straggler are said (30 s at most)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (len(told("rank_lost")) >= len(lost) and told("straggler")):
+            results += det.poll()
+            time.sleep(0.05)
     finally:
         det.stop()
     rows = det._rows

@@ -1,41 +1,24 @@
-"""Checkpoints: a rank whose storage is slow against its peers', checkpoints that block training beyond a
-budget, and how often to checkpoint (the steps table's ``io.*`` columns: hooks/checkpoint.py).
+"""Checkpoints: a rank whose storage is slow against its peers' (:func:`detect_slow_checkpoints`),
+checkpoints that block training beyond a budget (:func:`detect_checkpoint_budget`), and how often to
+checkpoint (:func:`checkpoint_advice`: Young's and Daly's intervals, :func:`young`, :func:`daly`,
+:func:`waste`), from the steps table's ``io.*`` columns (hooks/checkpoint.py).
 
-**Slow rank.** Each rank's checkpoint bandwidth over the steps that hold its checkpoints: its bytes
-over its own storage time (``io.checkpoint_io_s``; where that is unknown, the time blocked plus the
-async upload). A rank under ``slow_ratio`` of the median of the other ranks' bandwidths, and at least
-``min_extra_s`` slower per checkpoint than at that bandwidth, is ``slow_checkpoint`` naming it (the
-ranks of a slow node are one finding). What-if: its storage at its peers' bandwidth. A DCP save ends
-with every rank waiting for the slowest, so its extra time in a blocking save is the job's; in an
-async upload it is not (0). ``first_step`` and ``last_step`` are those of its checkpoints, and its
-``slowdown`` is over those steps, as every finding's; its severity weighs that time's share of the
-whole run's time in steps (a single slow save in a long run is not a warning).
-
-**Budget.** The typical rank's time blocked in checkpoints (``io.checkpoint_s``) over ``budget`` of
-the run's time in steps is a job-wide ``slow_checkpoint``, costed by what the recommended interval
-would give back: under 1% (the interval is about right, the checkpoint itself is the cost), info.
-
-**Advice** (``summary.checkpoint_advice``). With δ the typical rank's blocking time per save, M the
-mean time between failures (the run's own: restarts and lost ranks over its wall time; else
-``failure_rate_per_hour``), Young's interval is ``sqrt(2 δ M)`` and Daly's (the recommendation)
-``sqrt(2 δ M) (1 + sqrt(δ / 2M) / 3 + (δ / 2M) / 9) - δ`` for δ < 2M, else M. The share of time lost
-at interval τ is ``δ / τ + τ / 2M`` (checkpoints, and the work redone after a failure: half an
-interval on average); the gain is that share at the run's own interval (the median time between its
-saves) less that at Daly's.
+A rank's bandwidth is its bytes over its own storage time (``io.checkpoint_io_s``): a DCP save ends
+with every rank waiting for the slowest, so its extra time in a blocking save is the job's, in an
+async upload not. The rules and the formulas: docs/finding-kinds.md, "slow_checkpoint".
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ...analysis_options import AnalysisOptions
 from ...steptable.matrix import StepMatrix, nan_to_zero
 from ..findings import Finding, severity_for
 from .context import Context, Found
+from .params import CheckpointParams
 
 BYTES, IO_S, BLOCKED_S, ASYNC_S, SAVES = (
     "io.checkpoint_bytes",
@@ -44,16 +27,6 @@ BYTES, IO_S, BLOCKED_S, ASYNC_S, SAVES = (
     "io.checkpoint_async_s",
     "io.checkpoint_saves",
 )
-
-
-@dataclass(frozen=True)
-class CheckpointParams:
-    slow_ratio: float = 0.5  # a rank's bandwidth under this share of the other ranks' median
-    min_extra_s: float = 0.05  # ... and at least this much longer per checkpoint than at their bandwidth
-    budget: float = 0.05  # the typical rank's time blocked in checkpoints over this share of the run's
-    failure_rate_per_hour: float = (
-        AnalysisOptions.failure_rate_per_hour
-    )  # failures of the job per hour, when the run has seen none
 
 
 def _grid(m: StepMatrix, name: str) -> np.ndarray | None:

@@ -20,11 +20,8 @@ from ..findings import Finding
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .checkpoint import CheckpointParams
-    from .imbalance import ImbalanceParams
-    from .regression import RegressionParams
+    from .params import CheckpointParams, ImbalanceParams, RegressionParams, UtilizationParams
     from .stretch import StragglerParams
-    from .utilization import UtilizationParams
 
 
 @dataclass(frozen=True)

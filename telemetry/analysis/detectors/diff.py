@@ -1,17 +1,9 @@
-"""Comparing two runs: did the change make training slower, and where?
+"""Comparing two runs: did the change make training slower, and where? (:func:`diff`, ``telemetry diff``)
 
-For each job-level series (step time; each phase's compute, median over ranks; the collectives'
-own time, the minimum over ranks; the data wait), both runs' steps after warm-up are cut into
-blocks of ``block`` steps and the block medians compared with a Mann-Whitney U test (blocks,
-because consecutive steps are not independent: a per-step test would call noise significant). A
-change is reported when it is at least ``min_effect`` of the base run's level and significant:
-two-sided p below ``alpha`` for a change of ``min_effect``, and below a bound that grows with the
-change, ``alpha x change / min_effect`` (at most ``max_alpha``), for larger ones: a large, consistent
-change needs less evidence than a small one, so a 65% slower step seen on a few blocks is reported
-and a 5% one still needs strong evidence. ``regression`` when the new run is slower,
-``improvement`` when faster. With so few blocks that no result could reach the bound (the test's
-smallest possible p is above it), the series is listed as undecided rather than silently passed.
-A phase's ``slowdown`` is its change as a fraction of the new step time.
+Each job-level series (step time; each phase's compute; the collectives' own time; the data wait) of
+both runs is cut into blocks of steps and the block medians compared with a Mann-Whitney U test; the
+bar for significance grows with the size of the change, and a series too short to ever pass it is
+said undecided (the rules: :func:`diff`; the command: docs/detectors.md, "Comparing runs").
 
 >>> result = diff(base_table, new_table)   # doctest: +SKIP
 """
@@ -59,6 +51,16 @@ def _blocks(x: np.ndarray, b: int) -> np.ndarray:
 
 
 def diff(base: pd.DataFrame, new: pd.DataFrame, params: DiffParams | None = None) -> dict[str, Any]:
+    """The new run against the base. Per job-level series (step time; each phase's compute, median
+    over ranks; the collectives' own time, the minimum over ranks; the data wait), both runs' steps
+    after warm-up are cut into blocks of ``block`` steps (consecutive steps are not independent: a
+    per-step test would call noise significant) and the block medians compared with a Mann-Whitney U
+    test. A change is reported when it is at least ``min_effect`` of the base run's level and its
+    two-sided p is below ``alpha x change / min_effect`` (``alpha`` at ``min_effect``, at most
+    ``max_alpha``): a large, consistent change needs less evidence than a small one. ``regression``
+    when the new run is slower, ``improvement`` when faster. A series whose blocks are too few for the
+    test's smallest possible p to reach the bound is listed as undecided rather than silently passed.
+    A phase's ``slowdown`` is its change as a fraction of the new step time."""
     p = params or DiffParams()
     mb, mn = from_table(base), from_table(new)
     sb, sn = _series(mb), _series(mn)

@@ -12,22 +12,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ...steptable.matrix import StepMatrix, even_sample, every_kth_step, nanmedian, rank_median
 from ..findings import Finding, severity_for
 from .context import Context, Found
+from .params import ImbalanceParams
 from .whatif import slowdown
-
-
-@dataclass(frozen=True)
-class ImbalanceParams:
-    min_rel_excess: float = 0.05
-    min_slowdown: float = 0.01
-    min_phase_correlation: float = 0.5
-    max_top_share: float = 0.5
 
 
 def _phase_breakdown(m: StepMatrix, idx: np.ndarray, live: np.ndarray, ref_idx: np.ndarray) -> dict[str, float]:

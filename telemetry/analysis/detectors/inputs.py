@@ -1,31 +1,11 @@
 """What an input-bound finding says of the input (``io.input_ready``, ``io.read_bytes``, and the watched
 dataset's ``dev.input_fetch_seconds`` / ``dev.input_workers``), and the causes it names.
 
-Over the finding's steps, for the culprits (one rank, or every rank of an input-bound job) and, for
-one rank, its peers:
-
-- **readiness**: the share of the steps that took a batch whose batch was already waiting
-  (``io.input_ready``, 1 when the loader returned within 2 ms or a tenth of the step);
-- **read rate**: bytes read from storage (``io.read_bytes``: the rank and its workers) per second of
-  fetching, where the fetching time is the watched dataset's worker fetch seconds (``dev.input_fetch_
-  seconds`` grown over the steps) or, without one, the rank's data wait (a loader without workers
-  reads while the loop waits); and per second of the steps' time;
-- **workers busy**: worker fetch seconds per second of the steps' time per worker.
-
-Causes, each only where its numbers say it (none where the columns are absent):
-
-=================  ===========================================================================
-kind               rule
-=================  ===========================================================================
-storage            one rank: it read at most half its peers' bytes per second of fetching (and
-                   read at least 256 KiB over the steps). Job-wide there are no peers to compare
-                   with: the evidence states the rate, and no storage cause is named (a worker
-                   blocked in a read and one decoding both count as fetching)
-input_workers      the workers were fetching at least 85% of the time (every worker busy: more
-                   workers, or cheaper items, would help)
-host_cpu           the host's CPUs at least 90% busy over the steps (one rank: 10 points above
-                   its peers' hosts), the workers' fetch slowed by a full machine
-=================  ===========================================================================
+Over the finding's steps, for the culprits and (for one rank) its peers, :func:`side` measures the
+readiness, the read rate per second of fetching and how busy the workers were (:class:`Side`);
+:func:`evidence` and :func:`details` say them, and :func:`causes` names ``storage``, ``input_workers``
+or ``host_cpu``, each only where its numbers say it (none where the columns are absent). The rules:
+docs/finding-kinds.md, "input_bound".
 """
 
 from __future__ import annotations

@@ -1,36 +1,18 @@
 """Lost ranks: a rank that stopped reporting while its peers went on (a process that died, a killed
 pod, a node that went away). Distinct from a hang, where every rank is alive and stuck.
 
-From the progress heartbeats of a run directory (and, where the launcher recorded it, how the
-rank's process ended: ``rank-N.exit.json``). A rank is lost when it never shut down (no final
-``finished`` heartbeat) and either
-- its launcher saw its process end abnormally (an exit code or a signal), or
-- a peer reported, or finished, at least ``LOST_AFTER_S`` after the rank's last heartbeat (heartbeats
-  come every pipeline tick, 0.5 s by default, so a live rank is never that late).
-A job whose ranks all stop at once (killed as a whole) has no lost rank: nothing says which one
-went first; the run store's reader says so (telemetry/store/ended.py) once every heartbeat is stale.
-
-The evidence says a rank *ended* without a clean shutdown when its launcher saw it end or a peer
-shut down after it, else that it *stopped reporting* without one: a SIGSTOPped rank, or one stuck
-with the interpreter's lock held, looks the same as a dead one while its peers wait for it.
-
-The finding covers the steps from the rank's last heartbeat to the furthest step its peers reached
-(a heartbeat comes every pipeline tick, so the step it died in is known to within a tick), and
-``slowdown`` is 1.0 over them: with the rank gone, those steps could not complete as they should (as
-a hang's). ``details.after_loss`` is the share of the run's wall time (first step to the last report
-of any rank) that came after the loss.
-
-Online detection has a second input: the blocks of steps each rank posted a summary of, on rank 0
-while the job runs (telemetry/online/). There, a rank is lost when it is missing from each of the
-latest ``online_wait_blocks`` (or more) blocks its peers reported, having reported before
-(:func:`missing_streaks`); the finding (:func:`lost_rank_of_blocks`) covers the steps of its missing
-blocks, ``slowdown`` 1.0 likewise.
+:func:`detect_lost_ranks` reads a run directory's progress heartbeats and, where the launcher recorded
+it, how the rank's process ended (``rank-N.exit.json``): a rank that never shut down and either ended
+abnormally or fell ``LOST_AFTER_S`` behind a peer is lost. A job whose ranks all stop at once has no
+lost rank (the store's reader says so: telemetry/store/ended.py). Online detection feeds it blocks
+instead (:func:`missing_streaks`, :func:`lost_rank_of_blocks`). The rules: docs/finding-kinds.md,
+"rank_lost".
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -95,7 +77,7 @@ def _finding(
     seen = times.get(r)
     gone_at = seen if seen is not None else exit_.get("time_s")
     last = p.get("last_step")
-    step = p.get("open_step") if p.get("open_step") is not None else (last + 1 if last is not None else 0)
+    step = cast(int, p.get("open_step")) if p.get("open_step") is not None else (last + 1 if last is not None else 0)
     where = f"in step {step}" + (f" phase {p['phase']}" if p.get("phase") else "")  # as last heard
     if p.get("collective"):
         where += f", inside {p['collective']}"

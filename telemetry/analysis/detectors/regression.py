@@ -1,54 +1,28 @@
-"""Lasting changes during a run: regressions, slower communication, data stalls that begin.
+"""Lasting changes during a run: regressions, slower communication, data stalls that begin
+(:func:`detect_regressions`).
 
-The job-level step time (median over ranks, with the stragglers already found healed) is cut into
-segments by binary segmentation with a rank statistic (a Mann-Whitney U for every split, from
-prefix sums, so one-off spikes and periodic checkpoint steps do not move it); segments raised above
-the first segment's level form the regression, which may end before the run does. A change counts when it is certain (``z_min``), large (``min_effect`` of the level
-before) and lasting (at least ``min_persist_steps`` steps, with ``persist_fraction`` of them above
-the midpoint). The cause is the component whose own level moved most at that step, when it holds
-half the change, or a third of it and half again as much as any other component (contention can
-slow compute a little when communication slows):
-
-- a phase's compute (median over ranks)  -> ``regression`` naming the phase;
-- the collectives' own time (the minimum over ranks of time blocked, i.e. the last rank to arrive,
-  who does not wait)                      -> ``slow_comm``;
-- the data wait (median over ranks)       -> ``data_stall`` (job-wide).
-
-A change too small to clear ``z_min`` in the noisy step time (or hidden behind a larger-z one
-elsewhere) can still be certain in the one component that moved: each component's own series
-(quieter, since the other components' noise is not in it) is searched the same way, and a change
-found there is a regression when the step time confirms it over the same steps: at least ``min_effect`` higher, ``persist_fraction`` of those steps
-above the midpoint, and a rank test of before against after of at least ``z_confirm`` (one test at a
-split chosen elsewhere, so no search inflates it).
-
-What-if: the step time those steps would have had at the old level.
+The job-level step time (stragglers healed) is cut by binary segmentation with a rank statistic
+(:func:`change_points`, :func:`find_change`: spikes and checkpoint steps do not move it); a change too
+small for the noisy step time may be found in one component's quieter series and confirmed by the
+step time (:func:`_confirmed_by_step_time`). The cause is the component whose level moved most, when it
+holds half the change, or a third and half again as much as any other: a phase's compute ->
+``regression``, the collectives' own time -> ``slow_comm``, the data wait -> ``data_stall``. What-if: the
+old level. The rules: docs/finding-kinds.md, "regression" and "slow_comm".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from ...steptable.matrix import COMM, DATA, StepMatrix, columns_for, job_components, nanmedian
 from ..findings import Finding, severity_for
 from .context import Context, Found
+from .params import RegressionParams
 from .ranktest import split_z
 from .whatif import step_savings
-
-
-@dataclass(frozen=True)
-class RegressionParams:
-    z_min: float = 6.0
-    min_effect: float = 0.02  # a practical floor; z_min decides whether a change is real (bench: 20 clean demo runs)
-    min_persist_steps: int = 10
-    persist_fraction: float = 0.6
-    min_segment: int = 8
-    z_confirm: float = 3.0
-    # windows of several steps each (a live job read from Prometheus): a rank test over a few dozen
-    # window means cannot reach z_min (10 against 10 windows, perfectly apart, give z = 3.8), while
-    # each mean is many steps' reading, far quieter than one step's time; this bar instead
-    z_windows: float = 3.5
 
 
 def for_columns(m: StepMatrix, idx: np.ndarray, p: RegressionParams) -> RegressionParams:
@@ -206,7 +180,7 @@ def detect_regressions(
         return []
     deltas = {k: _level_change(v, ch) for k, v in components.items()}
     dt = ch.after - ch.before
-    ranked = sorted(deltas, key=deltas.get, reverse=True)
+    ranked = sorted(deltas, key=deltas.__getitem__, reverse=True)
     cause = ranked[0] if ranked else None
     if cause is not None:
         second = deltas[ranked[1]] if len(ranked) > 1 else 0.0
@@ -215,7 +189,7 @@ def detect_regressions(
     steps = m.steps[live_idx]
     first, last = int(steps[ch.start]), int(steps[ch.end])
     cost = dt / ch.after
-    common = dict(first_step=first, last_step=last, severity=severity_for(cost), slowdown=cost)
+    common: dict[str, Any] = dict(first_step=first, last_step=last, severity=severity_for(cost), slowdown=cost)
     details = {
         "before_s": ch.before,
         "after_s": ch.after,
@@ -232,7 +206,7 @@ def detect_regressions(
         where_dim = ""
         if by_dim:
             details["group_change_s"] = by_dim
-            top = max(by_dim, key=by_dim.get)
+            top = max(by_dim, key=by_dim.__getitem__)
             if by_dim[top] >= 0.5 * deltas[cause] and top != "world":
                 details["group"] = top
                 where_dim = f", {by_dim[top] * 1e3:.1f} ms of it in the {top} collectives"

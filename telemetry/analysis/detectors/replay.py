@@ -1,50 +1,11 @@
 """What-if by dependency replay of a per-operation trace (pipeline parallelism included).
 
-The steps-table what-if (:mod:`.whatif`) treats a step as max over ranks of work, which is right
-for data parallelism and wrong for pipelines: a stage's extra work delays the micro-batches behind
-it, partly hidden in the others' bubbles. With a per-operation trace (see :mod:`..formats`) we
-replay each step's operations through their dependencies instead, for any op durations:
-
-- each rank runs its operations in recorded order (by ``start_ts``); a compute or local op starts
-  when the rank's previous op ends and takes its duration;
-- pipeline sends and receives (optypes with ``send`` / ``recv`` and ``forward`` / ``backward``):
-  the k-th forward send of a rank on stage s meets the k-th forward receive of the same pipeline
-  (``dp_rank``) on stage s+1, backward ones go from s to s-1; a transfer starts when both sides
-  have posted it and takes the direction's transfer time, the 1st percentile of the direction's
-  send and receive durations over the trace (the smallest observed, which is what a transfer
-  nobody waits for takes; one odd reading does not set it). Sends and receives that start together
-  on a rank (Megatron's ``send_forward_recv_backward``) are one batch that ends when all its
-  transfers have. So forward of micro-batch m on stage s waits for forward of m on stage s-1 plus
-  the transfer, backward of m on s for backward of m on s+1; the last stage's backward follows its
-  own forward through the rank's order;
-- collectives: the k-th occurrence of an optype among its group starts when every participant
-  has reached it and takes its own time, the least any participant spent in it (the last to
-  arrive does not wait). Groups (:data:`COLLECTIVE_GROUPS`): ``optimizer-clip-main-grad`` (the
-  gradient norm's all-reduce) spans every rank; ``embedding-grads-all-reduce`` (any collective
-  named for embeddings) the first and last stage of one pipeline (same ``dp_rank``); ``layernorm-grads-all-reduce`` runs in the tensor-parallel
-  group, whose other ranks are not in the trace, so it is a local op; every other collective
-  (``params-all-gather``, ``grads-reduce-scatter``, ``*all-reduce``, ...) is data-parallel: the
-  ranks of one stage;
-- the optimizer and anything else local follow in the rank's order. Gaps between ops (launch
-  overhead, waits nobody recorded) are not replayed: the step starts at 0 on every rank.
-
-A step's replayed time is when its last op ends. Costs are ratios of replays, so that modelling
-error cancels: healing a finding saves ``1 - T(healed) / T(actual)`` of each covered step (applied
-to its recorded time). Heals, on compute ops only (the optypes with a phase), over the finding's
-steps, each meaning what the detector's own what-if means:
-
-- ``stage_imbalance`` (rebalancing the stage): per step and compute optype, the stage's ops scaled
-  to the mean over stages (of each stage's median op) and its excess spread evenly over the other
-  stages' ops: the work is moved, not removed, as moving layers between stages would;
-- ``imbalance`` (balancing each step): each compute op at its peers' mean for that step, stage and
-  optype (the stage's ranks and micro-batches): the same work, evenly spread;
-- ``straggler`` (healing the rank): its compute ops at its stage peers' median for that step and
-  optype (a straggler's excess is slowness, not work that has to go elsewhere).
-
-:func:`reprice` re-costs an analysis's findings this way (in detector order, each with the ones
-before it healed, so that the costs add up) and sets the summary's total to the replay with all
-of them healed together. Replays run vectorized over all steps at once (levels of the dependency
-graph), a few milliseconds each for 100,000 operations.
+The steps-table what-if (:mod:`.whatif`) takes a step as the max over ranks of work, which is wrong
+for pipelines. With a per-operation trace (:mod:`..inputs.formats`), :class:`Replay` replays each step's ops
+through their dependencies instead, and :func:`reprice` re-costs the findings of :data:`REPLAYED_KINDS`
+as ``1 - T(healed) / T(actual)`` (ratios of replays, so that modelling error cancels), in detector
+order, each with those before it healed. The model, the heals and the limits: docs/detectors.md,
+"Replay of a pipeline's dependencies".
 
 >>> rp = Replay.build(ops)               # doctest: +SKIP
 >>> rp.step_times()                      # doctest: +SKIP
@@ -55,13 +16,16 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 import pandas as pd
 
 from ..findings import SEVERITIES, Finding, severity_for
 from ..inputs.formats import is_comm, phase_of
+
+if TYPE_CHECKING:
+    from ...steptable.matrix import StepMatrix
 
 log = logging.getLogger("telemetry")
 
@@ -106,7 +70,17 @@ class _Cycle(ValueError):
 
 
 class Replay:
-    """One trace's dependency graph over all its steps; :meth:`step_times` replays it."""
+    """One trace's dependency graph over all its steps; :meth:`step_times` replays it, vectorized over
+    all steps at once (by levels of the graph).
+
+    Each rank runs its ops in recorded order (``start_ts``). The k-th forward send of a rank on stage
+    s meets the k-th forward receive of the same pipeline (``dp_rank``) on stage s+1 (backward: s to
+    s-1); a transfer starts when both sides have posted it and takes the direction's transfer time
+    (the :data:`TRANSFER_QUANTILE` of its send and receive durations: what a transfer nobody waits for
+    takes); sends and receives that start together on a rank (``send_forward_recv_backward``) are one
+    batch. The k-th occurrence of a collective among its group (:data:`COLLECTIVE_GROUPS`, else the
+    ranks of one stage) starts when every participant has reached it and takes the least time any
+    spent in it. Gaps between ops are not replayed: the step starts at 0 on every rank."""
 
     def __init__(self, rows: pd.DataFrame, transfer: dict[str, float]):
         self.rows = rows  # the trace's ops, sorted by step, rank, start; ``duration`` is the actual
@@ -276,7 +250,11 @@ class Replay:
         """Each step's recorded time: its first op's start to its last op's end, over all ranks."""
         r = self.rows
         g = r.assign(_end=r["start_ts"] + r["duration"]).groupby("step")
-        return (g["_end"].max() - g["start_ts"].min()).reindex(self.steps).to_numpy(float)
+        return (
+            (cast(pd.Series, g["_end"].max()) - cast(pd.Series, g["start_ts"].min()))
+            .reindex(self.steps)
+            .to_numpy(float)
+        )
 
     # -- heals: new durations (aligned with ``self.rows``) ------------------------------------
     def _compute_in(self, steps: tuple[int, int] | None) -> np.ndarray:
@@ -386,7 +364,11 @@ def _reword(f: Finding, old: float, new: float) -> str:
 
 
 def reprice(
-    findings: list[Finding], summary: dict[str, Any], ops: pd.DataFrame | None, m: Any, shift: np.ndarray | None
+    findings: list[Finding],
+    summary: dict[str, Any],
+    ops: pd.DataFrame | None,
+    m: StepMatrix | None,
+    shift: np.ndarray | None,
 ) -> list[Finding]:
     """Re-cost ``findings`` of kinds :data:`REPLAYED_KINDS` by replaying ``ops`` (in the detectors'
     order, each with the ones before it healed) and set ``summary["slowdown"]`` (in place) to the

@@ -1,23 +1,11 @@
-"""Data stalls and input-bound ranks and jobs: waiting for input.
+"""Data stalls and input-bound ranks and jobs: waiting for input (:func:`detect_data_stalls`).
 
-A rank whose data-loader wait is above its peers' (the same scan as for stragglers, on the data
-series, all ranks as peers) delays the step for everyone: its peers wait for it in the collective.
-What-if: its wait at the peers' level. Where that wait was there from the start (it begins within
-the first ``FROM_START`` of the steps analyzed; of windows read from Prometheus, the first tenth of
-them and at least the first) the rank's input is slow: ``input_bound`` with that rank; where it begins
-later, a wait that was not there before: ``data_stall``. A job whose every rank waits (median wait at
-least ``min_job_fraction`` of the step) is ``input_bound`` with no ranks when the wait was there from
-the start (over the first ``FROM_START`` of the steps, at least half the whole run's share), else a
-job-wide ``data_stall``: what-if, no wait at all. An input-bound finding says its readiness and bytes
-read per second (:mod:`.inputs`), against its peers' for one rank.
-
-A rank's data stall is named only where its wait really stands out over the steps it covers
-(:class:`DataWait`): its mean wait per step at least ``STANDS_OUT`` times its peers', and that many
-times more than its compute grew against theirs; and its extra wait at least ``OWN_SHARE`` of its
-extra compute. A rank slowed in everything (a CPU it shares with another process, a CPU quota)
-also takes longer to fetch its batch, about in proportion (measured: a data loader worker on a
-contended core, the wait 1.6x its peer's with the compute 1.5x); that is part of its straggling,
-not its input pipeline, and its straggler finding names the cause.
+A rank whose data-loader wait is above its peers' (the straggler scan on the data series) delays the
+step for everyone; a job whose every rank waits is job-wide. Either is ``input_bound`` when the wait
+was there from the start (the first ``FROM_START`` of the steps; of windows read from Prometheus:
+:func:`_early_windows`), else ``data_stall``. A rank's stall is named only where its wait stands out
+against its compute (:class:`DataWait`): a rank slowed in everything also fetches slower, and that is
+its straggling, not its input. The rules: docs/finding-kinds.md, "data_stall" and "input_bound".
 """
 
 from __future__ import annotations

@@ -1,42 +1,19 @@
-"""Stragglers: ranks whose compute is above their peers', persistently or in bursts, found from
-compute and arrival order, never from step time (in a synchronous job every rank's step time is
-the same).
+"""Stragglers: ranks whose compute is above their peers', persistently or in bursts, found from compute
+and arrival order, never from step time (in a synchronous job every rank's step time is the same).
 
-Peers are the other ranks of the same pipeline stage (one group when the layout is unknown). For
-each series (total compute, and each phase's compute) and each rank, the per-step excess over the
-peers' median is taken. Two passes:
-
-- persistent: window means of the (clipped) excess locate the steps where the rank runs hot; over
-  those steps the median excess must be at least ``min_rel_excess`` of the peers' time and
-  ``z_min`` robust standard errors above zero (half the steps counted as independent);
-- intermittent: otherwise, the steps where the excess passes ``spike_sigma`` noise units; the
-  rank is a straggler when those steps are at least ``min_hot_fraction`` of its steps, several
-  times more frequent than among its peers and more than chance gives at its peers' rate (a
-  binomial tail under the chance the z threshold allows: on a busy host every rank has a few hiccups, and one
-  with 5 in 57 steps beside peers with 5, 0 and 1 is not slower), and their median excess is large
-  as above.
-
-In both cases the rank must wait less in collectives than its peers (it arrives last) when
-collective times are known; a rank whose long phase is waiting we cannot see is a victim. Noise
-units come from the median over ranks of each rank's robust spread, so one bad rank does not widen
-everyone's bounds; z thresholds grow with the number of ranks tested (multiple comparisons).
-
-The named phase holds most of the excess; the what-if removes the rank's total excess on the
-covered steps and replays them (:mod:`.whatif`). With several stragglers, the largest is costed
-first and each next one with those before it healed, so that their costs add up to the total.
-A persistent stretch's edges are then moved to where the excess changes level (:func:`refine_edges`).
-
-The test decides whether a rank is slow; the what-if only decides the severity. The slow ranks of
-one node (from the table's node/host column) are one finding ("slow node"). Stragglers that each
-cost under ``min_slowdown`` alone (the others still set the pace) are costed as a group and named
-with the group cost and their own; one that costs little only because its peers' noise hides it is
-named at info when its excess would cost ``min_quiet_cost`` in a quiet job (``min_small_cost`` when it
-is slow through most of the run: a small, steady straggler, not a stretch of scheduler noise).
+:func:`detect_stragglers` scans each series (total compute, each phase's) against the peers of the
+same stage (:mod:`.stretch`), keeps the hot ranks that arrive last (:func:`_candidates`: one that waits
+more is a victim), costs them largest first, each with those before it healed, so that their costs
+add up, and groups a node's slow ranks (:func:`_units`); a persistent stretch's edges go where the
+excess changes level (:func:`~.stretch.refine_edges`). The test decides whether a rank is slow; the
+what-if only decides the severity. The rules: docs/finding-kinds.md, "straggler"; slow nodes, hidden
+and small stragglers: docs/detectors.md, "In groups and in the small".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -182,7 +159,7 @@ def _reword(f: Finding, old: str, new: str) -> Finding:
 def _node_finding(
     m: StepMatrix, unit: list["_Candidate"], first: int, last: int, covered: np.ndarray, cost: float
 ) -> Finding:
-    node = str(m.nodes[unit[0].rank])
+    node = str(cast(np.ndarray, m.nodes)[unit[0].rank])  # a unit of several ranks: the table names nodes
     ranks = [int(m.ranks[c.rank]) for c in unit]
     size = int(np.sum(m.nodes == node))
     phases = [c.phase for c in unit if c.phase]
@@ -225,7 +202,7 @@ def _hits_by_rank(
     z_min = p.z_for(m.n_ranks * len(series))
     by_rank: dict[int, dict[str, Hit]] = {}
     for name, arr in series.items():
-        for r, hit in scan(name, arr[:, live_idx], m.groups, p, z_min).items():
+        for r, hit in scan(name, arr[:, live_idx], m.groups, p, z_min, whole=m.weight is None).items():
             by_rank.setdefault(r, {})[name] = hit
     return by_rank
 

@@ -13,7 +13,9 @@ import numpy as np
 
 from ...steptable.matrix import even_sample, every_kth_step, nanmedian
 
-WHOLE_SHARE = 0.9  # a short series above its peers on this share of its steps is judged whole (_whole)
+# a short series of single steps, above its peers on this share of its steps by at least this share of their
+# time, is judged whole (_whole): a clear straggler, not a small static difference between ranks
+WHOLE_SHARE, WHOLE_EXCESS = 0.9, 0.5
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,11 @@ class Hit:
     mode: str  # persistent or intermittent
 
 
-def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_min: float) -> dict[int, Hit]:
-    """Ranks running hot in one series (already restricted to the live steps)."""
+def scan(
+    series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_min: float, whole: bool = False
+) -> dict[int, Hit]:
+    """Ranks running hot in one series (already restricted to the live steps). ``whole``: its columns are
+    single steps, and a short series may be judged whole (:func:`_whole`)."""
     if a.shape[1] < p.min_run or a.shape[0] < 2:
         return {}
     peers = peer_median(a, groups)
@@ -180,7 +185,7 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
                     span = np.zeros_like(runs)
                     span[lo : hi + 1] = True
                     hit = _judge(series, e[r], span, base, sigma, p, z_min, "persistent")
-        if hit is None and n_live < 2 * p.window:
+        if hit is None and whole and n_live < 2 * p.window:
             hit = _whole(series, e[r], base, sigma, p, z_min)
         others = np.delete(spike_rate, r) if len(spike_rate) > 1 else np.zeros(1)
         if (
@@ -203,11 +208,11 @@ def scan(series: str, a: np.ndarray, groups: np.ndarray, p: StragglerParams, z_m
 
 def _whole(series: str, e: np.ndarray, base: float, sigma: float, p: StragglerParams, z_min: float) -> Hit | None:
     """A short series (a profiler capture's dozen steps) in which the rank is above its peers on nearly
-    every step, judged over all of it. Its windowed level can dip under the bar in places: with two
+    every step, by half their time or more, judged over all of it. Its windowed level can dip under the bar in places: with two
     ranks the peers' median is the pair's mean, so the noise unit is half the straggler's own spread,
     and a neighbour's load makes its extra work vary several-fold from step to step."""
     ok = np.isfinite(e)
-    if ok.sum() < p.min_run or (e[ok] > 0).mean() < WHOLE_SHARE:
+    if ok.sum() < p.min_run or (e[ok] > 0).mean() < WHOLE_SHARE or np.median(e[ok]) < WHOLE_EXCESS * base:
         return None
     return _judge(series, e, ok, base, sigma, p, z_min, "persistent")
 

@@ -221,8 +221,8 @@ def goodput_split(m: StepMatrix, shift: np.ndarray | None, up: dict[str, Any] | 
         # Windows of a live job read from Prometheus: a window's per-step means cannot say which rank
         # arrived last at each step, nor which step spiked. The collectives' own time (the last rank's
         # blocked time, step by step), the waits for late ranks and the spikes are one part here, as
-        # the run store's communication + straggler_wait + checkpoint + other (bench/RESULTS.md: split,
-        # they read 13 and 18 points apart; together, 2).
+        # the run store's communication + straggler_wait + checkpoint + other (split, they read far from
+        # the store's; together they agree: bench/RESULTS.md, "Prometheus and the run store").
         out[WAITS] = round(sum(out.pop(k) for k in (*_MERGED_FROM_WINDOWS, "other")), 4)
     if between > 0:
         out["between_steps"] = round(between / wall, 4)

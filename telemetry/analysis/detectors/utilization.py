@@ -1,88 +1,27 @@
-"""Utilization gaps: the job's accelerators (or CPUs) busy for less than a bound of its time, sustained.
+"""Utilization gaps: the job's accelerators (or CPUs) busy for less than a bound of its time, sustained
+(``low_utilization``, :func:`detect`).
 
-Busy is each rank's own compute (device-timed when CUDA events timed the phases, wall-clock on a
-CPU run: a CPU job has a compute fraction too) over the time the job took, the median over ranks,
-per step. The time the job took is the step (data wait included) plus the short gap before the
-next step starts (work outside ``telemetry.step``: logging, evaluation); a long gap (a restart) is
-not counted. A stretch is *sustained* when the share over a running window (its busy time over its
-time, so frequent checkpoint or evaluation steps count) stays a point or more under the bound (a job
-at the bound does not flap in and out on its noise) for at least a quarter
-of the steps after warm-up (and 20 steps); the window is at most half that long, so one long step
-(a GC pause, a checkpoint) cannot make a stretch alone.
-
-The idle rest is split into what a user can act on, each a share of the stretch's time:
-
-- ``data_wait``: the typical rank waits for input;
-- ``exposed_comm``: the collectives' own time that compute does not hide (the least any rank was
-  blocked in them: the last to arrive does not wait);
-- ``waiting_for_ranks``: blocked in collectives waiting for slower ranks (jitter, imbalance);
-  ``findings``: the part of that wait the other findings explain (their what-if, healed);
-- ``checkpoint``: steps that hit every rank at once (over 3x the median: checkpoint, evaluation);
-- ``between_steps``: gaps between steps (host work outside ``telemetry.step``);
-- ``host_overhead``: the rest of the step (launches, Python, synchronization not in a phase; in a
-  pipeline-parallel trace, the bubbles).
-
-The largest part is named. ``slowdown`` is that part's share (what removing it would save, an
-upper bound; not a culprit healed, so the summary's total leaves it out). Severity says what to do:
-
-- ``info``: the share is between ``warn_bound`` (0.6) and ``bound`` (0.8): common for data-parallel
-  jobs (exposed communication, data wait); the split says where the time goes, nothing is broken;
-- ``warning``: under ``warn_bound``: the accelerators idle over 40% of the time; remove the largest part;
-- ``critical``: under half of ``warn_bound`` (30%): the job mostly waits, fix it before scaling out;
-- ``info`` too whenever the largest part is what other findings already explain (see those).
-
-A stretch under ``warn_bound`` is found as a stretch under ``bound`` is (a running window, a point's
-margin, a quarter of the steps); the rest of a stretch under ``bound`` is one ``info`` finding when
-it is long enough on its own. GPU utilization, SM activity, MFU and tokens/s, where the table has them,
-go in ``details`` and the evidence, which says how they differ from the compute share when they
-disagree by 10 points or more: NVML's utilization counts a collective's kernel spinning while it waits
-as busy (it reads higher), and time in a step outside any phase counts as compute for telemetry while
-the GPU may idle in it (the device reads lower). They are reported beside, never decided on.
+Busy is the median rank's compute over the job's time per step (the step with its data wait, plus the
+gap before the next; :func:`parts_per_step`), over a running window at most half as long as the
+shortest stretch, so one long step cannot make a stretch alone. The idle rest is split into
+:data:`PARTS` and the largest is named; device signals are reported beside, never decided on
+(:func:`how_they_differ`). The rules (the bounds, the parts, severity): docs/finding-kinds.md,
+"low_utilization".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import cast
 
 import numpy as np
 
-from ...analysis_options import BUSY_WARN_BOUND, AnalysisOptions
 from ...steptable.matrix import StepMatrix, columns_for, gaps_after, nan_to_zero, rank_median
 from ..findings import Finding
 from .context import Context, Found
+from .params import UtilizationParams
 from .stretch import hot_mask
 from .whatif import step_savings
-
-
-@dataclass(frozen=True)
-class UtilizationParams:
-    bound: float = (
-        AnalysisOptions.busy_bound
-    )  # busy share of the job's time under which a sustained stretch is a finding (info)
-    warn_bound: float = BUSY_WARN_BOUND  # ... under which it is a warning (critical under half of it)
-    window: int = 51  # steps in the running window (at most half the shortest stretch)
-    min_fraction: float = 0.25  # a stretch covers at least this share of the steps after warm-up ...
-    min_steps: int = 20  # ... and at least this many steps
-    margin: float = (
-        0.01  # the running share must be this far under the bound (a job at the bound is not flagged by its noise)
-    )
-    min_drop: float = 0.05  # utilization_regression: the smallest drop reported, relative to the level before
-    z_min: float = 6.0  # ... and how certain the change point must be (rank test, as regression's)
-    alpha: float = 1e-3  # ... against a baseline run: Mann-Whitney p bound on blocks of 10 steps
-
-    def __post_init__(self) -> None:
-        for name in ("bound", "warn_bound"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
-                raise ValueError(
-                    f"utilization {name}={v!r}; accepted: a fraction above 0 and at most 1 (0.8 = busy 80% of the step)"
-                )
-        if self.warn_bound > self.bound:
-            raise ValueError(
-                f"utilization warn_bound={self.warn_bound!r} is above bound={self.bound!r}; accepted: "
-                "warn_bound <= bound (a share under warn_bound is a warning, under bound info)"
-            )
-
 
 PARTS = {
     "data_wait": "waiting for input",
@@ -124,7 +63,7 @@ def _parts_per_step(m: StepMatrix, shift: np.ndarray | None, gaps: bool) -> tupl
     zero = np.zeros(m.n_steps)
     own = wait = found = zero
     if m.comm is not None:
-        own = m.comm_own()
+        own = cast(np.ndarray, m.comm_own())  # not None: the matrix has comm
         own = np.where(np.isfinite(own), own, 0.0)
         comm = nan_to_zero(rank_median(m.comm))
         found = np.clip(step_savings(m, shift), 0.0, None) if shift is not None else zero

@@ -1,40 +1,11 @@
 """Utilization regressions: the job's busy share, MFU, GPU utilization or SM activity falls, at a
 change point within the run or against a baseline run (``telemetry analyze RUN --base BASE``).
 
-The series, job-level, one value per step after warm-up:
-
-- ``busy_fraction``: telemetry's compute share, the median rank's compute over the job's time (the
-  step with its data wait and the gap before the next: :func:`.utilization.parts_per_step`);
-- ``mfu``, ``gpu_utilization``, ``sm_activity``: the median over ranks of the table's ``mfu``,
-  ``dev.gpu_utilization_ratio`` and ``dev.gpu_sm_activity_ratio``, where it has them. They are sampled
-  (once a second by default) and attributed to steps by time, so their onset is known to within a
-  sample.
-
-Within the run, each series is searched for its largest lasting fall under its first level with
-regression.py's change points (binary segmentation with a rank statistic: one-off spikes and
-periodic checkpoint steps do not move it). A fall counts when it is
-
-- certain: the rank test's z at least ``z_min`` (6, as for step-time regressions);
-- large: at least ``min_drop`` (5%) under the level before, relative;
-- lasting: at least 10 steps, 60% of them under the midpoint;
-- a loss: the idle time per step (``(1 - share) x job time``) grew by at least half of ``min_drop``
-  of the job's time before. A share that falls only because compute got faster (an optimization that
-  exposes the communication) leaves the idle time as it was and is no regression.
-
-The busy share's fall is the finding when it has one (its onset is exact to the step); otherwise the
-device signal that fell most. Against a baseline run, each series' medians over blocks of 10 steps
-(consecutive steps are not independent) in the base run and in this one are compared with a
-Mann-Whitney U test (p under ``alpha``), with the same size and loss rules.
-
-The finding names the moment (its first step; the run's first step against a baseline), what fell
-(each series, before -> after), and what the idle time became: :data:`.utilization.PARTS`, as shares
-of the job's time before and after, and the part that grew most. What-if: the steps after it with the
-idle time per step back at its level before. Severity: ``warning``; ``info`` when other findings
-account for it (their what-if counts that time): the part that grew most is the wait for their
-culprits (``findings``: stragglers, stalled ranks, imbalance), or a job-wide lasting change of the step
-time covers the onset (begins at most ``tolerance`` steps after it: 10, or two device samples for a
-device signal's onset) and the part that grew is its own (:data:`OWN_PART`: a ``data_stall``'s data
-wait, a ``slow_comm``'s collectives, a phase-less ``regression``'s time in the step outside any phase).
+Each job-level series (:func:`series`) is searched with regression.py's change points for its largest
+lasting fall (:func:`detect_utilization_regression`), or compared with the base run's on block medians
+(:func:`_against_base`); a fall counts only when the idle time per step grew (:func:`_a_loss`), so a
+share that falls because compute got faster is no regression. Other findings may account for it
+(:func:`_accounted`: then ``info``). The rules: docs/finding-kinds.md, "utilization_regression".
 """
 
 from __future__ import annotations

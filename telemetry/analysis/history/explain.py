@@ -2,33 +2,22 @@
 profiler captures.
 
 ``telemetry history`` finds the run after which a series changed from the runs' summaries alone
-(analysis/history.py). For each change it then opens the two runs either side (at most ``MAX_EXPLAINED``
-changes, the regressions first; the rest said) and adds to the change's ``diff``:
-
-- ``steps``: ``telemetry diff BEFORE AFTER`` (analysis/detectors/diff.py) with the history's smallest
-  change (``--min-change``) as its smallest effect: each series (the step, each phase's compute, the
-  collectives' own time, the data wait) before and after, and the regressions and improvements it finds
-  significant within the pair (steps, not runs: it can find a change the runs' noise hides, and miss one
-  that only many runs show);
-- ``trace_diff``: when both runs hold a profiler capture of the same rank (online captures take a
-  baseline of rank 0 and a peer in every run, ``capture_baseline``), that rank's trace in the slower run
-  against its trace in the faster one: the ops, kernels and collectives that take more time per step
-  (analysis/tracediff.py), and ``captures`` naming the two captures compared. A rank's baseline capture
-  is preferred (a healthy rank in a healthy part of both runs), then a peer's, then a flagged rank's;
-  without a capture of a common rank, ``trace_diff`` is empty and a note says why.
-
-The slower run is the one after a regression and the one before an improvement: the rows always say
-what the slower side spends more time in.
+(:mod:`.runs`). For each change (at most ``MAX_EXPLAINED``, the regressions first; the rest said) this
+opens the two runs either side and adds to its ``diff``: ``steps``, the pair compared as ``telemetry
+diff`` compares them (:mod:`..detectors.diff`), and ``trace_diff``, a rank captured in both (its baseline
+capture first, then a peer's, then a flagged rank's) in the slower run against the faster one
+(:mod:`..traces.diff`). The slower run is the one after a regression and the one before an improvement:
+the rows always say what the slower side spends more time in. More: docs/history.md.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 from ..traces.breakdown import breakdown
 from ..traces.captures import read_manifests, trace_path
-from ..traces.diff import trace_diff
+from ..traces.diff import TraceProfile, trace_diff
 
 MAX_EXPLAINED = 10  # changes whose runs either side are opened, regressions first
 ROLE_RANK = {"baseline": 0, "peer": 1, "flagged": 2}  # which capture of a rank to compare, best first
@@ -104,7 +93,7 @@ def explain(before: str, after: str, slower_after: bool = True, min_effect: floa
     try:
         ps = breakdown(slow["trace"], steps_hint=slow["steps"][1] - slow["steps"][0] + 1).profile
         pf = breakdown(fast["trace"], steps_hint=fast["steps"][1] - fast["steps"][0] + 1).profile
-        out["trace_diff"] = trace_diff(ps, pf)
+        out["trace_diff"] = trace_diff(cast(TraceProfile, ps), cast(TraceProfile, pf))  # breakdown() sets each
     except Exception as exc:  # noqa: BLE001 - a trace that does not read costs only its diff (said)
         out["notes"].append(f"rank {rank}'s traces do not read ({type(exc).__name__}: {exc}): not compared")
     return out

@@ -1,35 +1,12 @@
 """Many runs of the same job: one summary per run (cached in the run directory), the runs in time order,
-like runs grouped, and the change points across them with what moved.
+like runs grouped, and the change points across them with what moved (:func:`history`).
 
-**A run's summary** (``RUN_DIR/summary.json``): what the run was (its meta: start, the training code's
-commit, tags, world size, nodes) and what it did (the analysis: median step time, tokens/s, MFU, the
-compute share of the goodput split; each phase's median seconds per step less its time blocked in
-collectives, the collectives' blocked time and the data wait; the findings at warning or above). It is made once and read back while the run's
-content is unchanged: its key is the run's files under ``ranks/`` and its ``meta.json``, by name and
-size, not their times (a copied run keeps its summary). ``telemetry history`` over runs whose summaries
-are made opens no step table.
-
-**Like runs**: runs are compared only within a group: the value of ``--by TAG``, or the settings hash
-(the job name, the world size, the phases seen and the tags; not the seed or the run directory).
-
-**Change points** (in the spirit of Apache Otava's E-divisive with a significance test, on the runs'
-summary values; :func:`change_points`): for every series (each key metric; the data wait and the
-collectives' blocked time; each compute phase divided by its run's speed, :func:`tested`, so that a
-run on a faster or slower node, every phase scaled alike, does not hide one phase's change), every split of
-the runs into a before and an after (at least ``min_runs`` each, at most ``window`` runs each side of the
-split: a change that went back some runs later is a split too) is scored by the two sides' Student t
-difference of means over the run-to-run noise (from the successive differences: a robust spread), over
-the median of the series' own best score over random reorderings (so that a series with one run far off,
-a data wait 100x its level in one run, which scores high however the runs are ordered, does not hide a
-change in another); the best split over every series is tested against the same maximum
-over random reorderings of the runs (all series reordered together: a "max-T" permutation test, so the
-chance that a group of runs with no change reports any change is at most ``alpha``, whatever the number
-of series and splits). A split whose score passes the reorderings' ``1 - alpha`` quantile, and whose
-change is at least ``min_change`` of the level before, is a change; the runs either side are then
-searched again (binary segmentation), each part with its own test. With fewer than ``2 x min_runs`` runs
-nothing is tested (said). Limits: the test assumes runs are exchangeable when nothing changed (a slow
-drift over many runs is not one change and may be found as one, or not); with 12 runs and a change at
-run 8 the smallest reachable p is about 1/400, so ``alpha`` much below 0.005 finds nothing there.
+A run's summary (:func:`run_summary`, ``RUN_DIR/summary.json``) is made once and read back while its
+key (:func:`content_key`: the files under ``ranks/`` and ``meta.json`` by name and size, not their times)
+is the run's. Runs are compared only within a group (``--by TAG``, else :func:`settings_hash`).
+:func:`change_points` is a max-T permutation test over every series and split (binary segmentation
+after each change), so a group with no change reports one with probability at most ``alpha``. The
+rules, the JSON and the limits: docs/history.md.
 """
 
 from __future__ import annotations

@@ -1,48 +1,12 @@
-"""PyTorch profiler (Kineto) traces -> a steps table.
+"""PyTorch profiler (Kineto) traces -> a steps table (:func:`read_trace_dir`).
 
-Input: a directory of per-rank Chrome trace files (``*.json``, ``*.json.gz``; what
-``torch.profiler``'s ``export_chrome_trace`` and ``tensorboard_trace_handler`` write and HTA reads).
-Each file is streamed (:func:`iter_trace`: the ``traceEvents`` array is decoded one event at a
-time from 256 Ki-character chunks), never loaded whole; what is kept per event is a few numbers in
-compact typed arrays (about 21 bytes a kernel, CPU operation or launch), attributed to steps and
-phases in blocks, so memory grows with the number of kernels and operations at a small fraction of
-the file's size (a 36 MB trace of 200,000 events: 8 MB at the peak, read in about 1 s here).
-Files directly in the directory only; a file that is not a trace (no ``traceEvents`` in its first
-MiB) is skipped with a warning.
-
-Per file:
-
-- **rank**: the trace's ``distributedInfo.rank``; else from the file's name (``rank-3``,
-  ``rank3``, ``rank_3``, ``..._3.``); else an error naming the file. Several files of one rank
-  (a profiler schedule that repeats writes one per cycle) are one rank's steps.
-- **steps**: telemetry's own ``telemetry.step#N`` ranges (``init(profiler_ranges=True)``) where
-  the trace has them: the same step numbers, starts and durations as the run store; else the
-  profiler's ``ProfilerStep#N`` annotations (``prof.step()``), whose N counts from the profiler's
-  creation (a ``ProfilerStep`` with no work, collective or annotation in it, such as the one
-  after the loop's last ``prof.step()``, is not a step). ``start_s`` is epoch seconds (``baseTimeNanoseconds`` + ``ts``).
-- **data wait** (``data_s``): the data-loader annotations (``enumerate(DataLoader)#...``) of the
-  step: inside a ``ProfilerStep`` (which then starts after them: ``start_s`` moves forward and
-  ``duration_s`` shrinks by the wait, as the run store times a step after its batch arrived), or
-  between the previous ``telemetry.step`` range's end and this one's end.
-- **phases** (``<name>_s``): the annotations directly inside the step on its thread (telemetry's
-  phases, or the user's own ``record_function`` ranges; collective and data-loader annotations
-  excepted). Names become identifiers: ``DistributedDataParallel.forward`` -> ``forward``,
-  ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` -> ``optimizer``, others lower-cased with
-  every run of other characters as ``_``. A phase's seconds are its **compute**: on a trace with
-  GPU kernels, the time of the (non-communication) kernels launched inside it (a kernel belongs to
-  the phase its ``cudaLaunchKernel`` ran in, through the ``correlation`` id); on a CPU-only trace,
-  the time of the top-level CPU operations (``cpu_op`` not inside another on its thread) that
-  started inside it. Compute launched in the step outside every phase is ``other_s``; memory
-  copies and sets count as neither.
-- **communication**: ``comm_s`` is the union of the intervals of NCCL kernels (``nccl`` in the
-  name) on a GPU trace, else of the collective ranges on the CPU (``record_param_comms``
-  operations, ``gloo:``/``nccl:`` annotations of the process group's worker threads). They belong
-  to the step their launch (or start) fell in. ``comm_bytes``: per ``record_param_comms``, the
-  larger of ``In msg nelems`` and ``Out msg nelems`` times the size of its ``dtype`` (the traces
-  of gloo on CPU have none: then no ``comm_bytes``).
-
-So the table's phases are compute and ``comm_s`` the time in collectives, the shape of a
-per-operation trace's table: the detectors take a rank's compute as the sum of its phases.
+Input: a directory of per-rank Chrome trace files (``*.json``, ``*.json.gz``, as ``torch.profiler``
+writes them and HTA reads them; files directly in it only; a file that is not a trace is skipped with
+a warning). Each file is streamed (:func:`iter_trace`), never loaded whole: a few numbers per kernel,
+CPU operation or launch are kept in typed arrays and attributed to steps and phases in blocks, so
+memory grows with the events, at a small fraction of the file's size. The table's phases are compute
+and ``comm_s`` the time in collectives, as in a per-operation trace's table. How ranks, steps, phases
+and communication are read: docs/integrations.md, "The PyTorch profiler"; the finer rules: :func:`file_rows`.
 """
 
 from __future__ import annotations
@@ -52,7 +16,7 @@ import logging
 import os
 import re
 from array import array
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -107,7 +71,7 @@ class _Cols:
     def __init__(self, **types: str) -> None:
         self.cols = {k: array(t) for k, t in types.items()}
 
-    def add(self, *values: Any) -> None:
+    def add(self, *values: float) -> None:
         for col, v in zip(self.cols.values(), values):
             col.append(v)
 
@@ -138,7 +102,7 @@ class _FileScan:
         self.cpu_comm = _Cols(ts="d", dur="d", nbytes="d")
         self.events = 0
 
-    def _tid(self, tid: Any) -> int:
+    def _tid(self, tid: int | str | None) -> int:
         t = self.tids.get(tid)
         if t is None:
             t = self.tids[tid] = len(self.tids)
@@ -220,7 +184,9 @@ def _comm_bytes(args: dict[str, Any]) -> float:
 
 
 def phase_name(annotation: str) -> str:
-    """An annotation's name as a steps-table phase (an identifier)."""
+    """An annotation's name as a steps-table phase (an identifier): ``DistributedDataParallel.forward``
+    -> ``forward``, ``Optimizer.step#...`` -> ``optimizer``, others lower-cased with every run of other
+    characters as ``_``."""
     if annotation.startswith("Optimizer."):
         return "optimizer"
     if annotation.startswith("DistributedDataParallel.") or annotation.startswith("FullyShardedDataParallel."):
@@ -263,6 +229,23 @@ def _locate(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
 
 
 def file_rows(scan: _FileScan, rank: int, warnings: list[str]) -> pd.DataFrame | None:
+    """One file's rows of the steps table; a file with no step is skipped (said in ``warnings``).
+
+    - steps: ``telemetry.step#N`` ranges where the trace has them (the run store's numbers, starts and
+      durations), else ``ProfilerStep#N`` (N counts from the profiler's creation; one with no work,
+      collective or annotation in it, as after the loop's last ``prof.step()``, is not a step);
+      ``start_s`` is epoch seconds (``baseTimeNanoseconds`` + ``ts``);
+    - ``data_s``: the ``enumerate(DataLoader)#...`` annotations inside a ``ProfilerStep`` (which then
+      starts after them, as the run store times a step from its batch's arrival), or between the
+      previous ``telemetry.step`` range's end and this one's end;
+    - phases: the annotations directly inside the step on its thread (collective and data-loader ones
+      excepted), named by :func:`phase_name`; a kernel counts in the phase its ``cudaLaunchKernel`` ran
+      in (the ``correlation`` id); on a CPU-only trace, the top-level ``cpu_op``s that started inside
+      it; compute outside every phase is ``other_s``; memory copies and sets count as neither;
+    - ``comm_s``: the union of ``nccl`` kernels' intervals, else of the CPU's collective ranges
+      (``record_param_comms``, ``gloo:``/``nccl:`` annotations), in the step their launch (or start)
+      fell in; ``comm_bytes``: per ``record_param_comms``, the larger of ``In/Out msg nelems`` x its
+      dtype's size (:data:`DTYPE_BYTES`; gloo's CPU traces have none: then no ``comm_bytes``)."""
     name = os.path.basename(scan.path)
     ours = len(scan.our_steps) > 0
     steps = scan.our_steps if ours else scan.prof_steps
@@ -359,7 +342,7 @@ def file_rows(scan: _FileScan, rank: int, warnings: list[str]) -> pd.DataFrame |
                 ok = st >= 0
                 comm_parts.append((k_ts[sl][c][ok], (k_ts[sl] + k_dur[sl])[c][ok], st[ok]))
         if comm_parts:
-            comm = _union(*(np.concatenate(p) for p in zip(*comm_parts)), k)
+            comm = _union(*(np.concatenate(p) for p in zip(*comm_parts)), k)  # pyright: ignore[reportCallIssue] - three arrays (the parts' triples), then k
     else:
         o_ts, o_dur, o_tid, o_comm = (scan.ops.np(c) for c in ("ts", "dur", "tid", "comm"))
         if len(o_ts):
@@ -405,7 +388,7 @@ def file_rows(scan: _FileScan, rank: int, warnings: list[str]) -> pd.DataFrame |
         has_phase[a_step[top_idx]] = True
         empty = (compute.sum(axis=1) == 0) & (comm == 0) & ~has_phase
         if empty.any():
-            table = table[~empty].reset_index(drop=True)
+            table = cast(pd.DataFrame, table[~empty]).reset_index(drop=True)
     return table
 
 

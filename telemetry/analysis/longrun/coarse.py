@@ -1,40 +1,29 @@
 """A long run analyzed from the run store's coarse level: blocks of steps first, raw rows only where
 a block shows something.
 
-A run directory of more than ``COARSE_ROWS`` rows (ranks x steps), analyzed whole (no ``--steps`` or
-``--last``, no ``--raw``), is read from its aggregates (:mod:`telemetry.store.aggregates`: per rank
-and block of 64 steps, written when each segment is sealed) rather than its rows: a row per rank
-and block, its values the block's medians, the same table online detection builds from its blocks,
-and the detectors run on it as online detection runs them
-(:func:`~.detectors.blocks.analyze_blocks`). 10,000 ranks x 10,000 steps are 1.6 million such rows
-instead of 100 million.
-
-Then, where a block shows something (the ``REFINE_MAX`` costliest findings at warning or above), one
-read of raw rows each, every rank:
-
-- its edge: where its series (its ranks' excess over the median rank, or the job's level) changes
-  most in the blocks, then, in the raw rows of the blocks either side, the step (a finding from the
-  first block after warm-up begins where the steps' warm-up ends when its excess is there already);
-- its what-if, for a finding that names ranks: measured again on a stretch of its steps (at most
-  ``REFINE_ROWS`` rows; right after the onset, else its middle), since a block's median hides the
-  step-to-step noise that decides how much of a rank's excess the job waits for. It takes that
-  stretch's what-if and severity, or is said at info when the rows do not show it. Job-wide findings
-  keep the blocks' what-if, which that noise does not move.
-
-A finding's evidence figures are its blocks' (``details.block_steps``: 64).
-
-Limits: checkpoint findings need the steps (a block's median of a rare checkpoint is 0): run with
-``--raw`` or ``--steps``; the moving imbalance and the gaps between steps are not looked for (as
-online); a restarted job's re-run steps count twice in their blocks.
+A run directory of more than ``COARSE_ROWS`` rows, analyzed whole, is read from its aggregates
+(:mod:`telemetry.store.aggregates`: a row per rank and block of 64 steps, its values the block's
+medians) and run through the detectors as online detection runs them
+(:func:`~..detectors.blocks.analyze_blocks`). Then, for the ``REFINE_MAX`` costliest findings, raw rows
+are read to place each edge to the step and to measure a finding that names ranks again on a stretch
+of at most ``REFINE_ROWS`` rows (:func:`_measured`); a finding's evidence figures stay its blocks'. The
+rules and the limits: docs/runs.md, "Analyzing a long run from its blocks".
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..detectors import Analysis
+    from ..detectors.utilization import UtilizationParams
+    from ..findings import Finding
 
 COARSE_ROWS = 4_000_000  # runs of more rows (ranks x steps) are read from their blocks
 REFINE_ROWS = 500_000  # raw rows read to measure one finding again
@@ -43,7 +32,7 @@ REFINE_MAX = 8  # findings measured again on raw rows (the costliest first)
 BLOCK_NOTE = "medians over blocks of 64 steps"
 
 
-def block_table(agg: Any) -> pd.DataFrame:
+def block_table(agg: pa.Table) -> pd.DataFrame:
     """The aggregates (an Arrow table, a row per rank and block) -> a steps table of blocks: ``step``
     the block's first step (block x 64), ``start_s`` its first start, and the block's medians:
     ``duration_s``, ``comm_s``, ``data_s``, each other phase's compute (the phase less the collectives
@@ -97,19 +86,19 @@ def wanted(name: str) -> bool:
     )
 
 
-def _med(agg: Any, name: str) -> np.ndarray:
+def _med(agg: pa.Table, name: str) -> np.ndarray:
     return agg.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
 
 
 def analyze_coarse(
-    agg: Any,
+    agg: pa.Table,
     ranks: int,
     read_raw: Callable[[tuple[int, int]], pd.DataFrame],
-    progress: Any = None,
+    progress: Mapping[int, Mapping[str, Any]] | None = None,
     world_size: int | None = None,
     table: pd.DataFrame | None = None,
     **params: Any,
-) -> Any:
+) -> Analysis:
     """Findings of the blocks (``agg``; ``table``: its :func:`block_table` when already made), the
     ranked ones measured again on raw rows (``read_raw((a, b))`` -> the steps table of steps a..b).
     ``params``: :func:`~.detectors.analyze`'s (utilization, checkpoint, hang_bound_s, base,
@@ -138,7 +127,7 @@ def analyze_coarse(
     order = sorted(range(len(result.findings)), key=lambda i: -result.findings[i].slowdown)  # costliest first
     edges = set([i for i in order if result.findings[i].severity != "info"][:REFINE_MAX])
     chosen = set([i for i in order if result.findings[i].severity != "info" and result.findings[i].ranks][:REFINE_MAX])
-    warm_at = (first + warm.warmup_steps * BLOCK, first + StragglerParams().warmup(last - first + 1))
+    warm_at = (first + cast(int, warm.warmup_steps) * BLOCK, first + StragglerParams().warmup(last - first + 1))
     for i, f in enumerate(result.findings):
         f = replace(f, details={**f.details, "block_steps": BLOCK})
         if f.last_step is not None and f.last_step + BLOCK - 1 >= last:
@@ -155,7 +144,9 @@ def analyze_coarse(
         raw = read_raw((min(w[0] for w in want), max(w[1] for w in want)))  # one read of the rows
         f = _pinned(f, onset, raw, table)
         if measure is not None:
-            part = raw[(raw["step"] >= measure[0]) & (raw["step"] <= measure[1])] if len(raw) else raw
+            part = (
+                cast(pd.DataFrame, raw[(raw["step"] >= measure[0]) & (raw["step"] <= measure[1])]) if len(raw) else raw
+            )
             again = (
                 analyze(part, straggler=StragglerParams(warmup_steps=0), utilization=None, **params)
                 if len(part)
@@ -181,7 +172,12 @@ def analyze_coarse(
     return result
 
 
-def _settle_summary(result: Any, agg: Any, remeasured: list[tuple[Any, Any]], utilization: Any = None) -> None:
+def _settle_summary(
+    result: Analysis,
+    agg: pa.Table,
+    remeasured: list[tuple[Finding, Finding]],
+    utilization: UtilizationParams | None = None,
+) -> None:
     """The summary of a blocks' analysis, made to agree with its findings once some were measured again
     on raw rows (``remeasured``: (as the blocks had it, as the rows have it)): the count and highest
     severity anew; the estimated slowdown less what the rows took off each one's what-if (a finding the
@@ -227,7 +223,7 @@ def _settle_summary(result: Any, agg: Any, remeasured: list[tuple[Any, Any]], ut
     s["goodput"] = goodput_split(weighted, result.shift, up)
 
 
-def _series(f: Any, table: pd.DataFrame) -> str | None:
+def _series(f: Finding, table: pd.DataFrame) -> str | None:
     """The column of the block table a finding is measured in."""
     if f.kind == "slow_comm":
         name = "comm_s"
@@ -248,7 +244,7 @@ def _split(e: np.ndarray) -> int | None:
     return int(k[np.argmax(stat)])
 
 
-def _excess(x: pd.DataFrame, f: Any, col: str) -> tuple[np.ndarray, np.ndarray]:
+def _excess(x: pd.DataFrame, f: Finding, col: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, the series whose level says where ``f`` is) of table ``x``: the finding's ranks'
     excess over the median of all ranks, or for a job-wide finding the median of all ranks."""
     if f"comm.{col}" in x.columns:  # the phase's compute (the blocks' comm.* are 0: the same there)
@@ -261,7 +257,7 @@ def _excess(x: pd.DataFrame, f: Any, col: str) -> tuple[np.ndarray, np.ndarray]:
     return wide.index.to_numpy(), (mine - peers).to_numpy()
 
 
-def _onset(f: Any, table: pd.DataFrame, warm: tuple[int, int]) -> tuple[str, int, str] | None:
+def _onset(f: Finding, table: pd.DataFrame, warm: tuple[int, int]) -> tuple[str, int, str] | None:
     """Where, in the blocks, ``f``'s series changes level: ("begins" or "ends", the block's first step,
     the column), or ("warm", the steps' warm-up end, the column) for a finding from the run's first
     block after warm-up (``warm``: that block's first step, the steps' warm-up end), whose raw rows
@@ -272,12 +268,15 @@ def _onset(f: Any, table: pd.DataFrame, warm: tuple[int, int]) -> tuple[str, int
     col = _series(f, table)
     if col is None:
         return None
-    part = table[(table["step"] >= f.first_step - BLOCK) & (table["step"] <= f.last_step)]  # and the block before
+    part = cast(
+        pd.DataFrame, table[(table["step"] >= cast(int, f.first_step) - BLOCK) & (table["step"] <= f.last_step)]
+    )  # and the block before
     steps, e = _excess(part, f, col)
     k = _split(e)
     lo, hi = (float(np.mean(e[:k])), float(np.mean(e[k:]))) if k is not None else (0.0, 0.0)
     if k is not None and (f.ranks and lo < 0.5 * hi or not f.ranks and hi != lo):
-        if not f.ranks and not (f.first_step - BLOCK <= steps[k] <= f.first_step + BLOCK):
+        first = cast(int, f.first_step)  # analyze_coarse's edges: findings with steps
+        if not f.ranks and not (first - BLOCK <= steps[k] <= first + BLOCK):
             return None  # the job's largest move is elsewhere: the detector's edge stays
         return "begins", int(steps[k]), col  # it began at block k (a job-wide level moved there)
     if k is not None and f.ranks and hi < 0.5 * lo:
@@ -299,20 +298,20 @@ def _area(onset: tuple[str, int, str] | None) -> tuple[int, int] | None:
     return max(0, at - BLOCK), at + BLOCK - 1
 
 
-def _pinned(f: Any, onset: tuple[str, int, str] | None, raw: pd.DataFrame, table: pd.DataFrame) -> Any:
+def _pinned(f: Finding, onset: tuple[str, int, str] | None, raw: pd.DataFrame, table: pd.DataFrame) -> Finding:
     """``f`` with its edge moved to the step where, in ``raw``, its series changes level."""
     if onset is None or not len(raw):
         return f
     how, at, col = onset
     if col not in raw.columns:
         return f
-    lo, hi = _area(onset)
-    rows = raw[(raw["step"] >= lo) & (raw["step"] <= hi)]
+    lo, hi = cast("tuple[int, int]", _area(onset))  # an onset's area
+    rows = cast(pd.DataFrame, raw[(raw["step"] >= lo) & (raw["step"] <= hi)])
     if not len(rows):
         return f
     steps, e = _excess(rows, f, col)
     if how == "warm":  # its excess already in the warm-up's last rows, as in its blocks: it began there
-        blocks = table[(table["step"] >= f.first_step) & (table["step"] <= f.last_step)]
+        blocks = cast(pd.DataFrame, table[(table["step"] >= f.first_step) & (table["step"] <= f.last_step)])
         level = float(np.nanmean(_excess(blocks, f, col)[1]))
         return replace(f, first_step=at) if level > 0 and np.nanmean(e) >= 0.5 * level else f
     j = _split(e)
@@ -320,31 +319,31 @@ def _pinned(f: Any, onset: tuple[str, int, str] | None, raw: pd.DataFrame, table
     return replace(f, first_step=edge) if how == "begins" else replace(f, last_step=edge - 1)
 
 
-def _stretch(f: Any, ranks: int, run_last: int, onset: tuple[str, int, str] | None = None) -> tuple[int, int]:
+def _stretch(f: Finding, ranks: int, run_last: int, onset: tuple[str, int, str] | None = None) -> tuple[int, int]:
     """The steps of ``f`` measured again on raw rows, at most REFINE_ROWS rows of every rank: those
     right after its onset (or before its end) when it has one in the blocks, read with the onset's
     rows in one read; else its middle."""
-    a, b = int(f.first_step), min(int(f.last_step), run_last)
+    a, b = int(cast(int, f.first_step)), min(int(cast(int, f.last_step)), run_last)  # a finding with steps
     n = min(b - a + 1, max(REFINE_MIN_STEPS, REFINE_ROWS // max(ranks, 1)))
     area = _area(onset)
     if onset is not None and onset[0] in ("begins", "warm"):
-        lo = max(a, area[1] + 1)
+        lo = max(a, cast("tuple[int, int]", area)[1] + 1)  # an onset's area
         return (lo, min(b, lo + n - 1)) if lo + REFINE_MIN_STEPS // 2 <= b else (max(a, b - n + 1), b)
     if onset is not None and onset[0] == "ends":
-        hi = min(b, area[0] - 1)
+        hi = min(b, cast("tuple[int, int]", area)[0] - 1)
         return (max(a, hi - n + 1), hi) if hi - REFINE_MIN_STEPS // 2 >= a else (a, min(b, a + n - 1))
     mid = (a + b) // 2
     lo = max(a, mid - n // 2)
     return lo, min(b, lo + n - 1)
 
 
-def _measured(f: Any, again: Any, window: tuple[int, int]) -> Any:
+def _measured(f: Finding, again: Analysis | None, window: tuple[int, int]) -> Finding:
     """``f`` with the what-if and severity of the same finding in the raw rows of ``window``; said at
     info when they do not show it at warning or above."""
     same = [
         g
         for g in (again.findings if again is not None else [])
-        if _kin(g.kind, f.kind) and g.phase == f.phase and set(g.ranks) & set(f.ranks)
+        if _same_finding(g.kind, f.kind) and g.phase == f.phase and set(g.ranks) & set(f.ranks)
     ]
     where = f"steps {window[0]}-{window[1]}"
     if not same or max(g.slowdown for g in same) <= 0:
@@ -373,8 +372,8 @@ def _measured(f: Any, again: Any, window: tuple[int, int]) -> Any:
 
 # kinds that are one finding seen over different stretches: a rank's slow input is a data stall where
 # its onset is in view, input-bound where it is not
-_KIN = ({"data_stall", "input_bound"},)
+_SAME_FINDING = ({"data_stall", "input_bound"},)
 
 
-def _kin(a: str, b: str) -> bool:
-    return a == b or any(a in k and b in k for k in _KIN)
+def _same_finding(a: str, b: str) -> bool:
+    return a == b or any(a in k and b in k for k in _SAME_FINDING)

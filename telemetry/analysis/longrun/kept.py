@@ -2,20 +2,12 @@
 analysis from its blocks, what ``telemetry analyze`` and the dashboard would compute, read instead of
 every rank's files.
 
-Written (:func:`write`, called by :func:`.blockrun.keep`) once every rank is compacted and none is
-being written, for a run directory of more than ``coarse.COARSE_ROWS`` rows:
-``RUN/summary/blocks.parquet``, the blocks the analysis read (every rank's aggregates, only the
-columns :func:`.coarse.block_table` reads: a row per rank and block of 64 steps), and
-``RUN/summary/analysis.json``, the findings (trace ids in; the captures are matched when read, since
-``telemetry capture`` can add one later), the summary, the warnings the read gave and the line that
-says how the run was analyzed. Both carry the run's fingerprint: every name, size and modification
-time in ``ranks/`` (but the ranks' lock files, which every claim rewrites) and those of ``meta.json``.
-A reader uses them only while the fingerprint is the run's (:func:`read`); a run written to since (more steps, a restart, a heartbeat), or copied
-without its files' times, is analyzed from its files again, as before. The findings are kept for
-the default settings only: any other (``--busy-bound``, ``--base``, ``--hang-after``, a dashboard's
-comparison) analyzes the kept blocks afresh, which saves the read of every rank's aggregates.
-Beside them, for more than 256 ranks, ``RUN/summary/picture.parquet`` (:mod:`.kept_picture`), read the
-same way.
+:func:`write` (called by :func:`.blockrun.keep`, for a run of more than ``coarse.COARSE_ROWS`` rows once
+every rank is compacted) keeps ``blocks.parquet`` (the aggregates' columns :func:`.coarse.block_table`
+reads) and ``analysis.json`` (findings, summary, warnings, the line saying how it was analyzed). The
+rule: both carry the run's :func:`fingerprint` and :func:`read` uses them only while it is the run's;
+the findings stand for the default settings only (other settings analyze the kept blocks afresh).
+Beside them, for many ranks: :mod:`.kept_picture`. More: docs/runs.md, "A long run's analysis, kept".
 """
 
 from __future__ import annotations

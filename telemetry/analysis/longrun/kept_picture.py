@@ -1,19 +1,13 @@
 """A long run's picture step by step, kept by ``telemetry compact`` beside its analysis (:mod:`.kept`):
-what the dashboard draws when it zooms into some steps of every rank, read in milliseconds instead of
-every rank's files (10,000 ranks' files are about 10 s, whatever the reader).
+what the dashboard draws when it zooms into some steps of every rank, read from one file instead of
+every rank's files (slow at many ranks: bench/RESULTS.md, "Dashboard at 10^8 records").
 
-``RUN/summary/picture.parquet`` holds, per step, for each band of consecutive ranks (in rank order, at
-most :data:`BANDS`), the band's highest of each series a rank x step chart draws (a slow rank still
-shows, as in a banded heatmap drawn from rows): compute, the time blocked in collectives, the data wait,
-each phase's compute and each sampled device or host signal (``dev.*``, throttle reasons aside), in the
-steps table's units (seconds), as float32; and, on each step's first band's row, the p50 and p95 over
-every rank of the step time (data wait included), what the Overview's line draws. Kept only for a run of
-more than :data:`BANDS` ranks (fewer are read row by row in well under a second). It carries the run's
-fingerprint (:func:`.kept.fingerprint`) and is used only while that is the run's.
-
-Written in windows of steps (every rank's rows of a window, at most :data:`WINDOW_VALUES` step times
-held at once for the percentiles, read :data:`READ_ROWS` rows at a time), so memory stays bounded
-whatever the run's length.
+``RUN/summary/picture.parquet`` (:func:`write`, :func:`read`) holds per step, for each band of
+consecutive ranks (at most :data:`BANDS`), the band's highest of each series a rank x step chart draws
+(:func:`series_of`), float32 seconds, and on each step's first band's row the p50 and p95 of the step
+time over every rank. Kept only for a run of more than :data:`BANDS` ranks; used only while its
+fingerprint is the run's. Written in windows of steps, so memory stays bounded whatever the run's
+length. More: docs/runs.md, "A long run's analysis, kept".
 """
 
 from __future__ import annotations
@@ -21,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import BinaryIO, cast
 
 import numpy as np
 import pyarrow as pa
@@ -63,7 +58,7 @@ def series_of(m: StepMatrix) -> dict[str, np.ndarray]:
             out["phase." + p] = a
     for c in m.columns:
         if c.startswith("dev.") and not c.startswith("dev.throttle_"):
-            out[c] = m.extra(c)
+            out[c] = cast(np.ndarray, m.extra(c))  # a column it has
     return out
 
 
@@ -94,7 +89,7 @@ def write(path: str, where: str, fp: str, names: list[str], ranks: np.ndarray, s
     said: list[str] = []
     rows = 0
 
-    def windows(f) -> None:
+    def windows(f: BinaryIO) -> None:
         nonlocal rows
         with pq.ParquetWriter(f, schema, compression="zstd") as out:
             for a in range(first, last + 1, width):

@@ -1,7 +1,7 @@
 """Runs too long to hold at once, in windows of steps: the plan, and the windows' findings merged.
 
-A run directory whose steps table would exceed ``WINDOW_ROWS`` rows (ranks x steps; about 3.5 GiB
-of peak memory at 1,024 ranks) is analyzed in consecutive windows of whole steps, each read on its
+A run directory whose steps table would exceed ``WINDOW_ROWS`` rows (ranks x steps; the memory it
+bounds: bench/RESULTS.md, "Run store") is analyzed in consecutive windows of whole steps, each read on its
 own from the segments (their ``step`` statistics skip the rest), and the findings are merged: the
 same kind, ranks and phase in adjacent windows (the next one beginning within ``tolerance`` steps
 of where the last ended) are one finding from the first's first step to the last's last step,
@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
 from ...analysis_options import AnalysisOptions
 from ..findings import SEVERITIES, Finding, tally
+
+if TYPE_CHECKING:
+    from ..detectors import Analysis
 
 WINDOW_ROWS = AnalysisOptions.window_rows
 
@@ -34,9 +37,9 @@ def plan(first: int, last: int, ranks: int, rows: int = WINDOW_ROWS) -> list[tup
 
 def analyze_windows(
     windows: list[tuple[int, int]],
-    run_window: Callable[[tuple[int, int], bool, bool], Any],
+    run_window: Callable[[tuple[int, int], bool, bool], Analysis],
     tolerance: int | None = None,
-) -> Any:
+) -> Analysis:
     """``run_window((a, b), first, last)`` -> an Analysis of that window (``first``: the run's first
     window, with warm-up; ``last``: the one that gets the heartbeats). Returns one Analysis."""
     from ..detectors import Analysis
@@ -146,6 +149,7 @@ def merge_summaries(summaries: list[dict[str, Any]], findings: list[Finding]) ->
             )
     util = [s.get("utilization") for s in ok]
     if all(util):  # the busy share and idle parts of the whole run: weighted by each window's time
+        util = cast("list[dict[str, Any]]", util)  # all(): none is None
         busy = float(np.dot(w, [u["busy_fraction"] for u in util]))
         parts = sorted({k for u in util for k in u["idle"]})
         idle = {k: round(float(np.dot(w, [u["idle"].get(k, 0.0) for u in util])), 4) for k in parts}

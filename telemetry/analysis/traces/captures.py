@@ -1,25 +1,13 @@
-"""Profiler captures in a run directory, and the findings that adopt them.
+"""Profiler captures in a run directory, and the findings that adopt them (:func:`with_captures`).
 
-A capture (``RUN_DIR/captures/<id>/``) holds ``manifest.json`` (``id``, ``ranks``: the flagged ranks
-then the peer, ``roles``: rank -> ``flagged`` or ``peer``, ``steps``: ``[first, last]``, ``finding``:
-what triggered it, ``block_steps``: online detection's K) and one gzipped Kineto trace per rank,
-``rank-N.json.gz``. A finding adopts a capture when the capture's flagged ranks are among the
-finding's ranks and its steps lie within the finding's steps, or within one online block of them;
-the finding then gains ``capture`` (``id``, ``ranks``, ``roles``, ``steps``, ``dir`` relative to the
-run directory) and ``trace_diff``: the first flagged rank's trace against the peer's
-(:func:`~.tracediff.trace_diff`). A capture without both traces (still being written, or a rank that
-missed its steps) is adopted with ``trace_diff`` empty and ``capture.missing`` naming the ranks.
-
-A job-wide finding (no ranks: a regression, or a job-wide slow_comm or data_stall) adopts a capture
-planned for a job-wide finding (manifest ``job_wide``) whose steps lie within its own, the same way;
-its ``trace_diff`` compares the capture's first rank with that rank's trace in the run's baseline
-capture (manifest ``reason`` ``baseline``, named by the capture's ``baseline``), and ``capture``
-gains ``baseline`` (``id``, ``steps``, ``rank``, ``dir``, ``breakdown``). A baseline that ended
-after the finding's first step is not compared with (said). A capture that names no baseline (online
-detection dated the change before the baseline's steps ended, so it named none) is compared with the
-run's baseline capture when that ended before the finding's first step: the whole run's analysis
-dates the change better than online detection's window did. The baseline capture itself is adopted
-by no finding.
+A capture (``RUN_DIR/captures/<id>/``) holds ``manifest.json`` (``id``, ``ranks``: the flagged ranks then
+the peer, ``roles``, ``steps``: ``[first, last]``, ``finding``, ``block_steps``) and one gzipped Kineto
+trace per rank, ``rank-N.json.gz`` (:func:`read_manifests`). A finding adopts a capture by its ranks and
+steps (:func:`adopts`) and gains ``capture`` and ``trace_diff``: the first flagged rank's trace against
+the peer's, or for a job-wide finding against that rank's trace in the run's baseline capture
+(:func:`_baseline_diff`, :func:`_baseline_before`). A capture without both traces is adopted with
+``trace_diff`` empty and ``capture.missing`` naming the ranks. The diff's causes: :func:`diff_causes`.
+The rules: docs/captures.md, "Captures on findings".
 """
 
 from __future__ import annotations
@@ -27,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from ..findings import Finding
 from .breakdown import breakdown
-from .diff import trace_diff
+from .diff import TraceProfile, trace_diff
 from .waits import summarize
 
 CAPTURES = "captures"
@@ -319,7 +307,8 @@ def _diff(run_dir: str, m: dict[str, Any], warnings: list[str] | None) -> tuple[
     n = m["steps"][1] - m["steps"][0] + 1
     try:
         parts = {r: breakdown(trace_path(run_dir, m["id"], r), steps_hint=n) for r in m["ranks"] if r not in missing}
-        rows = trace_diff(parts[flagged[0]].profile, parts[peers[0]].profile)
+        # breakdown() sets each one's profile
+        rows = trace_diff(cast(TraceProfile, parts[flagged[0]].profile), cast(TraceProfile, parts[peers[0]].profile))
     except Exception as exc:  # noqa: BLE001 - a trace that does not read costs only its diff (said)
         if warnings is not None:
             warnings.append(f"capture {m['id']}: its traces do not read ({exc}); no trace_diff")
@@ -366,4 +355,6 @@ def _baseline_diff(
         "dir": os.path.join(CAPTURES, base["id"]),
         "breakdown": summarize({rank: then})["ranks"][str(rank)],
     }
-    return capture, trace_diff(parts[rank].profile, then.profile)
+    return capture, trace_diff(
+        cast(TraceProfile, parts[rank].profile), cast(TraceProfile, then.profile)
+    )  # breakdown()'s

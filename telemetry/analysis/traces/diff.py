@@ -1,27 +1,13 @@
 """Slow rank against peer: two profiler (Kineto) traces compared op by op, kernel by kernel and
 collective by collective, by **self** time per step.
 
-A trace is streamed (:func:`~.tracefile.iter_trace`); what is kept is a few numbers per CPU operation
-in time buckets (:mod:`.tracespill`: in a temporary file past a bound), nested a window at a time, and
-sums per kernel name: memory does not grow with the trace. Per name and kind:
-
-- **op**: a ``cpu_op`` event; its self time is its duration less that of the CPU operations directly
-  inside it on its thread (nesting by time containment);
-- **kernel**: a GPU ``kernel`` event (kernels do not nest: self time is the duration);
-- **collective**: a kernel whose name holds ``nccl`` (old ``ncclKernel_*`` and new ``ncclDevKernel_*``
-  names alike), or a CPU operation of a collective (``record_param_comms``, ``c10d::``, ``gloo:``,
-  ``nccl:``): its self time is the time spent in it, its own transfer and its wait for late peers
-  together.
-
-Left out: user annotations (telemetry's phases and steps, ``record_function`` ranges), the profiler's
-``ProfilerStep#N`` ranges, module ranges and Python functions (``python_function``), and runtime
-calls (``cuda_runtime``). Per step: the totals over the trace are divided by its steps (telemetry's
-``telemetry.step#N`` ranges, else the profiler's ``ProfilerStep#N``, else the count given, else 1);
-``count`` is per step too.
-
-:func:`trace_diff` ranks the names by the time per step the flagged rank spends beyond the peer
-(``flagged_ms_per_step - peer_ms_per_step``), largest first; ``ratio`` is None where the peer spent
-nothing. The findings JSON's ``trace_diff`` entries are these dicts.
+:func:`profile` streams a trace (:func:`~..inputs.tracefile.iter_trace`) into a :class:`TraceProfile`: self time
+and count per (kind, name), per step, with memory that does not grow with the trace (CPU operations in
+time buckets, :mod:`.spill`). :func:`trace_diff` ranks the names by the time per step the flagged
+rank spends beyond the peer (``flagged_ms_per_step - peer_ms_per_step``), largest first; ``ratio`` is
+None where the peer spent nothing. The findings JSON's ``trace_diff`` entries are these dicts. What
+counts as an op, a kernel and a collective, what is left out, the steps: docs/captures.md, "A slow
+rank against a peer".
 """
 
 from __future__ import annotations
@@ -93,7 +79,7 @@ class ProfileBuilder:
         self.prof: set[int] = set()
         self.events = 0
 
-    def add(self, cat: str, name: str, ts: float, dur: float, tid: Any) -> None:
+    def add(self, cat: str, name: str, ts: float, dur: float, tid: int | str | None) -> None:
         if cat == "kernel":
             key = ("collective" if "nccl" in name.lower() else "kernel", name)
             self.kern_self[key] = self.kern_self.get(key, 0.0) + dur

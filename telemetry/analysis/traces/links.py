@@ -1,19 +1,11 @@
 """From a finding to its traces: the trace ids of the finding's worst traced steps.
 
-A run whose ranks exported traces says so in its meta (``traces``: ``{"job", "every"}``, written by
-the run store when an OTLP sink started). Which steps a rank traced is a function of its own
-sequence of steps (:class:`telemetry.traceids.StepSampler`: every ``every``-th step, and a step
-slower than twice the median of the rank's last 50), so it is replayed here from the steps table,
-and a step's trace id is a function of (job, step): no trace backend is asked.
-
-A finding's worst steps are those where its culprit ranks (every rank for a job-wide finding) spent
-the most time in what the finding is about: the finding's phase (``{phase}_s``), the collectives
-for ``slow_comm``, else the step's duration. Among the finding's steps, those that a culprit rank
-traced are ranked by that time, worst first, and the first :data:`LIMIT` give ``trace_ids``.
-
-A steady straggler whose steps are all alike is never slower than twice its own median, so with
-``otlp_sample_every`` N > 1 its traced steps are the every-N-th ones: their ids are listed, worst
-first among them; with N = 1 (the default) every step is traced and the worst are listed.
+A run whose ranks exported traces says so in its meta (``traces``: ``{"job", "every"}``). Which steps a
+rank traced is a function of its own steps (:class:`telemetry.traceids.StepSampler`), so it is replayed
+here from the steps table, and a step's trace id is a function of (job, step): no trace backend is
+asked. A finding's worst steps are those where its culprit ranks (every rank for a job-wide finding)
+spent the most in what it is about (its phase, the collectives for ``slow_comm``, else the step); the
+first :data:`LIMIT` traced ones give ``trace_ids``. More: docs/exporters.md, "OpenTelemetry".
 """
 
 from __future__ import annotations

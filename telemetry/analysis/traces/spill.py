@@ -6,8 +6,9 @@ union (:class:`Union`), a stream's last activity, a thread's open operators. Wha
 one window (about :data:`WINDOW_RECORDS` records) and the buffers, not the trace.
 
 A window ``[lo, hi)`` holds every record whose time key (its start) lies in it; a record may end
-after ``hi``: reducers clip it there and carry the rest. The temporary file (about 40 bytes per
-event: some 200 MB for a 1 GB trace) is unlinked from the start and gone when the reading ends.
+after ``hi``: reducers clip it there and carry the rest. The temporary file (a record's few typed
+numbers per event: a fraction of the trace's size) is unlinked from the start and gone when the
+reading ends.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from typing import Any, Iterator
+from typing import IO, Iterator, cast
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class Spill:
         self.buf: dict[int, list[tuple]] = {}
         self.chunks: dict[int, list[tuple[int, int]]] = {}  # bucket -> [(offset, records)] in the file
         self.counts: dict[int, int] = {}
-        self.file: Any = None
+        self.file: IO[bytes] | None = None
         self.size = 0
         budget.spills.append(self)
 
@@ -68,8 +69,9 @@ class Spill:
         """Bucket ``key``'s records (and frees its buffer)."""
         parts = []
         for off, n in self.chunks.pop(key, ()):
-            self.file.seek(off)
-            parts.append(np.frombuffer(self.file.read(n * self.dtype.itemsize), dtype=self.dtype))
+            file = cast(IO[bytes], self.file)  # its chunks were written to it
+            file.seek(off)
+            parts.append(np.frombuffer(file.read(n * self.dtype.itemsize), dtype=self.dtype))
         recs = self.buf.pop(key, None)
         if recs:
             parts.append(np.array(recs, dtype=self.dtype))
@@ -212,16 +214,17 @@ class Quantiles:
                 self.lo, self.hi = np.full(self.BINS, np.inf), np.full(self.BINS, -np.inf)
             i = np.clip(((np.log(pos) - self.LOW) / self.STEP).astype(np.int64), 0, self.BINS - 1)
             self.hist += np.bincount(i, minlength=self.BINS)
-            np.minimum.at(self.lo, i, pos)
-            np.maximum.at(self.hi, i, pos)
+            np.minimum.at(cast(np.ndarray, self.lo), i, pos)  # set with hist
+            np.maximum.at(cast(np.ndarray, self.hi), i, pos)
 
     def _value(self, k: int) -> float:
         if k < self.zeros or self.hist is None:
             return 0.0
         i = int(np.searchsorted(np.cumsum(self.hist), k - self.zeros, side="right"))
-        if self.lo[i] == self.hi[i]:
-            return float(self.lo[i])
-        return min(max(math.exp(self.LOW + (i + 0.5) * self.STEP), float(self.lo[i])), float(self.hi[i]))
+        lo, hi = cast(np.ndarray, self.lo), cast(np.ndarray, self.hi)  # set with hist
+        if lo[i] == hi[i]:
+            return float(lo[i])
+        return min(max(math.exp(self.LOW + (i + 0.5) * self.STEP), float(lo[i])), float(hi[i]))
 
     def percentile(self, p: float) -> float:
         pos = (self.n - 1) * p / 100.0

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable, cast
 
 import streamlit as st
 
-from telemetry.analysis.longrun.kept_picture import has_picture
+from telemetry.analysis.longrun.kept_picture import Picture, has_picture
 from telemetry.dashboards import data, history, source, views
 
 st.set_page_config(page_title="training-telemetry", layout="wide")
@@ -26,7 +27,7 @@ st.set_page_config(page_title="training-telemetry", layout="wide")
 PROM_MINUTES = (0, 15, 30, 60, 180, 360, 1440)  # 0: the whole job (at most 24 h)
 
 
-# cache_resource, not cache_data: the run (a 256 x 10,000 table is about 300 MB) is shared as is, never
+# cache_resource, not cache_data: the run (hundreds of MB for a large table) is shared as is, never
 # pickled into the cache and out again on every rerun. Nothing downstream mutates it.
 @st.cache_resource(show_spinner="Loading and analyzing the run...", max_entries=3)
 def _load(path: str, mtime: float) -> source.RunView:  # mtime: a run still being written is read again
@@ -118,7 +119,7 @@ def _pick_run() -> tuple[str, str]:
     return chosen, root
 
 
-def _live_marker(live: source.Liveness, poll: "callable", every_s: float) -> None:
+def _live_marker(live: source.Liveness, poll: Callable[[], bool], every_s: float) -> None:
     """A visible "live" marker that checks for new data every ``every_s`` and reruns the page when
     there is some; nothing polls for a finished run."""
 
@@ -156,7 +157,7 @@ def _view_key() -> str:
     if "view" not in st.session_state:  # the first run of a session starts where the URL says
         asked = st.query_params.get("view", "overview")
         st.session_state["view"] = asked if asked in names else "overview"
-    key = st.sidebar.radio("view", list(names), format_func=names.get, key="view")
+    key = cast(str, st.sidebar.radio("view", list(names), format_func=names.get, key="view"))  # one of them
     st.query_params["view"] = key
     return key
 
@@ -212,9 +213,12 @@ def _load_chosen() -> tuple[source.RunView | None, tuple, str]:
                     "scraped? telemetry.init(prometheus_sd_dir=...) writes file_sd targets for Prometheus."
                 )
                 return None, (), ""
-            job = st.sidebar.selectbox("job", jobs)
-        minutes = st.sidebar.selectbox(
-            "last", PROM_MINUTES, index=0, format_func=lambda m: f"{m} min" if m else "the whole job"
+            job = cast(str, st.sidebar.selectbox("job", jobs))  # one of the jobs: there are some
+        minutes = cast(
+            int,
+            st.sidebar.selectbox(
+                "last", PROM_MINUTES, index=0, format_func=lambda m: f"{m} min" if m else "the whole job"
+            ),
         )
         st.sidebar.caption(f"{url}, job {job}")
         try:
@@ -284,13 +288,13 @@ def _zoomed(
     run whose picture ``telemetry compact`` kept are drawn from it, step by step (source.load_picture); else
     steps x ranks chosen that hold at most ``source.ZOOM_ROWS`` rows are read row by row (that view then shows
     every step, and its findings are those steps'). Returns the view to show and its cache key."""
-    b = view.blocks
+    b = cast(source.Blocks, view.blocks)  # main zooms a run drawn from its blocks only
     whole = f"{b.ranks:,} ranks x {b.last - b.first + 1:,} steps"
     last = min(steps[1], b.last)
     if not chosen and last - steps[0] + 1 <= source.PICTURE_STEPS:
         pic = _load_picture(key, view, steps)
         if pic is not None:
-            n = len(pic.picture.matrix.steps)
+            n = len(cast(Picture, pic.picture).matrix.steps)  # load_picture's view has it
             parts = [
                 f"a heatmap's column the median of a few steps' (beyond {data.MAX_HEATMAP_COLUMNS} steps)"
                 if n > data.MAX_HEATMAP_COLUMNS

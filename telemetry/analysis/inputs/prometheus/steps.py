@@ -1,11 +1,11 @@
 """The arrays of one load -> what the loader returns: the steps table (one row per rank and window
 in which the rank completed steps), the per-step records, and each rank's progress heartbeat in
-the run store's format (see :mod:`telemetry.analysis.inputs.prometheus` for what each column means)."""
+the run store's format (what each column is made of: :func:`build`)."""
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -47,7 +47,10 @@ def progress(
 
 
 def heartbeat(rank: int, time_s: float, g: dict[str, float | None], device: dict[str, float]) -> dict[str, Any]:
-    """One rank's progress in the run store's format, from its latest samples."""
+    """One rank's progress in the run store's format, from its latest samples: ``last_step`` and
+    ``last_step_end_s`` from ``train_last_step`` and its timestamp; an open step (``last_step + 1``)
+    since ``time_s - train_step_in_progress_seconds`` when that is above 0; ``collective`` while
+    ``train_blocked_in_collective`` is 1 (the metric names no op); no ``phase`` (not exported)."""
     last = g.get("last_step")
     last = int(last) if last is not None else None
     open_s = g.get("in_progress")
@@ -59,7 +62,7 @@ def heartbeat(rank: int, time_s: float, g: dict[str, float | None], device: dict
         "last_step": last,
         "last_step_end_s": g.get("last_step_end_s"),
         "open_step": (last + 1 if last is not None else 0) if is_open else None,
-        "open_step_since_s": time_s - open_s if is_open else None,
+        "open_step_since_s": time_s - cast(float, open_s) if is_open else None,  # is_open: not None
         "phase": None,
         "collective": COLLECTIVE if blocked is not None and blocked >= 0.5 else None,
         "collective_since_s": None,
@@ -106,7 +109,26 @@ def build(
     warnings: list[str] | None = None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """The steps table and the records of the answers' arrays ``g`` (by query name) and the device
-    readings. What the table cannot know is said in ``warnings``."""
+    readings. What the table cannot know is said in ``warnings``.
+
+    Window ``k`` of ``n`` is ``(now - (n-k) W, now - (n-1-k) W]``. One row per (rank, window) in which
+    the rank made steps (a window without steps has no row: never a false zero):
+
+    - ``step``: :func:`job_steps`; ``row_steps``: the increase of the rank's step counter;
+    - ``start_s``: the rank's last step end in the window (``train_last_step_timestamp_seconds``,
+      clipped into it) less ``row_steps`` x (duration + data wait): its steps packed back to back;
+    - ``duration_s``: increase of ``train_step_duration_seconds_sum`` / increase of its ``_count``;
+      ``<phase>_s`` and ``data_s``: their sums' increase / the step count's (0 where it did not run);
+    - ``comm_s``: increase of ``train_collective_blocked_seconds_total`` per step; ``comm.<phase>_s``:
+      of ``train_phase_blocked_seconds_total{phase}`` (NaN from an exporter older than that counter);
+    - ``tokens``, ``samples``, ``comm_bytes`` per step; ``mfu`` the gauge's mean; ``dev.<signal>``
+      the latest reading at the window's end.
+
+    Records, one per row, shaped like the run store's: ``rank``, ``step``, ``start_s``, ``duration_s``,
+    ``comm_s``, ``device`` (run-store names; a rank's GPU readings from label ``gpu`` = its local rank)
+    and ``ops`` (``{op: [count, duration_s, blocked_s, bytes, bus_bytes]}`` per step: counters'
+    increase, the histogram's sum, ``blocked_s = duration_s``, bytes x the op's bus factor, else
+    busbw x duration; NaN when not known)."""
     everyone = sorted(set(ranks) | {k[0] for k in g["n"]})
     with np.errstate(all="ignore"):
         made = [(a > 0) & np.isfinite(g["dur"].get(k, np.full(grid.n, np.nan))) for k, a in g["n"].items()]
@@ -184,7 +206,7 @@ def build(
                 bus = np.where(np.isfinite(f) & (f > 0), nbytes * f, bus)
             op_rows[op] = (calls, secs, nbytes, bus)
         if ops:
-            add("comm_bytes", sum(v[2] for v in op_rows.values()))
+            add("comm_bytes", cast(np.ndarray, sum(v[2] for v in op_rows.values())))  # arrays, at least one
         if g.get("input_steps"):  # a window's readiness: the share of its steps whose batch was waiting
             took, ready = g["input_steps"].get((r,)), g["input_ready"].get((r,))
             with np.errstate(all="ignore"):

@@ -73,8 +73,8 @@ def test_a_run_read_ahead_is_the_first_visitors_view_once_and_only_while_unchang
     import threading
 
     readers = []
-    opened = S.open_input
-    monkeypatch.setattr(S, "open_input", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
+    opened = S.analyze_run
+    monkeypatch.setattr(S, "analyze_run", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
     path = str(tmp_path / "steps.parquet")
     simulate(Scenario(ranks=4, steps=60)).to_parquet(path, index=False)
     S.load_ahead(path)
@@ -98,8 +98,8 @@ def test_a_run_read_ahead_that_cannot_be_shown_says_why_to_its_visitor_without_r
     import pytest
 
     readers = []
-    opened = S.open_input
-    monkeypatch.setattr(S, "open_input", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
+    opened = S.analyze_run
+    monkeypatch.setattr(S, "analyze_run", lambda *a, **k: readers.append(threading.current_thread()) or opened(*a, **k))
     path = tmp_path / "steps.csv"
     path.write_text("not,a\nsteps,table\n")
     S.load_ahead(str(path))
@@ -195,14 +195,14 @@ def test_the_server_serves_once_its_run_and_base_are_read(tmp_path, monkeypatch)
     import threading
 
     slow, readers = threading.Event(), []
-    opened = S.open_input
+    opened = S.analyze_run
 
     def held(*a, **k):
         readers.append(threading.current_thread())
         slow.wait(60)
         return opened(*a, **k)
 
-    monkeypatch.setattr(S, "open_input", held)
+    monkeypatch.setattr(S, "analyze_run", held)
     monkeypatch.delenv("TELEMETRY_DASHBOARD_BASE")
     assert serve.read_ahead(wait_s=0.05) == [run] and not S._AHEAD[run].done()
     slow.set()

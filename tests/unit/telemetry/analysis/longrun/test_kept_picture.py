@@ -1,4 +1,4 @@
-"""A long run's picture kept by ``telemetry compact`` (telemetry/analysis/longrun/picture.py): per step, each band
+"""A long run's picture kept by ``telemetry compact`` (telemetry/analysis/longrun/kept_picture.py): per step, each band
 of ranks' highest of what a heatmap draws and the step time's percentiles over every rank, the same
 numbers as the rows give; read for some steps only while it is the run's, and never when it is not."""
 
