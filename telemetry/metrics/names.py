@@ -19,9 +19,8 @@ from dataclasses import dataclass
 PREFIX = "train_"
 BASE_LABELS = ("job", "rank", "local_rank", "node")  # on every series a rank exports
 KINDS = ("counter", "gauge", "histogram")
-# The cardinality budget per rank (the setting metrics_level), least detail first. A metric is exported
-# at its own level and every level above it: "job" ones at every level, "phase" ones at phase and full,
-# "full" ones only at full. A level drops whole families; it never renames one or drops a label.
+# The cardinality budget per rank (metrics_level), least detail first: a metric is exported at its own level
+# and every level above it; a level drops whole families, never renames one or drops a label.
 LEVELS = ("job", "phase", "full")
 
 
@@ -114,8 +113,7 @@ COLLECTIVE_BYTES = Metric(
     "train_collective_bytes", "counter", "Bytes moved by collectives (payload)", ("op",), "collective", "full"
 )
 COLLECTIVE_CALLS = Metric("train_collective_calls", "counter", "Collective calls", ("op",), "collective", "full")
-# These two stay per op at every metrics_level: the recorded bus bandwidth per op and its alert
-# (TrainingCollectiveBandwidthDrop) read them; every other per-op family is "full" only.
+# These two stay per op at every level (the bus bandwidth recorded per op and its alert read them)
 COLLECTIVE_SECONDS = Metric(
     "train_collective_seconds", "counter", "Time in collective calls, issue to completion", ("op",), "collective"
 )
@@ -407,10 +405,8 @@ NIC_ERRORS = _device(
     "port_rcv_errors, link_error_recovery, port_xmit_discards, ...), since telemetry started",
     ("counter",),
 )
-# reading prefix (+ label value [+ suffix]) -> metric, label. A family's metric carries the label
-# ``gpu`` only where its labels list it (a GPU's readings; not the node's NICs). A reading belongs
-# to the family of the longest prefix it starts with, and then only if it ends with that family's
-# suffix (see device_family): gpu_nvlink_errors_* is never read as an NVLink byte count.
+# reading prefix (+ label value [+ suffix]) -> metric, label (``gpu`` only where listed); a reading belongs
+# to the longest prefix it starts with, if it ends with its suffix (device_family).
 DEVICE_FAMILIES: dict[str, tuple[Metric, str, str]] = {
     "gpu_ecc_errors_": (GPU_ECC_ERRORS, "type", ""),
     "gpu_clock_event_": (GPU_CLOCK_EVENT, "reason", ""),

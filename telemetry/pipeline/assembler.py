@@ -56,10 +56,8 @@ if TYPE_CHECKING:
     from ..recorder.cuda import TimingEvent
 
 MAX_SPANS_PER_STEP = 512
-# A batch was already waiting when the loader's next() returned within the larger of READY_NS and a tenth
-# of the step: taking a ready batch off a DataLoader's queue is not free (its tensors' shared memory is
-# passed from the worker, slower on a loaded host, where a fixed bound alone called healthy batches late:
-# docs/instrumenting.md, "The input pipeline"); a batch still being made costs its making
+# A batch was ready when next() returned within the larger of READY_NS and a tenth of the step (taking one
+# off the queue is not free on a loaded host: docs/instrumenting.md, "The input pipeline")
 READY_NS = 2_000_000
 READY_SHARE = 10  # of the step's time (its own span: the wait before it is not in it)
 STORAGE_READ = "storage_read_bytes"  # the sampler's reading (devices/storage.py)
