@@ -88,8 +88,10 @@ def test_telemetry_capture_asks_a_running_job_for_traces(tmp_path):
     )
     try:
         deadline = time.monotonic() + 120
-        while not (run / "meta.json").exists() or len(list((run / "ranks").glob("rank-*.seg-*.parquet"))) < 1:
-            assert time.monotonic() < deadline and proc.poll() is None  # the job runs, and has sealed steps
+        # the job runs and its online detection with it: the baseline capture planned (about 10 s in; a first
+        # sealed segment, waited for before, came some 55 s in, and the request needs none: it waits its turn)
+        while not (run / "meta.json").exists() or not glob.glob(str(run / "captures" / "*-baseline" / "manifest.json")):
+            assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.2)
         asked = subprocess.run(
             [sys.executable, "-m", "telemetry", "capture", str(run), "--ranks", "0,1", "--num-steps", "2"]

@@ -20,8 +20,10 @@ from tests.helpers import browser
 # and 0.0025 over 16 runs; the test takes 2x, far past the reorderings' reach
 RUNS, FAULTY_FROM, FACTOR = 16, 11, 2.0
 # online detection plans each run's baseline capture 3 s of steps past its first analysis (every rank must
-# hear of the plan first): at this machine's ~17 ms a step, about step 250-320; a run that ends first has none
-STEPS = 400
+# hear of the plan first): with rank 0 analyzing every second (TELEMETRY_ONLINE_INTERVAL_S=1, the default 5),
+# at this machine's ~22 ms a step about step 170 (a slower step: an earlier one); a run that ends first has
+# none. 250 steps, not 400: 12.5 s a run, not 15.8 (7 s of it the demo's start and end)
+STEPS = 250
 
 
 def demo(run_dir: str, k: int) -> None:
@@ -43,7 +45,13 @@ def demo(run_dir: str, k: int) -> None:
     if k >= FAULTY_FROM:
         cmd += ["--inject", f"regression:factor={FACTOR},start=0,phase=backward"]
     # captures on, as a user's runs have them (the suite turns them off elsewhere: this test runs alone)
-    env = {**os.environ, "TELEMETRY_SINKS": "store", "TELEMETRY_GIT_COMMIT": f"demo-{k}", "TELEMETRY_CAPTURE": "1"}
+    env = {
+        **os.environ,
+        "TELEMETRY_SINKS": "store",
+        "TELEMETRY_GIT_COMMIT": f"demo-{k}",
+        "TELEMETRY_CAPTURE": "1",
+        "TELEMETRY_ONLINE_INTERVAL_S": "1",
+    }
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stderr[-3000:]
 
