@@ -213,7 +213,9 @@ def change_points(
         return []
     # the noise is the observed order's, the same in every reordering: measured in each, it shrinks by
     # chance where a reordering happens to sort near values side by side (at 16 runs the median of 15
-    # differences varies that much), and such reorderings outscored a clean 2x change (p 0.008)
+    # differences varies that much), and such reorderings outscored a clean 2x change (p 0.008). Being the
+    # same in every reordering, it cancels in each series' scaling by its own reorderings' median below: it
+    # (and its floor) only keeps the scores in noise units where that median is 0
     sigma = _noise(x, p.min_change / 4)
     t = _split_t(x, p.min_runs, p.window, sigma)
     if float(t.max()) <= 0:
