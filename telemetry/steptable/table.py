@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Iterable, cast
 import numpy as np
 import pandas as pd
 
+from .names import zero_when_absent
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -35,16 +37,6 @@ _NONFINITE = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}
 
 class TableError(ValueError):
     """The input is not a steps table; the message names what is wrong and what is accepted."""
-
-
-def zero_when_absent(name: str) -> bool:
-    """A phase's seconds (or its time blocked in collectives), a checkpoint's seconds and bytes: a step
-    that did not run the phase or a checkpoint took no time in it, so a missing value is 0, not unknown.
-    Not the input's readiness: a step that took no batch was neither ready nor waiting. (``start_s``
-    and ``duration_s`` match the pattern and are never missing in a valid row.)"""
-    return (name.endswith("_s") and ("." not in name or name.startswith("comm."))) or (
-        name.startswith("io.") and name != "io.input_ready"
-    )
 
 
 def phase_columns(table: pd.DataFrame) -> list[str]:

@@ -11,8 +11,22 @@ Layout (see :mod:`telemetry.store.layout`; docs/runs.md, "The run directory")::
     RUN_DIR/findings.jsonl                          findings written by online detection
 """
 
-from .reader import RunData, read_run
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .reader import RunData, read_run
 
 # The writer (the sink, telemetry.store.writer:RunStoreSink) is not imported here: reading a run
-# needs nothing of the pipeline.
+# needs nothing of the pipeline. Nor is the reader until it is asked for: a rank writes and never
+# reads, and the reader's pyarrow.dataset brings pandas (0.4 s of a rank's start).
 __all__ = ["RunData", "read_run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import reader
+
+        return getattr(reader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pyarrow as pa
 
-from ..steptable.table import zero_when_absent
+from ..steptable.names import zero_when_absent
 from . import layout
 
 BLOCK = 64  # steps per block

@@ -22,6 +22,7 @@ import yaml
 
 from telemetry import stack
 from telemetry.cli import main
+from tests.helpers.paths import ROOT
 from tests.helpers.servers import free_port, require
 
 CONTRACT = [  # DESIGN.md, "Packaging"
@@ -154,10 +155,20 @@ def test_promtool_check_rules(stack_dir):
 
 @pytest.mark.slow  # promtool evaluates every test series: seconds
 def test_promtool_test_rules_the_rules_own_tests_pass(stack_dir):
-    """The written tests name the rule files relative to themselves (../*.rules.yml): they pass in place."""
+    """The written tests name the rule files relative to themselves (../*.rules.yml): they pass in place.
+    The copies are the package's files byte for byte, so this is also the one run of the rules' own
+    tests in the suite (tests/deploy/test_rules.py checks that they can fail)."""
     promtool = require("promtool", "prometheus")
     folder = os.path.join(stack_dir, "prometheus", "tests")
     tests = sorted(os.path.join(folder, n) for n in os.listdir(folder))
+    shipped = os.path.join(ROOT, "telemetry", "dashboards", "prometheus")
+    for path in [
+        *tests,
+        *(os.path.join(stack_dir, "prometheus", n) for n in ("alerts.rules.yml", "recording.rules.yml")),
+    ]:
+        rel = os.path.relpath(path, os.path.join(stack_dir, "prometheus"))
+        with open(path, "rb") as a, open(os.path.join(shipped, rel), "rb") as b:
+            assert a.read() == b.read(), rel
     r = run(promtool, "test", "rules", *tests)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("SUCCESS") == len(tests) == 2, r.stdout
