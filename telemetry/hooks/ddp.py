@@ -3,9 +3,10 @@
 With ``collectives`` on, ``init`` makes every DistributedDataParallel model register :func:`ddp_comm_hook`
 (DDP's default all-reduce, timed per bucket) at its first forward unless it has a hook
 (:func:`auto_instrument_ddp`; first forward, not construction: DDP takes one hook only, and users
-register theirs after wrapping); by hand, :func:`instrument_ddp`. The end-of-backward wait is not
-visible from Python: it is estimated as the last bucket's whole duration, earlier buckets count as
-overlapped (blocked 0), so a rank that computes slowly waits little, as the straggler detector needs.
+register theirs after wrapping); by hand, :func:`instrument_ddp`. The end-of-backward wait runs in
+C++ (the reducer's finalize, an autograd final callback): it is timed from two final callbacks either
+side of it (:func:`_time_the_wait`) and counted as the last bucket's blocked time; earlier buckets count
+as overlapped (blocked 0), so a rank that computes slowly waits little, as the straggler detector needs.
 More: docs/instrumenting.md, "DDP".
 """
 
@@ -51,15 +52,51 @@ def ddp_comm_hook(state: ProcessGroup | None, bucket):  # pyright: ignore[report
     finally:
         rec.current_collective = prev
     factor = allreduce_factor(gsize)
+    head = ("all_reduce", t0, nbytes, gsize, gname)
+    timed = last and _time_the_wait(rec, head, factor)
 
     def done(f: Future[torch.Tensor]) -> torch.Tensor:
-        t1 = rec.now()
-        rec.emit((ev.COLLECTIVE, t1, "all_reduce", t0, nbytes, gsize, gname, (t1 - t0) if last else 0, factor))
+        if not timed:
+            t1 = rec.now()
+            rec.emit((ev.COLLECTIVE, t1, *head, (t1 - t0) if last else 0, factor))
         return f.value()
 
     # DDP waits on the future we return: chaining makes our timestamp precede that wait's end, so
     # the bucket is charged to the step (and backward phase) it completed in.
     return fut.then(done)
+
+
+def _time_the_wait(rec: Any, head: tuple, factor: float) -> bool:
+    """Time where the training thread waits for DDP's all-reduces: in the reducer's finalize, which
+    autograd runs as a final callback once backward's compute is done, and which waits for every
+    bucket's all-reduce and copies the results into the grads (C++: no Python call to time).
+
+    Called from the last bucket's hook, before DDP queues its finalize (it does so once this hook has
+    returned), so the callback queued here runs first, as backward's compute ends; it queues a second,
+    which runs after the finalize. The second emits the last bucket's all-reduce, ending then, with
+    the time between the two as its blocked time. False (the bucket's completion is timed instead, as
+    the only wait) when autograd does not take a callback: a hook called outside backward."""
+    from torch.autograd import Variable
+
+    engine = Variable._execution_engine
+
+    def computed() -> None:
+        ta = rec.now()
+
+        def waited() -> None:
+            tb = rec.now()
+            rec.emit((ev.COLLECTIVE, tb, *head, tb - ta, factor))
+
+        try:
+            engine.queue_callback(waited)
+        except Exception:  # noqa: BLE001 - its wait untimed: the bucket still counted, with blocked 0
+            rec.emit((ev.COLLECTIVE, rec.now(), *head, 0, factor))
+
+    try:
+        engine.queue_callback(computed)
+    except Exception:  # noqa: BLE001 - e.g. "Final callbacks can only be installed during backward pass"
+        return False
+    return True
 
 
 def instrument_ddp(

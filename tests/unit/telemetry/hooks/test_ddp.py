@@ -9,6 +9,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import telemetry
+from telemetry.analysis.inputs.load import open_input
 from telemetry.store import read_run
 from tests.helpers.servers import free_port
 
@@ -61,3 +62,35 @@ def test_without_telemetry_ddp_is_left_alone(group):
     model = DDP(torch.nn.Linear(32, 32))
     model(torch.randn(2, 32)).sum().backward()
     assert model._comm_hooks == []
+
+
+def test_the_reducers_wait_for_any_bucket_at_the_end_of_backward_is_blocked_time(group, run_dir, monkeypatch):
+    """DDP's reducer waits in C++, at the end of backward, for every bucket's all-reduce: that wait is
+    blocked time, not compute, whichever bucket it waits for. Here the first bucket's all-reduce ends 80 ms
+    after it starts and the last one's at once (a bucket's future, completed from a timer thread, stands
+    for a slow link): timing the last bucket alone counted about none of it."""
+    import threading
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    real = default_hooks.allreduce_hook
+
+    def slow_first(state, bucket):
+        fut = real(state, bucket)
+        if bucket.index() != 0:
+            return fut
+        late = torch.futures.Future()
+        fut.then(lambda f: threading.Timer(0.08, late.set_result, (f.value(),)).start())
+        return late
+
+    monkeypatch.setattr(default_hooks, "allreduce_hook", slow_first)
+    telemetry.init(run_dir=run_dir, job="ddp", sinks=["store"], online=False)
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.Linear(256, 32)), bucket_cap_mb=0.02)
+    train(model, steps=4)
+    telemetry.shutdown()
+    table = open_input(run_dir).table
+    assert len(table) == 4
+    blocked, backward = table["comm.backward_s"], table["backward_s"]
+    assert (blocked >= 0.05).all(), table[["backward_s", "comm.backward_s"]]
+    assert (blocked <= backward).all()
