@@ -271,6 +271,8 @@ class OtlpSink(ErrorNote, Sink):
                 a = {"training.op": s.name, "training.bytes": s.nbytes}
                 if s.group:
                     a["training.group"] = s.group  # the parallel dimension: dp, tp, pp, ..., world
+                if s.gid:  # the group instance and the call's number there: the same call on every rank
+                    a["training.group_instance"], a["training.seq"] = s.gid, s.seq
             span = self.tracer.start_span(name, context=ctx, start_time=_ns(s.start_s), attributes=a)
             span.end(end_time=_ns(s.end_s))
         for s, span in open_phases:

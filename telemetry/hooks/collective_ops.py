@@ -49,10 +49,24 @@ def unit_factor(n: int) -> float:
 class Pending:
     """One async op in flight: emitted once, when its Work completes or is waited on."""
 
-    __slots__ = ("op", "t0", "nbytes", "gsize", "gname", "factor", "blocked_ns", "lock", "done", "waiters", "events")
+    __slots__ = (
+        "op", "t0", "nbytes", "gsize", "gname", "factor", "gid", "seq", "blocked_ns", "lock", "done", "waiters", "events"
+    )  # fmt: skip
 
-    def __init__(self, op: str, t0: int, nbytes: int, gsize: int, gname: str, factor: float, waiters: int) -> None:
+    def __init__(
+        self,
+        op: str,
+        t0: int,
+        nbytes: int,
+        gsize: int,
+        gname: str,
+        factor: float,
+        waiters: int,
+        gid: str = "",
+        seq: int = -1,
+    ) -> None:
         self.op, self.t0, self.nbytes, self.gsize, self.gname, self.factor = op, t0, nbytes, gsize, gname, factor
+        self.gid, self.seq = gid, seq
         self.blocked_ns = 0
         self.lock = threading.Lock()
         self.done = False
@@ -70,7 +84,18 @@ class Pending:
             self.done = True
         # A wait returns a little after the completion callback: blocked never exceeds the op.
         blocked = min(self.blocked_ns, t_end - self.t0)
-        fields = (t_end, self.op, self.t0, self.nbytes, self.gsize, self.gname, blocked, self.factor)
+        fields = (
+            t_end,
+            self.op,
+            self.t0,
+            self.nbytes,
+            self.gsize,
+            self.gname,
+            blocked,
+            self.factor,
+            self.gid,
+            self.seq,
+        )
         if self.events:
             _current._active.emit((ev.COLLECTIVE_DEV, *fields, *self.events))
         else:

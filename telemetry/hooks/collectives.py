@@ -6,7 +6,7 @@ the tensors' shapes and dtypes), group size and label (:mod:`.groups`) and the n
 factor. A collective called inside another is counted once, as the outer one; no collective and no
 device synchronization is added; exceptions pass through unchanged. An async op's Work is wrapped
 (:class:`_TimedWork`): its duration runs to completion, its blocked time is the caller's ``wait()``.
-What is not covered: docs/instrumenting.md, "Collectives"; DDP: :mod:`.ddp`; functional: :mod:`.functional`.
+What is not covered: docs/collectives.md, "What is timed"; DDP: :mod:`.ddp`; functional: :mod:`.functional`.
 """
 
 from __future__ import annotations
@@ -74,6 +74,20 @@ _SPECS: dict[str, tuple[Callable[[tuple, dict], int], Callable[[int], float], in
     "batch_isend_irecv": (_p2p_bytes, unit_factor, None),
 }
 _ALWAYS_ASYNC = frozenset({"isend", "irecv", "batch_isend_irecv"})
+# point-to-point: numbered per (sender, receiver) pair, not in the group's count (two ranks make them); a
+# batch of them (batch_isend_irecv, several peers at once) is not numbered (-1)
+_P2P = {"send": True, "isend": True, "recv": False, "irecv": False, "batch_isend_irecv": None}
+
+
+def _p2p_seq(dist: ModuleType, op: str, gid: str, args: tuple, kwargs: dict) -> int:
+    sends = _P2P[op]
+    peer = _arg(args, kwargs, 1, "dst" if sends else "src")
+    if sends is None or not isinstance(peer, int):  # a batch, or a recv from any source
+        return -1
+    me = dist.get_rank()
+    return groups.p2p_seq(gid, me, peer) if sends else groups.p2p_seq(gid, peer, me)
+
+
 # Names whose public op name differs (legacy aliases report as their modern names).
 _OP_NAME = {
     "all_gather_single": "all_gather_into_tensor",
@@ -167,6 +181,8 @@ def _wrap(dist: ModuleType, op: str, fn: Callable) -> Callable:
             else:
                 group = args[group_pos] if len(args) > group_pos else kwargs.get("group")
             gsize, gname = _group_info(dist, group)
+            gid, counter = groups.instance(dist, group, gname)
+            seq = _p2p_seq(dist, name, gid, args, kwargs) if name in _P2P else groups.next_seq(counter)
         except Exception:  # noqa: BLE001 - odd arguments: let torch report them
             return fn(*args, **kwargs)
         is_async = always_async or bool(kwargs.get("async_op"))
@@ -181,14 +197,14 @@ def _wrap(dist: ModuleType, op: str, fn: Callable) -> Callable:
         factor = factor_of(gsize)
         if is_async and out is not None:
             works = out if isinstance(out, list) else [out]
-            pending = Pending(name, t0, nbytes, gsize, gname, factor, len(works))
+            pending = Pending(name, t0, nbytes, gsize, gname, factor, len(works), gid, seq)
             wrapped = [_TimedWork(w, pending) for w in works]
             return wrapped if isinstance(out, list) else wrapped[0]
         t1 = rec.now()
         if e0 is None or mark is None:  # (e0: mark was there)
-            rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor))
+            rec.emit((ev.COLLECTIVE, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor, gid, seq))
         else:
-            rec.emit((ev.COLLECTIVE_DEV, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor, e0, mark()))
+            rec.emit((ev.COLLECTIVE_DEV, t1, name, t0, nbytes, gsize, gname, t1 - t0, factor, gid, seq, e0, mark()))
         return out
 
     wrapper.__telemetry_original__ = fn  # pyright: ignore[reportAttributeAccessIssue] - a function takes any attribute

@@ -7,7 +7,7 @@ register theirs after wrapping); by hand, :func:`instrument_ddp`. The end-of-bac
 C++ (the reducer's finalize, an autograd final callback): it is timed from two final callbacks either
 side of it (:func:`_time_the_wait`) and counted as the last bucket's blocked time; earlier buckets count
 as overlapped (blocked 0), so a rank that computes slowly waits little, as the straggler detector needs.
-More: docs/instrumenting.md, "DDP".
+More: docs/collectives.md, "DDP".
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..logonce import LogOnce
 from ..recorder import current as _current
 from ..recorder import events as ev
 from ..recorder.null import NULL
+from . import groups
 from .collective_ops import allreduce_factor
 from .collectives import _group_info
 
@@ -43,6 +44,7 @@ def ddp_comm_hook(state: ProcessGroup | None, bucket):  # pyright: ignore[report
     buf = bucket.buffer()
     nbytes = buf.numel() * buf.element_size()
     gsize, gname = _group_info(dist, state)
+    gid, counter = groups.instance(dist, state, gname)
     last = bucket.is_last()
     t0 = rec.now()
     prev = rec.current_collective
@@ -53,12 +55,13 @@ def ddp_comm_hook(state: ProcessGroup | None, bucket):  # pyright: ignore[report
         rec.current_collective = prev
     factor = allreduce_factor(gsize)
     head = ("all_reduce", t0, nbytes, gsize, gname)
-    timed = last and _time_the_wait(rec, head, factor)
+    call = (gid, groups.next_seq(counter))  # the bucket's call number in its group
+    timed = last and _time_the_wait(rec, head, factor, call)
 
     def done(f: Future[torch.Tensor]) -> torch.Tensor:
         if not timed:
             t1 = rec.now()
-            rec.emit((ev.COLLECTIVE, t1, *head, (t1 - t0) if last else 0, factor))
+            rec.emit((ev.COLLECTIVE, t1, *head, (t1 - t0) if last else 0, factor, *call))
         return f.value()
 
     # DDP waits on the future we return: chaining makes our timestamp precede that wait's end, so
@@ -66,7 +69,7 @@ def ddp_comm_hook(state: ProcessGroup | None, bucket):  # pyright: ignore[report
     return fut.then(done)
 
 
-def _time_the_wait(rec: Any, head: tuple, factor: float) -> bool:
+def _time_the_wait(rec: Any, head: tuple, factor: float, call: tuple[str, int]) -> bool:
     """Time where the training thread waits for DDP's all-reduces: in the reducer's finalize, which
     autograd runs as a final callback once backward's compute is done, and which waits for every
     bucket's all-reduce and copies the results into the grads (C++: no Python call to time).
@@ -85,12 +88,12 @@ def _time_the_wait(rec: Any, head: tuple, factor: float) -> bool:
 
         def waited() -> None:
             tb = rec.now()
-            rec.emit((ev.COLLECTIVE, tb, *head, tb - ta, factor))
+            rec.emit((ev.COLLECTIVE, tb, *head, tb - ta, factor, *call))
 
         try:
             engine.queue_callback(waited)
         except Exception:  # noqa: BLE001 - its wait untimed: the bucket still counted, with blocked 0
-            rec.emit((ev.COLLECTIVE, rec.now(), *head, 0, factor))
+            rec.emit((ev.COLLECTIVE, rec.now(), *head, 0, factor, *call))
 
     try:
         engine.queue_callback(computed)

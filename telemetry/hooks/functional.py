@@ -8,7 +8,7 @@ remembers the op under its output's storage; at ``wait_tensor`` of that output o
 emitted, issue to the wait's end (an upper bound: completion is not observable without a device
 synchronization), blocked = the issue call plus the wait. No device synchronization, no extra
 collective. Not reached: compiled graphs, ``torch.ops._dtensor`` ops, and the ``_autograd`` variants'
-gradients issued by torch itself. More: docs/instrumenting.md, "Functional collectives".
+gradients issued by torch itself. More: docs/collectives.md, "Functional collectives".
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .collective_ops import Pending, allreduce_factor, ring_factor, tensor_bytes
 
 if TYPE_CHECKING:
     import torch
+    from torch.distributed import ProcessGroup
     from torch.distributed._functional_collectives import RANK_TYPES
     from torch.distributed.distributed_c10d import GroupName
 
@@ -83,7 +84,8 @@ _SPECS: dict[str, tuple[str, Callable[[tuple, dict, int], int], Callable[[int], 
 }
 
 _originals: dict[str, Callable] = {}
-# An op issued, not yet waited on: its Pending (coalesced), or [op, t0, nbytes, gsize, gname, factor, issue_ns]
+# An op issued, not yet waited on: its Pending (coalesced), or
+# [op, t0, nbytes, gsize, gname, factor, issue_ns, gid, seq]
 InFlight = Pending | list[Any]
 # the storage address of an issued op's output -> (a weak reference to that output, what it is of)
 _in_flight: dict[int, tuple[weakref.ref, InFlight]] = {}
@@ -119,6 +121,48 @@ def _group_info(group: RANK_TYPES | None) -> tuple[int, str]:
     return _read_group_info(group)
 
 
+# (id(mesh), dim) -> (a weak reference to the mesh, its dimension's group instance id, that instance's counter):
+# DTensor passes (mesh, dim) on every call, and its number is then two lookups away
+_mesh_calls: dict[tuple[int, int], tuple[weakref.ref, str, list[int]]] = {}
+
+
+def _call_of(group: Any, label: str) -> tuple[str, int]:
+    """(instance id, the call's number there) of a functional collective's group argument, counted as it
+    is issued; ("", -1) when it names no group torch keeps (a list of ranks) or one we do not know."""
+    if type(group) is tuple and len(group) == 2:
+        entry = _mesh_calls.get((id(group[0]), group[1]))
+        if entry is not None and entry[0]() is group[0]:
+            return entry[1], groups.next_seq(entry[2])
+    try:
+        gid, counter = _read_call(group, label)
+    except Exception:  # noqa: BLE001 - a group argument as we do not know it: no call number
+        return "", -1
+    return (gid, groups.next_seq(counter)) if gid else ("", -1)
+
+
+def _read_call(group: Any, label: str) -> tuple[str, list[int]]:
+    import torch.distributed as dist
+
+    arg: Any = group  # told apart by shape, as in _read_group_info
+    if type(arg) is tuple and len(arg) == 2 and hasattr(arg[0], "get_group"):
+        mesh: Any = arg[0]
+        gid, counter = groups.instance(dist, mesh.get_group(int(arg[1])), label)
+        try:
+            _mesh_calls[(id(mesh), arg[1])] = (weakref.ref(mesh), gid, counter)
+        except TypeError:  # not weak-referenceable: read each time
+            pass
+        return gid, counter
+    one: Any = group  # a 1-D mesh?
+    if hasattr(one, "mesh_dim_names") and hasattr(one, "get_group"):
+        return groups.instance(dist, one.get_group(0), label) if one.ndim == 1 else ("", [0])
+    if isinstance(arg, str):
+        resolve = dist.distributed_c10d._resolve_process_group  # pyright: ignore[reportPrivateImportUsage]
+        return groups.instance(dist, resolve(cast("GroupName", arg)), label)
+    if isinstance(arg, list):  # ranks: a group torch keeps no count of
+        return "", [0]
+    return groups.instance(dist, cast("ProcessGroup | None", arg), label)
+
+
 def _read_group_info(group: Any) -> tuple[int, str]:  # RANK_TYPES | None, told apart by shape
     import torch.distributed as dist
 
@@ -152,7 +196,9 @@ def _wrap(name: str, fn: Callable) -> Callable:
         if rec is NULL or rec.current_collective is not None or _tracing():
             return fn(*args, **kwargs)  # telemetry off, nested in another collective, or Dynamo tracing
         try:
-            gsize, gname = _group_info(_group_of(args, kwargs, group_pos))
+            garg = _group_of(args, kwargs, group_pos)
+            gsize, gname = _group_info(garg)
+            gid, seq = _call_of(garg, gname)
             nbytes = nbytes_of(args, kwargs, gsize)
         except Exception:  # noqa: BLE001 - odd arguments: let torch report them
             return fn(*args, **kwargs)
@@ -167,11 +213,11 @@ def _wrap(name: str, fn: Callable) -> Callable:
             elem = getattr(out, "elem", None)  # an AsyncCollectiveTensor's: the op's output
             key = _storage_key(elem) if elem is not None else None
             if key is None:  # waited inside the call (a synchronous path): done
-                rec.emit((ev.COLLECTIVE, t1, op, t0, nbytes, gsize, gname, t1 - t0, factor_of(gsize)))
+                rec.emit((ev.COLLECTIVE, t1, op, t0, nbytes, gsize, gname, t1 - t0, factor_of(gsize), gid, seq))
             else:
-                _remember(key, elem, [op, t0, nbytes, gsize, gname, factor_of(gsize), t1 - t0])
+                _remember(key, elem, [op, t0, nbytes, gsize, gname, factor_of(gsize), t1 - t0, gid, seq])
             return out
-        pending = Pending(op, t0, nbytes, gsize, gname, factor_of(gsize), len(out))  # coalesced: one op
+        pending = Pending(op, t0, nbytes, gsize, gname, factor_of(gsize), len(out), gid, seq)  # coalesced: one op
         pending.blocked_ns = t1 - t0  # the issue call: the training thread was in it
         for o in out:
             elem = getattr(o, "elem", None)
@@ -220,12 +266,13 @@ def _wrap_wait(fn: Callable) -> Callable:
                     what.events = (e0, mark())
                 what.finish(t1, t1 - t0)
             else:
-                _, _, nbytes, gsize, gname, factor, issue_ns = what
+                _, _, nbytes, gsize, gname, factor, issue_ns, gid, seq = what
                 blocked = min(issue_ns + t1 - t0, t1 - t_issue)
+                call = (nbytes, gsize, gname, blocked, factor, gid, seq)
                 if e0 is None or mark is None:  # (e0: mark was there)
-                    rec.emit((ev.COLLECTIVE, t1, op, t_issue, nbytes, gsize, gname, blocked, factor))
+                    rec.emit((ev.COLLECTIVE, t1, op, t_issue, *call))
                 else:  # on CUDA the wait makes the stream wait for the op: time that on the GPU
-                    rec.emit((ev.COLLECTIVE_DEV, t1, op, t_issue, nbytes, gsize, gname, blocked, factor, e0, mark()))
+                    rec.emit((ev.COLLECTIVE_DEV, t1, op, t_issue, *call, e0, mark()))
 
     wait_tensor.__telemetry_original__ = fn  # pyright: ignore[reportAttributeAccessIssue] - a function takes any attribute
     return wait_tensor
@@ -274,3 +321,4 @@ def uninstrument_functional() -> None:
     _originals.clear()
     _in_flight.clear()
     _mesh_cache.clear()
+    _mesh_calls.clear()

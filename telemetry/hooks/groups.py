@@ -5,7 +5,7 @@ A DeviceMesh dimension with a name gives its groups that name (known from a mesh
 torch's own ``mesh_<name>`` group description, for a mesh built before ``init``); the default group and
 any group of every rank is ``world`` (unless a named dimension is that group); any other is ``g`` and 8
 hex digits of a hash of its ranks (:func:`of_ranks`). Labels are read once per group and are valid
-Prometheus label values and column names. More: docs/instrumenting.md, "Parallel dimensions".
+Prometheus label values and column names. More: docs/collectives.md, "Parallel dimensions".
 """
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ _LABEL = re.compile(r"[^A-Za-z0-9_]")
 _cache: dict[int | None, tuple[weakref.ref, tuple[int, str]]] = {}
 # a process group's name (torch's group_name) -> the mesh dimension's name it serves
 _dims: dict[str, str] = {}
+# id(group), or None for the default group -> (a weak reference to the group, (its instance id, its counter)):
+# the instance a collective is numbered in, and its counter (:func:`instance`, :func:`next_seq`)
+_instances: dict[int | None, tuple[weakref.ref, tuple[str, list[int]]]] = {}
+# instance id -> (label, global ranks): every group instance this process has called a collective in, for
+# the process's life (a handful); the store keeps them once per rank (RUN_DIR/ranks/rank-N.groups.json), not
+# on every record
+known: dict[str, tuple[str, list[int]]] = {}
 _mesh_init: tuple[type, Callable[..., None]] | None = (
     None  # DeviceMesh and its __init__ as torch has it, while ours is installed
 )
@@ -87,7 +94,60 @@ def label_of(dist: ModuleType, group: ProcessGroup | None, size: int) -> str:
     return of_ranks(ranks)
 
 
-def of_ranks(ranks: Iterable[int]) -> str:
+def instance(dist: ModuleType, group: ProcessGroup | None, label: str) -> tuple[str, list[int]]:
+    """(instance id, its call counter) of ``group`` (None: the default group); ("", a counter of its own)
+    when torch cannot say its ranks. The id is ``g`` and 8 hex digits of torch's name for the group and its
+    global ranks: the same on each of its ranks, and apart for two groups of one mesh dimension (the two
+    tp groups of a 2x2 mesh) or two groups of the same ranks (the world and a dimension over every rank).
+
+    The counter (``[n]``) counts the group's collectives as telemetry times them, from 1, the caller adding
+    1 as it issues one (:func:`next_seq`): every rank of a group calls its collectives in the same order,
+    so a call has the same number on each. Not torch's own count (``_get_sequence_number_for_group``,
+    Flight Recorder's ``collective_seq_id``): on gloo that one counts the point-to-point ops too, which
+    only two ranks of the group make, so the numbers of later calls part between ranks; and it counts calls
+    telemetry never sees (DDP's broadcast of the model at construction, calls before ``init``)."""
+    key = None if group is None else id(group)
+    entry = _instances.get(key)
+    if entry is not None:
+        live = entry[0]()
+        if live is not None and (group is None or live is group):
+            return entry[1]
+    target = dist.group.WORLD if group is None else group
+    try:
+        ranks = [int(r) for r in dist.get_process_group_ranks(target)]
+    except Exception:  # noqa: BLE001 - not initialized, not a member, or not a group torch knows
+        return "", [0]
+    gid = of_ranks([str(getattr(target, "group_name", "")), *map(str, ranks)])
+    known[gid] = (label, ranks)
+    info = (gid, [0])
+    try:
+        _instances[key] = (weakref.ref(target), info)
+    except TypeError:  # not weak-referenceable: read each time (and count nothing) rather than risk a stale entry
+        pass
+    return info
+
+
+def next_seq(counter: list[int]) -> int:
+    """The number of the call being issued in a group (its counter from :func:`instance`)."""
+    counter[0] += 1
+    return counter[0]
+
+
+# (instance id, global source rank, global destination rank) -> point-to-point ops so far
+_p2p: dict[tuple[str, int, int], int] = {}
+
+
+def p2p_seq(gid: str, src: int, dst: int) -> int:
+    """The number of a send from ``src`` to ``dst`` (global ranks) in group instance ``gid``, counted per
+    direction of the pair, from 1: the k-th send's matching recv, on the other rank, is its k-th recv from
+    that sender (Flight Recorder's ``p2p_seq_id`` counts per pair likewise)."""
+    key = (gid, src, dst)
+    n = _p2p.get(key, 0) + 1
+    _p2p[key] = n
+    return n
+
+
+def of_ranks(ranks: Iterable[int | str]) -> str:
     """The label of an unnamed group of ``ranks``: ``g`` and 8 hex digits, the same on each of them."""
     digest = hashlib.blake2b(",".join(map(str, ranks)).encode(), digest_size=4).hexdigest()
     return f"g{digest}"
@@ -156,3 +216,5 @@ def forget() -> None:
     """Drop what is known of process groups and meshes."""
     _cache.clear()
     _dims.clear()
+    _instances.clear()
+    _p2p.clear()  # (known stays: a run's store may still have to keep an instance its records name)

@@ -28,8 +28,10 @@ from ..recorder.events import (
     COLL_E0,
     COLL_E1,
     COLL_FACTOR,
+    COLL_GID,
     COLL_GROUP_NAME,
     COLL_OP,
+    COLL_SEQ,
     COLL_T0,
     DATA_SAMPLES,
     DATA_T0,
@@ -365,7 +367,8 @@ def _collectives(
         s[2] += blocked_ns * 1e-9
         s[3] += nbytes
         s[4] += nbytes * c[COLL_FACTOR]
-        spans.append(Span(SPAN_COLLECTIVE, op, epoch(c0), epoch(c1), True, nbytes, c[COLL_GROUP_NAME]))
+        call = (c[COLL_GID], c[COLL_SEQ]) if len(c) > COLL_SEQ else ("", -1)  # (an event made by hand: none)
+        spans.append(Span(SPAN_COLLECTIVE, op, epoch(c0), epoch(c1), True, nbytes, c[COLL_GROUP_NAME], *call))
     return comm_ns, phase_comm, ops, groups
 
 
@@ -483,7 +486,11 @@ def _on_gpu_timeline(end: tuple, acc: _Open, used: list) -> tuple[tuple, _Open]:
         if e[0] == ev.COLLECTIVE_DEV:
             c0, c1, on_gpu = place(e[COLL_E0], e[COLL_E1], e[COLL_T0], e[T])
             if on_gpu:  # the GPU interval is the time the compute stream was held by the op
-                e = (ev.COLLECTIVE, c1, e[COLL_OP], c0) + e[COLL_BYTES:COLL_BLOCKED_NS] + (c1 - c0, e[COLL_FACTOR])
+                e = (
+                    (ev.COLLECTIVE, c1, e[COLL_OP], c0)
+                    + e[COLL_BYTES:COLL_BLOCKED_NS]
+                    + (c1 - c0, e[COLL_FACTOR], e[COLL_GID], e[COLL_SEQ])
+                )
             else:
                 e = (ev.COLLECTIVE,) + e[T:COLL_E0]
         out.colls.append(e)

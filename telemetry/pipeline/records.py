@@ -40,6 +40,8 @@ class Span(NamedTuple):
     ok: bool = True
     nbytes: int = 0
     group: str = ""  # a collective's process group label (its parallel dimension: hooks/groups.py)
+    gid: str = ""  # a collective's group instance (hooks/groups.py:instance; its ranks: RUN/ranks/rank-N.groups.json)
+    seq: int = -1  # a collective's call number in that instance, the same on each of its ranks (-1: unknown)
 
 
 class StepRecord(NamedTuple):

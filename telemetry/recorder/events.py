@@ -53,8 +53,12 @@ COLL_GROUP_SIZE = 5
 COLL_GROUP_NAME = 6
 COLL_BLOCKED_NS = 7
 COLL_FACTOR = 8
-COLL_E0 = 9
-COLL_E1 = 10
+# the call: its group instance's id ("" unknown; hooks/groups.py:instance) and its number in that instance
+# (the group's own count, the same on each of its ranks; -1 unknown)
+COLL_GID = 9
+COLL_SEQ = 10
+COLL_E0 = 11
+COLL_E1 = 12
 
 # DATA: the time blocked in a data loader's next()
 DATA_T0 = 2

@@ -8,6 +8,7 @@ Layout (see :mod:`telemetry.store.layout`; docs/runs.md, "The run directory")::
     RUN_DIR/ranks/rank-00003.seg-000006.parquet     a sealed segment's step columns (+ .spans-000006)
     RUN_DIR/ranks/rank-00003.seg-000001-000005.parquet  segments 1-5 compacted (+ .spans-000001-000005)
     RUN_DIR/ranks/rank-00003.progress.json          heartbeat, replaced atomically every tick
+    RUN_DIR/ranks/rank-00003.groups.json            the group instances its collectives were called in, with their ranks
     RUN_DIR/findings.jsonl                          findings written by online detection
 """
 

@@ -27,6 +27,8 @@ SPAN_SCHEMA = pa.schema(
         ("ok", pa.bool_()),
         ("nbytes", pa.int64()),
         ("group", pa.string()),
+        ("gid", pa.string()),  # a collective's group instance (its ranks: RUN/ranks/rank-N.groups.json); null: unknown
+        ("seq", pa.int64()),  # its call number in that instance, the same on each of its ranks; null: unknown
     ]
 )
 
@@ -131,8 +133,10 @@ def spans_batch(records: Sequence[Any]) -> pa.RecordBatch:
     """Step records' spans -> one record batch, a row per span: ``step``, ``kind``, ``name``,
     ``offset_s`` and ``duration_s`` (float32, from the step's start: they compress to a few bytes
     where absolute epoch times would not), ``ok``, ``nbytes``, ``group`` (a collective's process group
-    label; null otherwise, and absent from segments written before it)."""
-    step, kind, name, off, dur, ok, nb, grp = [], [], [], [], [], [], [], []
+    label; null otherwise, and absent from segments written before it), ``gid`` and ``seq`` (a
+    collective's group instance and its call number there; null when unknown, absent from segments
+    written before them)."""
+    step, kind, name, off, dur, ok, nb, grp, gid, seq = [], [], [], [], [], [], [], [], [], []
     for r in records:
         for s in r.spans:
             step.append(r.step)
@@ -143,6 +147,8 @@ def spans_batch(records: Sequence[Any]) -> pa.RecordBatch:
             ok.append(s.ok)
             nb.append(s.nbytes)
             grp.append(s.group or None)
+            gid.append(s.gid or None)
+            seq.append(s.seq if s.gid else None)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(step, pa.int64()),
@@ -153,6 +159,8 @@ def spans_batch(records: Sequence[Any]) -> pa.RecordBatch:
             pa.array(ok, pa.bool_()),
             pa.array(nb, pa.int64()),
             pa.array(grp, pa.string()),
+            pa.array(gid, pa.string()),
+            pa.array(seq, pa.int64()),
         ],
         schema=SPAN_SCHEMA,
     )
@@ -208,6 +216,7 @@ def records_from_columns(steps: pa.Table, spans: pa.Table | None) -> list[dict[s
                     sp["ok"][j],
                     sp["nbytes"][j],
                     *([sp["group"][j]] if sp.get("group") and sp["group"][j] else []),
+                    *([sp["gid"][j], sp["seq"][j]] if sp.get("gid") and sp["gid"][j] and sp["group"][j] else []),
                 ]
                 for j in by_step.get(cols["step"][i], ())
             ],

@@ -57,6 +57,11 @@ def rank_meta_path(run_dir: str, rank: int) -> str:
     return rank_stem(run_dir, rank) + ".json"
 
 
+def rank_groups_path(run_dir: str, rank: int) -> str:
+    """The group instances a rank called collectives in: ``{gid: {"label", "ranks"}}`` (hooks/groups.py)."""
+    return rank_stem(run_dir, rank) + ".groups.json"
+
+
 def exit_path(run_dir: str, rank: int) -> str:
     """How a rank's process ended, when its launcher knows it (``exit_code``, ``signal``, ``time_s``)."""
     return rank_stem(run_dir, rank) + EXIT_SUFFIX

@@ -223,6 +223,28 @@ def _valid_step_line(obj: dict[str, Any]) -> bool:
         return False
 
 
+def read_group_instances(run_dir: str) -> dict[str, dict[str, Any]]:
+    """The process-group instances the run's collectives were called in: ``{gid: {"label", "ranks"}}``,
+    gathered from every rank's RUN_DIR/ranks/rank-N.groups.json (a span names its instance by ``gid``
+    and its call there by ``seq``). An unreadable file is skipped: its ranks' instances are then unknown."""
+    out: dict[str, dict[str, Any]] = {}
+    rdir = os.path.join(run_dir, layout.RANKS_DIR)
+    for name in sorted(os.listdir(rdir)) if os.path.isdir(rdir) else ():
+        if not (name.startswith("rank-") and name.endswith(".groups.json")):
+            continue
+        try:
+            with open(os.path.join(rdir, name), encoding="utf-8") as f:
+                obj = json.load(f)
+        except (OSError, ValueError):
+            log.warning("telemetry: %s: %s unreadable; its group instances are unknown", run_dir, name)
+            continue
+        if isinstance(obj, dict):
+            for gid, g in obj.items():
+                if isinstance(g, dict) and isinstance(g.get("ranks"), list):
+                    out[str(gid)] = {"label": str(g.get("label", "")), "ranks": [int(r) for r in g["ranks"]]}
+    return out
+
+
 def read_run(run_dir: str, steps: tuple[int, int] | None = None, columns: bool = True) -> RunData:
     """Load everything a run directory holds (``steps``: only the steps first..last of the step
     records; ``columns`` False: none of format 2's step columns, the rest all the same). Raises

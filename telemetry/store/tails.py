@@ -42,7 +42,15 @@ class TailEncoder:
             tuple(r.ops),
             tuple(r.scalars),
             tuple(r.device) if r.device else None,
-            tuple((s.kind, s.name, s.ok, s.group) if s.group else (s.kind, s.name, s.ok) for s in spans),
+            # a collective's group, and its group instance when known (its call number is a number below)
+            tuple(
+                (s.kind, s.name, s.ok, s.group, s.gid)
+                if s.gid
+                else (s.kind, s.name, s.ok, s.group)
+                if s.group
+                else (s.kind, s.name, s.ok)
+                for s in spans
+            ),  # fmt: skip
             opt,
             tuple(r.comm_groups) if r.comm_groups else None,
             tuple(r.io) if r.io else None,
@@ -81,7 +89,7 @@ class TailEncoder:
             values += r.device.values()
         values += [x for x, has in zip((r.tokens, r.samples, r.mfu, r.host_duration_s), opt) if has]
         for s in spans:
-            values += (s.start_s, s.end_s, s.nbytes)
+            values += (s.start_s, s.end_s, s.nbytes, s.seq) if s.gid else (s.start_s, s.end_s, s.nbytes)
         if r.comm_groups:
             for blocked, nbytes in r.comm_groups.values():
                 values += (blocked, nbytes)
@@ -129,7 +137,8 @@ class TailDecoder:
             groups = shape.get("groups") or ()  # a tail written before groups were kept: none
             io_keys = shape.get("io") or ()  # a tail written before checkpoints were kept: none
             sizes = len(phases) + len(pcomm) + 5 * len(ops) + len(scalars) + len(device) + sum(opt)
-            if len(v) != 3 + sizes + 3 * len(spans) + 2 * len(groups) + len(io_keys):
+            numbered = sum(len(s) > 4 for s in spans)  # a collective with its group instance: + its call number
+            if len(v) != 3 + sizes + 3 * len(spans) + numbered + 2 * len(groups) + len(io_keys):
                 return None
             i = 3
             ph = dict(zip(phases, v[i : i + len(phases)]))
@@ -151,10 +160,16 @@ class TailDecoder:
                 i += 1 if has else 0
             tokens, samples, mfu, host = extra
             sp = []
-            for kind, name, span_ok, *group in spans:  # a collective's group, when it has one
-                sp.append(
-                    Span(str(kind), str(name), v[i], v[i + 1], bool(span_ok), int(v[i + 2]), *map(str, group[:1]))
-                )
+            for kind, name, span_ok, *group in spans:  # a collective's group, and its instance, when known
+                if len(group) > 1:
+                    g, gid = str(group[0]), str(group[1])
+                    sp.append(
+                        Span(str(kind), str(name), v[i], v[i + 1], bool(span_ok), int(v[i + 2]), g, gid, int(v[i + 3]))
+                    )
+                    i += 4
+                    continue
+                g = str(group[0]) if group else ""
+                sp.append(Span(str(kind), str(name), v[i], v[i + 1], bool(span_ok), int(v[i + 2]), g))
                 i += 3
             cg = {}
             for g in groups:

@@ -24,6 +24,7 @@ from pyarrow import ArrowException
 
 from .. import provenance
 from ..config import tag_dict
+from ..hooks.groups import known as group_instances
 from ..logonce import LogOnce
 from ..pipeline.records import OnlineResult, Progress, StepRecord
 from ..pipeline.sinks import TRACE_SAMPLER, Sink
@@ -66,6 +67,7 @@ class RunStoreSink(Sink):
         self.seal_failures = 0
         self.write_failures = 0  # ticks whose records the tail could not take (all or some)
         self.other_failures = 0  # heartbeats, findings, metadata not written
+        self._groups: dict[str, tuple[str, list[int]]] = {}  # kept in RUN_DIR/ranks/rank-N.groups.json
         self.dropped = 0  # records never written (held past MAX_UNWRITTEN, or still held at shutdown)
         self.segments = 0
         self.compactions = 0  # compacted segments written
@@ -225,6 +227,8 @@ class RunStoreSink(Sink):
     def write(self, records: Sequence[StepRecord]) -> None:
         if self._traces is not None and TRACE_SAMPLER in self._run_info:
             self._note_traces()
+        if len(group_instances) != len(self._groups):
+            self._keep_groups()
         for r in records:
             head, body = self._encoder.parts(r)
             hb = head.encode()
@@ -237,6 +241,18 @@ class RunStoreSink(Sink):
                 self._seal()
         if not self._drain():
             self._shed(MAX_UNWRITTEN)
+
+    def _keep_groups(self) -> None:
+        """The group instances this rank's collectives were called in, with their ranks: once per run, not
+        on every record (RUN_DIR/ranks/rank-N.groups.json; a span names its instance by ``gid``)."""
+        self._groups.update(dict(group_instances))  # the training thread adds a group as it first calls in it
+        try:
+            layout.write_json_atomic(
+                layout.rank_groups_path(self.run_dir, self.rank),
+                {gid: {"label": label, "ranks": ranks} for gid, (label, ranks) in self._groups.items()},
+            )
+        except OSError as exc:
+            self._other(layout.rank_groups_path(self.run_dir, self.rank), exc)
 
     def _seal(self, reopen: bool = True) -> bool:
         """The held records -> a segment; then the next tail. On failure the tail keeps them."""
@@ -331,6 +347,8 @@ class RunStoreSink(Sink):
             self._other(os.path.join(self.run_dir, layout.FINDINGS), exc)
 
     def close(self, timeout_s: float) -> None:
+        if len(group_instances) != len(self._groups):
+            self._keep_groups()
         self._drain()
         sealed = self._seal(reopen=False)  # the last records into a segment, and no tail left
         self._compact()  # and what was sealed since the last compaction, merged
@@ -391,4 +409,4 @@ class RunStoreSink(Sink):
         return out
 
     def describe(self) -> str | None:
-        return f"run directory {self.run_dir}" if self.rank == 0 else None
+        return f"run directory {self.run_dir}"  # every rank's: its start line otherwise said no sink ran

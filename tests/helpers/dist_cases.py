@@ -310,3 +310,31 @@ def throttled_input(rank: int, world: int, port: int, run_dir: str, slow_rank: i
             with telemetry.phase("backward"):
                 dist.all_reduce(batch.sum().reshape(1))
     _teardown()
+
+
+def mesh_calls(rank: int, world: int, port: int, run_dir: str) -> None:
+    """A 2x2 (dp, tp) mesh of 4 ranks: each step an all-reduce in the rank's tp group, one in its dp
+    group, an async one in the world, and a functional (DTensor's) one in the tp group; rank 3 makes one
+    more tp all-reduce at step 0 with its tp peer (rank 2), so the two tp groups' counts part there; from
+    step 2 rank 0 sends rank 1 a tensor in the world group, which ranks 2 and 3 take no part in."""
+    import torch.distributed._functional_collectives as funcol  # its functions looked up after init wraps them
+    from torch.distributed.device_mesh import init_device_mesh
+
+    _setup(rank, world, port, run_dir)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+    for i in range(4):
+        with telemetry.step():
+            with telemetry.phase("calls"):
+                dist.all_reduce(torch.ones(N), group=tp)
+                if i == 0 and rank in (2, 3):
+                    dist.all_reduce(torch.ones(N), group=tp)
+                dist.all_reduce(torch.ones(N), group=dp)
+                dist.all_reduce(torch.ones(N), async_op=True).wait()
+                funcol.all_reduce(torch.ones(N), "sum", (mesh, 1)).wait()
+                if i >= 2 and rank in (0, 1):  # two sends from rank 0 to rank 1 in the world, the others idle
+                    if rank == 0:
+                        dist.send(torch.ones(N), 1)
+                    else:
+                        dist.recv(torch.ones(N), 0)
+    _teardown()

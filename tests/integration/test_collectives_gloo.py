@@ -132,3 +132,52 @@ def test_telemetry_adds_no_collective_of_its_own(tmp_path):
     run = read_run(run_dir)
     assert len(run.steps) == 2 * 7  # all() of no steps would hold too
     assert all(r["ops"]["all_reduce"][0] == 1 for r in run.steps)
+
+
+def test_every_call_has_its_number_in_its_group_instance_the_same_on_each_of_its_ranks(tmp_path):
+    """Calls matched across ranks (issue 46 item 1, issue 45 item 1): a collective's span names its group
+    instance (two tp groups of a 2x2 mesh told apart) and its call number there, torch's own count, so the
+    same call has the same number on every rank of the group; each instance's ranks are kept once a rank."""
+    from telemetry.store.reader import read_group_instances
+
+    run_dir = str(tmp_path / "run")
+    run = spawn(dist_cases.mesh_calls, 4, run_dir)
+    instances = read_group_instances(run_dir)
+    by = {}  # (gid, seq) -> {rank: (step, op, group label)}
+    p2p = {}  # (gid, seq) -> {rank: (step, op)}
+    for r in run.steps:
+        for kind, name, _t0, _t1, _ok, _nb, *rest in r["spans"]:
+            if kind != "collective":
+                continue
+            assert len(rest) >= 3 and rest[1] and rest[2] >= 0, r["spans"]  # group, gid, seq
+            if name in ("send", "recv"):
+                p2p.setdefault((rest[1], rest[2]), {})[r["rank"]] = (r["step"], name)
+                continue
+            by.setdefault((rest[1], rest[2]), {})[r["rank"]] = (r["step"], name, rest[0])
+    # a send and its matching recv are one call: numbered per (sender, receiver), from 1, the same on both,
+    # and outside the group's count, which ranks 2 and 3 keep in step with 0 and 1 (below)
+    assert {k: v for k, v in p2p.items()} == {
+        (gid, n): {0: (step, "send"), 1: (step, "recv")}
+        for gid in [g for g in instances if instances[g]["label"] == "world"]
+        for n, step in ((1, 2), (2, 3))
+    }, p2p
+    labels = {g["label"] for g in instances.values()}
+    assert {"tp", "dp", "world"} <= labels, instances
+    tp = sorted(tuple(g["ranks"]) for g in instances.values() if g["label"] == "tp")
+    assert tp == [(0, 1), (2, 3)], instances
+    for (gid, seq), ranks in by.items():
+        # the same call: every rank of its instance has it, at the same step, the same op
+        assert sorted(ranks) == instances[gid]["ranks"], (gid, seq, ranks)
+        assert len(set(ranks.values())) == 1, (gid, seq, ranks)
+    # per rank, its numbers in each of its instances run from 1, one a call
+    for rank in range(4):
+        for gid in (g for g in instances if rank in instances[g]["ranks"]):
+            seqs = sorted(s for (g, s), ranks in by.items() if g == gid and rank in ranks)
+            assert seqs == list(range(1, len(seqs) + 1)), (rank, gid, seqs)
+    # the extra tp call of ranks 2 and 3 at step 0: their tp instance counts one more call than ranks 0 and 1's
+    tp_calls = {
+        tuple(instances[g]["ranks"]): len([1 for (gg, _s) in by if gg == g])
+        for g in instances
+        if instances[g]["label"] == "tp"
+    }
+    assert tp_calls[(2, 3)] == tp_calls[(0, 1)] + 1, tp_calls

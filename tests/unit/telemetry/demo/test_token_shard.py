@@ -4,6 +4,7 @@ job's reads going round a file of bounded size instead of writing gigabytes befo
 import os
 
 import numpy as np
+import pytest
 
 from telemetry.demo.model import TokenShard
 
@@ -19,6 +20,7 @@ def test_a_long_job_reads_a_bounded_file_round_and_round(tmp_path, monkeypatch):
     assert all(torch_row[1:].equal(nxt[:-1]) for torch_row, nxt in zip(x, y))  # y is x shifted by one
 
 
+@pytest.mark.real_clock  # a slowed read measured against a real sleep
 def test_a_slow_read_takes_its_factor_at_least_a_millisecond_more(tmp_path):
     import time
 

@@ -35,6 +35,7 @@ def _read() -> dict[str, float]:
     return _FETCHES.read()
 
 
+@pytest.mark.real_clock  # a fetch time measured against sleeps of known real length
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_workers_fetch_time_and_items_reach_the_sampler(context):
     before = _read()
@@ -51,6 +52,7 @@ def test_workers_fetch_time_and_items_reach_the_sampler(context):
     assert _FETCHES in readers.current()  # the sampler reads it
 
 
+@pytest.mark.real_clock  # a fetch time measured against sleeps of known real length
 def test_no_workers_and_an_iterable_dataset_are_timed_in_the_process_that_fetches():
     before = _read()
     assert [b.item() for b in DataLoader(telemetry.watch_dataset(Stream()), batch_size=None)] == list(range(6))

@@ -139,6 +139,7 @@ def test_hf_bad_settings_are_an_error_when_the_callback_is_made():
         HFCallback(flush_interval_s=-1)
 
 
+@pytest.mark.real_clock  # the save is placed from its files' modification times, which the kernel keeps in real time
 def test_hf_a_trainer_save_is_marked_from_its_files_in_the_step_that_follows(tmp_path):
     run_dir = str(tmp_path / "run")
     trainer = _trainer(

@@ -88,7 +88,7 @@ def test_collective_time_and_per_phase_wait_come_from_the_gpu_timeline():
             e0, t0 = rec.mark(), rec.now()
             gpu.launch(15.0)  # the all-reduce holds the compute stream for 15 ms
             e1, t1 = rec.mark(), rec.now()
-            rec.emit((ev.COLLECTIVE_DEV, t1, "all_reduce", t0, 4000, 4, "default", t1 - t0, 1.5, e0, e1))
+            rec.emit((ev.COLLECTIVE_DEV, t1, "all_reduce", t0, 4000, 4, "default", t1 - t0, 1.5, "", -1, e0, e1))
     gpu.completed_ms = 1e9
     asm.feed(rec.drain())
     [r] = asm.feed([])
