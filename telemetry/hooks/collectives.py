@@ -189,7 +189,7 @@ def _wrap(dist: ModuleType, op: str, fn: Callable) -> Callable:
         mark = None if is_async else rec.mark
         e0 = mark() if mark is not None else None
         t0 = rec.now()
-        rec.current_collective = (name, t0)
+        rec.current_collective = (name, t0, gid, seq)
         try:
             out = fn(*args, **kwargs)
         finally:
@@ -221,6 +221,7 @@ def instrument_collectives() -> bool:
         return False
     if not dist.is_available():
         return False
+    groups.known.clear()  # a session's own: the store keeps the instances its collectives are called in
     # One wrapper per original function, installed in both namespaces: torch compares them by
     # identity (P2POp accepts only ``op in [isend, irecv]``, its module's own names).
     wrappers: dict[int, Callable] = {}

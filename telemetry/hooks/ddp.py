@@ -44,18 +44,20 @@ def ddp_comm_hook(state: ProcessGroup | None, bucket):  # pyright: ignore[report
     buf = bucket.buffer()
     nbytes = buf.numel() * buf.element_size()
     gsize, gname = _group_info(dist, state)
+    if bucket.index() == 0:
+        rec.waiting_collective = None  # a new backward: a finalize that raised left its wait behind
     gid, counter = groups.instance(dist, state, gname)
+    call = (gid, groups.next_seq(counter))  # the bucket's call number in its group
     last = bucket.is_last()
     t0 = rec.now()
     prev = rec.current_collective
-    rec.current_collective = ("all_reduce", t0)  # the Python all_reduce inside is this op, not another
+    rec.current_collective = ("all_reduce", t0, *call)  # the Python all_reduce inside is this op, not another
     try:
         fut = allreduce_hook(state, bucket)  # pyright: ignore[reportArgumentType] - None: the default group, as its body reads it
     finally:
         rec.current_collective = prev
     factor = allreduce_factor(gsize)
     head = ("all_reduce", t0, nbytes, gsize, gname)
-    call = (gid, groups.next_seq(counter))  # the bucket's call number in its group
     timed = last and _time_the_wait(rec, head, factor, call)
 
     def done(f: Future[torch.Tensor]) -> torch.Tensor:
@@ -83,17 +85,28 @@ def _time_the_wait(rec: Any, head: tuple, factor: float, call: tuple[str, int]) 
 
     engine = Variable._execution_engine
 
+    # Both run inside the user's backward(): nothing of ours may raise out of them.
     def computed() -> None:
         ta = rec.now()
+        # the heartbeat's: blocked in this bucket's all-reduce (or an earlier one's) until the finalize ends
+        rec.waiting_collective = ("all_reduce", ta, *call)
 
         def waited() -> None:
-            tb = rec.now()
-            rec.emit((ev.COLLECTIVE, tb, *head, tb - ta, factor, *call))
+            rec.waiting_collective = None
+            try:
+                tb = rec.now()
+                rec.emit((ev.COLLECTIVE, tb, *head, tb - ta, factor, *call))
+            except Exception:  # noqa: BLE001 - telemetry never breaks the step: this bucket goes unrecorded
+                _once("waited", "telemetry: recording DDP's end-of-backward wait failed", exc_info=True)
 
         try:
             engine.queue_callback(waited)
         except Exception:  # noqa: BLE001 - its wait untimed: the bucket still counted, with blocked 0
-            rec.emit((ev.COLLECTIVE, rec.now(), *head, 0, factor, *call))
+            rec.waiting_collective = None
+            try:
+                rec.emit((ev.COLLECTIVE, rec.now(), *head, 0, factor, *call))
+            except Exception:  # noqa: BLE001 - telemetry never breaks the step: this bucket goes unrecorded
+                _once("waited", "telemetry: recording DDP's end-of-backward wait failed", exc_info=True)
 
     try:
         engine.queue_callback(computed)

@@ -203,7 +203,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
         except Exception:  # noqa: BLE001 - odd arguments: let torch report them
             return fn(*args, **kwargs)
         t0 = rec.now()
-        rec.current_collective = (op, t0)
+        rec.current_collective = (op, t0, gid, seq)
         try:
             out = fn(*args, **kwargs)
         finally:
@@ -252,9 +252,12 @@ def _wrap_wait(fn: Callable) -> Callable:
         rec = _current._active
         mark = rec.mark
         e0 = mark() if mark is not None else None
-        op, t_issue = (what[0], what[1]) if isinstance(what, list) else (what.op, what.t0)
+        if isinstance(what, list):
+            op, t_issue, gid, seq = what[0], what[1], what[7], what[8]
+        else:
+            op, t_issue, gid, seq = what.op, what.t0, what.gid, what.seq
         prev = rec.current_collective
-        rec.current_collective = (op, t_issue)
+        rec.current_collective = (op, t_issue, gid, seq)
         t0 = time.perf_counter_ns()
         try:
             return fn(tensor)

@@ -33,9 +33,9 @@ _dims: dict[str, str] = {}
 # id(group), or None for the default group -> (a weak reference to the group, (its instance id, its counter)):
 # the instance a collective is numbered in, and its counter (:func:`instance`, :func:`next_seq`)
 _instances: dict[int | None, tuple[weakref.ref, tuple[str, list[int]]]] = {}
-# instance id -> (label, global ranks): every group instance this process has called a collective in, for
-# the process's life (a handful); the store keeps them once per rank (RUN_DIR/ranks/rank-N.groups.json), not
-# on every record
+# instance id -> (label, global ranks): every group instance this session has called a collective in (a
+# handful; emptied as a session instruments the collectives, and kept past its shutdown, for its store's
+# last write); the store keeps them once per rank (RUN_DIR/ranks/rank-N.groups.json), not on every record
 known: dict[str, tuple[str, list[int]]] = {}
 _mesh_init: tuple[type, Callable[..., None]] | None = (
     None  # DeviceMesh and its __init__ as torch has it, while ours is installed

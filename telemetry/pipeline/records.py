@@ -87,6 +87,10 @@ class Progress(NamedTuple):
     collective_since_s: float | None
     finished: bool = False  # shutdown() ran
     device: dict[str, float] | None = None  # latest host/GPU reading
+    # that collective's group instance and its call number there (hooks/groups.py; None: unknown): "in
+    # all_reduce #1234 of group instance g1a2b3c4d", whose label and ranks are in RUN/ranks/rank-N.groups.json
+    collective_gid: str | None = None
+    collective_seq: int | None = None
 
 
 class OnlineResult(NamedTuple):

@@ -174,7 +174,7 @@ class Pipeline:
     def progress(self, finished: bool = False) -> Progress:
         rec = self.recorder
         open_step = rec.open_step
-        coll = rec.current_collective
+        coll = rec.current_collective or rec.waiting_collective
         return Progress(
             rank=self.rank,
             time_s=time.time(),
@@ -187,6 +187,8 @@ class Pipeline:
             collective_since_s=self._to_epoch(coll[1]) if coll else None,
             finished=finished,
             device=self.assembler.last_device,
+            collective_gid=(coll[2] or None) if coll and len(coll) > 3 else None,
+            collective_seq=coll[3] if coll and len(coll) > 3 and coll[3] >= 0 else None,
         )
 
     def stop(self, timeout_s: float, before_final: Callable[[], None] | None = None) -> bool:

@@ -66,7 +66,8 @@ class NullRecorder:
     step_index = 0
     open_step: tuple[int, int] | None = None
     current_phase: str | None = None
-    current_collective: tuple[str, int] | None = None
+    current_collective: tuple[str, int, str, int] | None = None
+    waiting_collective: tuple[str, int, str, int] | None = None
     mark: Callable[[], TimingEvent] | None = None
     dropped = 0
     buffered = 0

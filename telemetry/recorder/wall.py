@@ -75,7 +75,10 @@ class Recorder:
         self.step_index = start_step
         # Read by the pipeline for the progress heartbeat: which collective is open (the open step
         # and phase are the properties open_step and current_phase, read off the contexts).
-        self.current_collective: tuple[str, int] | None = None  # (op, t_begin)
+        # (op, t_begin, group instance id, call number): the collective the training thread is in
+        self.current_collective: tuple[str, int, str, int] | None = None
+        # the same for a wait no wrapper sees: DDP's finalize, waiting for its buckets (hooks/ddp.py)
+        self.waiting_collective: tuple[str, int, str, int] | None = None
         # Device-side marker (CudaRecorder: record a CUDA event); None: wall clock only.
         self.mark: Callable[[], TimingEvent] | None = None
         # A profiler capture armed for this rank (recorder/capture.py): asked at each step's begin while set.

@@ -332,6 +332,8 @@ class RunStoreSink(Sink):
         self._log_failure(what, exc.strerror or str(exc))
 
     def progress(self, progress: Progress) -> None:
+        if len(group_instances) != len(self._groups):  # a rank hung in its first call writes no record
+            self._keep_groups()
         try:
             layout.write_json_atomic(layout.progress_path(self.run_dir, self.rank), progress._asdict())
         except OSError as exc:

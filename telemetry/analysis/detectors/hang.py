@@ -83,13 +83,13 @@ def detect_hang(
         elif r in silent:
             parts.append(f"rank {r} stopped reporting {now - float(p['time_s']):.1f} s ago")
         elif p.get("collective"):  # every rank blocked alike: this one waits too
-            parts.append(f"rank {r} waits in {p['collective']} in step {p.get('open_step')}")
+            parts.append(f"rank {r} waits in {_call(p)} in step {p.get('open_step')}")
         elif waiting:
             parts.append(f"rank {r} is in step {p.get('open_step')}{_in_phase(p)} and never reached the collective")
         else:
             parts.append(f"rank {r} is in step {p.get('open_step')}{_in_phase(p)}")
     if waiting and set(waiting) - set(culprits):
-        ops = sorted({beats[r]["collective"] for r in waiting})
+        ops = sorted({_call(beats[r]) for r in waiting})
         parts.append(f"rank(s) {', '.join(map(str, waiting))} wait in {', '.join(ops)}")
     return [
         Finding(
@@ -104,6 +104,13 @@ def detect_hang(
             details={"stalled_s": stalled_for, "bound_s": bound, "waiting_ranks": waiting},
         )
     ]
+
+
+def _call(progress: Mapping[str, Any]) -> str:
+    """``all_reduce #1234`` when the heartbeat numbers the call (its group instance's count: the same call
+    has the same number on every rank of the group), else the op alone."""
+    seq = progress.get("collective_seq")
+    return f"{progress['collective']} #{seq}" if isinstance(seq, int) and seq > 0 else str(progress["collective"])
 
 
 def _in_phase(progress: Mapping[str, Any]) -> str:

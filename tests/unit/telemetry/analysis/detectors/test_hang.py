@@ -123,3 +123,13 @@ def test_hang_bound_from_the_steps_table():
 def test_a_bound_that_is_not_a_positive_number_is_refused(bound):
     with pytest.raises(ValueError, match="accepted: a number of seconds above 0"):
         hang_bound(0.1, bound)
+
+
+def test_the_waiting_ranks_call_is_named_by_its_number_in_its_group():
+    """A heartbeat that numbers its call (hooks/groups.py: the same call, the same number on every rank of
+    the group) is told with the number: the peers wait in all_reduce #1234, not in some all_reduce."""
+    progress = {r: {**waiting(r), "collective_gid": "g1a2b3c4d", "collective_seq": 1234} for r in (0, 1, 3)}
+    progress[2] = beat(2, phase="forward")
+    [f] = detect_hang(progress, None, world_size=4)
+    assert f.ranks == [2]
+    assert "rank(s) 0, 1, 3 wait in all_reduce #1234" in f.evidence
