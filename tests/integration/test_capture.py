@@ -88,9 +88,16 @@ def test_telemetry_capture_asks_a_running_job_for_traces(tmp_path):
     )
     try:
         deadline = time.monotonic() + 120
-        # the job runs and its online detection with it: the baseline capture planned (about 10 s in; a first
-        # sealed segment, waited for before, came some 55 s in, and the request needs none: it waits its turn)
-        while not (run / "meta.json").exists() or not glob.glob(str(run / "captures" / "*-baseline" / "manifest.json")):
+
+        # the job runs and its online detection with it: the baseline capture taken and written by both ranks
+        # (about 10 s in; a first sealed segment, waited for before, came some 55 s in). Not merely planned:
+        # asked for then, the capture was planned two steps after the baseline's last, and a fresh clone's
+        # rank 0 (a231769) never wrote its trace of them while the baseline's was being exported: a race
+        # between back-to-back captures on one rank, open in issue 44's note, not what this test is about
+        def baseline_written() -> bool:
+            return len(glob.glob(str(run / "captures" / "*-baseline" / "rank-*.json.gz"))) == 2
+
+        while not (run / "meta.json").exists() or not baseline_written():
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.2)
         asked = subprocess.run(
