@@ -35,6 +35,37 @@ def train(model, steps=3):
                 opt.zero_grad()
 
 
+def first_bucket_late(monkeypatch, delay_s: float = 0.08) -> None:
+    """DDP's default all-reduce, with the first bucket's future completed ``delay_s`` after the last bucket's
+    hook (backward's compute done) from a timer thread, as a slow link would; a backward of one bucket (DDP's
+    first, before it rebuilds them) is left alone."""
+    import threading
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    real = default_hooks.allreduce_hook
+    first: list = []
+
+    def slow_first(state, bucket):
+        fut = real(state, bucket)
+        if bucket.index() == 0 and not bucket.is_last():
+            late = torch.futures.Future()
+            first[:] = [fut, late]
+            return late
+        if bucket.is_last() and first:
+            done, late = first
+            first.clear()
+            threading.Timer(delay_s, lambda: late.set_result(done.wait())).start()
+        return fut
+
+    monkeypatch.setattr(default_hooks, "allreduce_hook", slow_first)
+
+
+def two_buckets() -> DDP:
+    """A 2-layer model in buckets of 20 KB: from its second backward, more than one bucket."""
+    return DDP(torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.Linear(256, 32)), bucket_cap_mb=0.02)
+
+
 def test_a_ddp_model_is_timed_without_instrument_ddp(group, run_dir):
     telemetry.init(run_dir=run_dir, job="ddp", sinks=["store"], online=False)
     model = DDP(torch.nn.Linear(32, 32))
@@ -71,29 +102,10 @@ def test_the_reducers_wait_for_any_bucket_at_the_end_of_backward_is_blocked_time
     after the last bucket's hook (the end of backward's compute) and the last one's at once (a bucket's
     future, completed from a timer thread, stands for a slow link): timing the last bucket alone counted
     about none of it (0.4-1.2 ms a step)."""
-    import threading
-
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    real = default_hooks.allreduce_hook
-    first: list = []
-
-    def slow_first(state, bucket):
-        fut = real(state, bucket)
-        if bucket.index() == 0 and not bucket.is_last():
-            late = torch.futures.Future()
-            first[:] = [fut, late]
-            return late
-        if bucket.is_last() and first:  # compute is done: the first bucket completes 80 ms from now
-            done, late = first
-            first.clear()
-            threading.Timer(0.08, lambda: late.set_result(done.wait())).start()
-        return fut
-
-    monkeypatch.setattr(default_hooks, "allreduce_hook", slow_first)
+    first_bucket_late(monkeypatch)
     telemetry.init(run_dir=run_dir, job="ddp", sinks=["store"], online=False)
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.Linear(256, 32)), bucket_cap_mb=0.02)
+    model = two_buckets()
     train(model, steps=4)
     telemetry.shutdown()
     table = open_input(run_dir).table
@@ -112,28 +124,11 @@ def test_a_rank_waiting_at_the_end_of_backward_says_so_in_its_heartbeat(group, r
     hung there is not a rank in no collective)."""
     import threading
 
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
     from telemetry.hooks import groups
 
-    real = default_hooks.allreduce_hook
-    first: list = []
-
-    def slow_first(state, bucket):
-        fut = real(state, bucket)
-        if bucket.index() == 0 and not bucket.is_last():
-            late = torch.futures.Future()
-            first[:] = [fut, late]
-            return late
-        if bucket.is_last() and first:
-            done, late = first
-            first.clear()
-            threading.Timer(0.08, lambda: late.set_result(done.wait())).start()
-        return fut
-
-    monkeypatch.setattr(default_hooks, "allreduce_hook", slow_first)
+    first_bucket_late(monkeypatch)
     session = telemetry.init(run_dir=run_dir, job="ddp", sinks=["store"], online=False)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.Linear(256, 32)), bucket_cap_mb=0.02)
+    model = two_buckets()
     seen, stop = [], threading.Event()
 
     def sample():
